@@ -1,0 +1,57 @@
+"""The architecture, checked: imports go one way, and `import toolkit` stays light."""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "toolkit"
+# A module may import only from strictly lower ranks (STYLE.md, "Import ranks").
+RANKS = {
+    "errors": 0,
+    "identity": 1, "documents": 1,
+    "ledger": 2, "provider": 2,
+    "runner": 3, "faults": 3, "checker": 3, "forensics": 3,
+    "drills": 4, "viz": 4,
+    "widgets": 5, "cli": 5, "__main__": 6, "__init__": 6,
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE).with_suffix("").parts
+    return parts[0]
+
+
+def toolkit_imports(path: Path):
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("toolkit"):
+            yield node.module.split(".")[1] if "." in node.module else "__init__"
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("toolkit."):
+                    yield alias.name.split(".")[1]
+
+
+def test_every_module_has_a_rank_and_imports_only_lower_ranks():
+    for path in sorted(PACKAGE.rglob("*.py")):
+        name = module_name(path)
+        assert name in RANKS, f"{path.name}: give it a rank in tests/test_imports.py"
+        for target in toolkit_imports(path):
+            if target == name:
+                continue  # inside one package (ledger/sqlite.py -> ledger)
+            assert RANKS[target] < RANKS[name], f"{name} (rank {RANKS[name]}) imports {target}"
+
+
+def test_import_toolkit_loads_no_heavy_library():
+    code = ("import sys, toolkit, toolkit.cli, toolkit.ledger.sqlite, toolkit.ledger.jsonl\n"
+            "print(' '.join(m for m in ('pandas', 'matplotlib', 'pymupdf', 'fitz', 'psutil')"
+            " if m in sys.modules))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True).stdout.strip()
+    assert loaded == ""
+
+
+def test_modules_stay_small():
+    for path in PACKAGE.rglob("*.py"):
+        assert len(path.read_text().splitlines()) <= 450, f"{path} is over ~400 lines: split it"

@@ -1,0 +1,92 @@
+"""What only the append-only backend has: torn tails, corrupt lines, one writer, compaction."""
+
+import json
+
+import pytest
+
+from toolkit.errors import LedgerError
+from toolkit.ledger import State, open_ledger
+
+S = State
+
+
+def _write_three(path, clock):
+    with open_ledger(path, clock=clock) as ledger:
+        for key in ("a", "b", "c"):
+            ledger.add(key)
+        ledger.move("a", S.PENDING, S.UNKNOWN)
+
+
+def test_torn_final_line_is_ignored_reported_and_cut_before_the_next_append(tmp_path, clock):
+    path = tmp_path / "l.jsonl"
+    _write_three(path, clock)
+    whole = path.read_bytes()
+    last = whole.rstrip(b"\n").rsplit(b"\n", 1)[1]
+    path.write_bytes(whole[: len(whole) - len(last) // 2 - 1])  # the move line, cut mid-way
+    with open_ledger(path, clock=clock) as ledger:
+        assert ledger.torn_tail == {"line": 4, "bytes": len(last) - len(last) // 2}
+        assert ledger.corrupt_lines == []
+        assert ledger.get("a").state is S.PENDING  # the torn transition never happened
+        ledger.move("a", S.PENDING, S.UNKNOWN, note="retried intent")
+    lines = path.read_bytes().split(b"\n")
+    assert lines[-1] == b"" and all(json.loads(line) for line in lines[:-1])
+    with open_ledger(path, clock=clock) as reopened:
+        assert reopened.torn_tail is None and reopened.corrupt_lines == []
+        assert [event.seq for event in reopened.events()] == [1, 2, 3, 4]
+        assert reopened.get("a").state is S.UNKNOWN
+
+
+@pytest.mark.parametrize("garbage", [b"{not json", b"\xff\xfe\xfd", b"[1, 2]", b'{"seq": 2}', b""])
+def test_interior_corrupt_line_is_reported_by_number_and_skipped(tmp_path, clock, garbage):
+    path = tmp_path / "l.jsonl"
+    _write_three(path, clock)
+    lines = path.read_bytes().split(b"\n")
+    lines.insert(2, garbage)
+    path.write_bytes(b"\n".join(lines))
+    with open_ledger(path, clock=clock) as ledger:
+        assert ledger.corrupt_lines == [3]
+        assert [item.key for item in ledger.items()] == ["a", "b", "c"]
+        assert ledger.get("a").state is S.UNKNOWN
+        ledger.add("d")
+        assert ledger.events()[-1].seq == 5  # seq continues after the highest valid one
+
+
+def test_second_writer_gets_a_clear_error_and_the_first_keeps_writing(tmp_path, clock):
+    path = tmp_path / "l.jsonl"
+    with open_ledger(path, clock=clock) as first:
+        first.add("a")
+        with pytest.raises(LedgerError, match="another writer"):
+            open_ledger(path, clock=clock)
+        first.add("b")
+    with open_ledger(path, clock=clock) as again:
+        assert [item.key for item in again.items()] == ["a", "b"]
+
+
+def test_second_writer_in_another_process_is_refused(tmp_path, clock):
+    import subprocess
+    import sys
+
+    path = tmp_path / "l.jsonl"
+    with open_ledger(path, clock=clock) as first:
+        first.add("a")
+        code = ("import sys\nfrom toolkit.ledger import open_ledger\nfrom toolkit.errors import LedgerError\n"
+                "try:\n    open_ledger(sys.argv[1])\nexcept LedgerError as e:\n    print(e); sys.exit(3)\n")
+        child = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True)
+    assert child.returncode == 3 and "another writer" in child.stdout
+
+
+def test_compact_keeps_every_item_and_drops_damage(tmp_path, clock):
+    path = tmp_path / "l.jsonl"
+    _write_three(path, clock)
+    with open(path, "ab") as handle:
+        handle.write(b"{torn")
+    with open_ledger(path, clock=clock) as ledger:
+        items = ledger.items()
+        assert ledger.compact() == 3
+        assert ledger.items() == items
+        ledger.move("b", S.PENDING, S.UNKNOWN)
+    assert not (tmp_path / "l.jsonl.compact").exists()
+    with open_ledger(path, clock=clock) as reopened:
+        assert reopened.torn_tail is None and reopened.corrupt_lines == []
+        assert reopened.get("b").state is S.UNKNOWN and reopened.get("a").state is S.UNKNOWN
+        assert [event.seq for event in reopened.events()] == [5]

@@ -1,0 +1,164 @@
+"""Both backends and a plain dict model take the same random operations and must agree."""
+
+import shutil
+import tempfile
+
+import hypothesis.strategies as st
+from hypothesis import settings
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+from toolkit.errors import ToolkitError
+from toolkit.ledger import TRANSITIONS, State, apply_event, open_ledger
+
+KEYS = st.sampled_from(["a", "b", "c"])
+WORKERS = st.sampled_from(["w1", "w2"])
+STATES = st.sampled_from(list(State))
+
+
+class ManualClock:
+    now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+class Model:
+    """The ledger's rules written out plainly, independent of the implementation."""
+
+    def __init__(self):
+        self.items: dict[str, dict] = {}
+
+    def add(self, key):
+        if key in self.items:
+            return False
+        self.items[key] = {"state": State.PENDING, "attempt": 0, "token": 0, "failure": None,
+                           "owner": None, "expires": None}
+        return True
+
+    def move(self, key, frm, to, token, failure):
+        item = self.items.get(key)
+        if to not in TRANSITIONS[frm]:
+            return "IllegalTransitionError"
+        if (to is State.FAILED) != (failure is not None):
+            return "ValueError"
+        if item is None or item["state"] is not frm:
+            return "StateConflictError"
+        if token != item["token"]:
+            return "StaleTokenError"
+        if frm is State.FAILED and item["failure"] != "transient":
+            return "IllegalTransitionError"
+        if to is State.UNKNOWN and frm in (State.PENDING, State.FAILED):
+            item["attempt"] += 1
+        if frm is State.FAILED:
+            item["failure"] = None
+        if to is State.FAILED:
+            item["failure"] = failure
+        item["state"] = to
+        return None
+
+    def claim(self, key, worker, ttl, now):
+        item = self.items.get(key)
+        if item is None:
+            return "StateConflictError"
+        free = item["owner"] is None or item["expires"] <= now or item["owner"] == worker
+        if not free:
+            return "LeaseHeldError"
+        item.update(owner=worker, expires=now + ttl, token=item["token"] + 1)
+        return item["token"]
+
+    def release(self, key, token):
+        item = self.items.get(key)
+        if item is None:
+            return "StateConflictError"
+        if token != item["token"]:
+            return "StaleTokenError"
+        item.update(owner=None, expires=None)
+        return None
+
+
+def outcome(call):
+    try:
+        return call()
+    except (ToolkitError, ValueError) as exc:
+        return type(exc).__name__
+
+
+class LedgerAgreement(RuleBasedStateMachine):
+    @initialize()
+    def open_all(self):
+        self.dir = tempfile.mkdtemp()
+        self.clock = ManualClock()
+        self.ledgers = [open_ledger(f"{self.dir}/l.sqlite", clock=self.clock),
+                        open_ledger(f"{self.dir}/l.jsonl", clock=self.clock)]
+        self.model = Model()
+
+    def teardown(self):
+        for ledger in getattr(self, "ledgers", []):
+            ledger.close()
+        shutil.rmtree(getattr(self, "dir", ""), ignore_errors=True)
+
+    def _agree(self, expected, call):
+        """``expected``: an error name, or the value add/claim return (None: any success)."""
+        for ledger in self.ledgers:
+            got = outcome(lambda: call(ledger))
+            if isinstance(expected, str) or expected is not None:
+                assert got == expected, (type(ledger).__name__, got, expected)
+            else:
+                assert not isinstance(got, str), (type(ledger).__name__, got)
+
+    @rule(key=KEYS)
+    def add(self, key):
+        self._agree(self.model.add(key), lambda ledger: ledger.add(key))
+
+    @rule(key=KEYS, to=STATES, use_current=st.booleans(), frm=STATES, stale=st.booleans(),
+          failure=st.sampled_from([None, "transient", "permanent"]))
+    def move(self, key, to, use_current, frm, stale, failure):
+        item = self.model.items.get(key)
+        if use_current and item is not None:
+            frm = item["state"]
+        token = (item["token"] if item else 0) - (1 if stale else 0)
+        fields = {"failure": failure} if failure else {}
+        expected = self.model.move(key, frm, to, token, failure)
+        self._agree(expected, lambda ledger: ledger.move(key, frm, to, token=token, **fields))
+
+    @rule(key=KEYS, worker=WORKERS, ttl=st.sampled_from([1.0, 5.0]))
+    def claim(self, key, worker, ttl):
+        expected = self.model.claim(key, worker, ttl, self.clock.now)
+        self._agree(expected, lambda ledger: ledger.claim(key, worker, ttl))
+
+    @rule(key=KEYS, stale=st.booleans())
+    def release(self, key, stale):
+        item = self.model.items.get(key)
+        token = (item["token"] if item else 0) - (1 if stale else 0)
+        self._agree(self.model.release(key, token), lambda ledger: ledger.release(key, token))
+
+    @rule(seconds=st.sampled_from([0.5, 2.0, 6.0]))
+    def advance(self, seconds):
+        self.clock.now += seconds
+
+    @invariant()
+    def backends_and_model_agree(self):
+        if not hasattr(self, "ledgers"):
+            return
+        for ledger in self.ledgers:
+            items = {item.key: item for item in ledger.items()}
+            assert set(items) == set(self.model.items)
+            for key, expected in self.model.items.items():
+                item = items[key]
+                assert (item.state, item.attempt, item.token, item.failure, item.lease_owner,
+                        item.lease_expires) == (expected["state"], expected["attempt"],
+                                                expected["token"], expected["failure"],
+                                                expected["owner"], expected["expires"])
+
+    @invariant()
+    def items_are_the_fold_of_their_events(self):
+        for ledger in getattr(self, "ledgers", []):
+            folded = {}
+            for event in ledger.events():
+                folded[event.key] = apply_event(folded.get(event.key), event)
+            assert sorted(folded.values(), key=lambda item: item.key) == ledger.items()
+
+
+LedgerAgreement.TestCase.settings = settings(max_examples=60, stateful_step_count=40,
+                                             deadline=None)
+test_sqlite_jsonl_and_model_agree_after_every_random_operation = LedgerAgreement.TestCase

@@ -1,0 +1,88 @@
+"""Request identity: what makes two requests "the same work".
+
+``task_key = sha256(version ‖ content digest ‖ canonical options)``. The file
+name is deliberately absent: renaming an input does not create new work, while
+any byte of content or any option that changes the result does.
+"""
+
+import hashlib
+import json
+import math
+from pathlib import Path
+
+KEY_VERSION = "rt1"
+_CHUNK = 1 << 20
+
+
+def _check_json_native(value, path):
+    """Raise ``TypeError`` naming ``path`` if ``value`` is not plain JSON."""
+    kind = type(value)
+    if value is None or kind in (str, bool, int):
+        return
+    if kind is float:
+        if not math.isfinite(value):
+            raise TypeError(f"{path}: non-finite float {value!r} is not canonical JSON")
+        return
+    if kind is list:
+        for index, item in enumerate(value):
+            _check_json_native(item, f"{path}[{index}]")
+        return
+    if kind is dict:
+        for name, item in value.items():
+            if type(name) is not str:
+                raise TypeError(f"{path}: key {name!r} is {type(name).__name__}, not str")
+            _check_json_native(item, f"{path}[{name!r}]")
+        return
+    raise TypeError(f"{path}: {kind.__name__} is not a JSON-native type")
+
+
+def canonical_json(value) -> str:
+    """Serialize ``value`` as canonical JSON: sorted keys, no whitespace.
+
+    Raises:
+        TypeError: a value is not JSON-native (NaN/inf, set, tuple, bytes,
+            non-string key, ...); the message names its path.
+
+    >>> canonical_json({"b": [1, 2], "a": "x"})
+    '{"a":"x","b":[1,2]}'
+    """
+    _check_json_native(value, "options")
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def content_digest(source) -> str:
+    """SHA-256 hex digest of ``source``: bytes, or a path read in chunks."""
+    digest = hashlib.sha256()
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        digest.update(source)
+        return digest.hexdigest()
+    with open(source, "rb") as handle:
+        for chunk in iter(lambda: handle.read(_CHUNK), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def task_key(digest: str, options: dict, version: str = KEY_VERSION) -> str:
+    """The stable identity of one unit of work.
+
+    >>> task_key("ab", {"lang": "de"}) == task_key("ab", {"lang": "de"})
+    True
+    """
+    material = "\n".join((version, digest, canonical_json(options)))
+    return hashlib.sha256(material.encode("utf-8")).hexdigest()
+
+
+def file_task_key(path, options: dict) -> str:
+    """``task_key`` of a file's content; the file's name plays no part."""
+    return task_key(content_digest(Path(path)), options)
+
+
+def idem_key(key: str, attempt: int) -> str:
+    """The idempotency key sent to the provider for ``attempt`` (1-based).
+
+    A retry after a real failure needs a fresh key: a provider that replays
+    responses per key would otherwise replay the failure.
+    """
+    if attempt < 1:
+        raise ValueError(f"attempt must be >= 1, got {attempt}")
+    return f"{key}:{attempt}"

@@ -1,0 +1,326 @@
+"""The client ledger: states, guarded transitions, leases, events.
+
+The policy lives here, once: the transition table, the from-state guard, the
+fencing-token check, the attempt counter and event emission. Backends supply
+five primitives inside one transaction (``_txn``, ``_load``, ``_write``,
+``_items``, ``_events``) plus ``close``. Every change is one event, and an
+item is exactly the fold of its events (``apply_event``): the JSONL backend
+replays them, the SQLite backend stores both and must agree.
+"""
+
+import contextlib
+import dataclasses
+import enum
+import os
+import threading
+import time
+from pathlib import Path
+
+from toolkit.errors import (
+    IllegalTransitionError,
+    LeaseHeldError,
+    LedgerError,
+    StaleTokenError,
+    StateConflictError,
+)
+
+
+class State(str, enum.Enum):
+    PENDING = "pending"
+    UNKNOWN = "unknown"
+    SUBMITTED = "submitted"
+    DONE = "done"
+    FAILED = "failed"
+    NEEDS_REVIEW = "needs_review"
+    CANCELLED = "cancelled"
+
+    def __str__(self):
+        return self.value
+
+
+S = State
+TRANSITIONS: dict[State, frozenset[State]] = {
+    # intent before side effect; poison is failed(permanent) before any submit
+    S.PENDING: frozenset({S.UNKNOWN, S.FAILED, S.CANCELLED}),
+    # reconcile by lookup: found running -> submitted, found done -> done, ...
+    S.UNKNOWN: frozenset({S.SUBMITTED, S.DONE, S.FAILED, S.NEEDS_REVIEW, S.CANCELLED}),
+    # a dead owner's in-flight item goes back to unknown, to be looked up
+    S.SUBMITTED: frozenset({S.DONE, S.FAILED, S.UNKNOWN, S.NEEDS_REVIEW, S.CANCELLED}),
+    # done -> done: a damaged artifact re-fetched (never re-executed)
+    S.DONE: frozenset({S.DONE, S.NEEDS_REVIEW}),
+    # only a transient failure may go back (a new attempt); see Ledger.move
+    S.FAILED: frozenset({S.UNKNOWN}),
+    # an operator may release a parked item, to be reconciled again
+    S.NEEDS_REVIEW: frozenset({S.UNKNOWN, S.CANCELLED}),
+    S.CANCELLED: frozenset(),
+}
+TERMINAL = frozenset({S.DONE, S.NEEDS_REVIEW, S.CANCELLED})
+TRANSIENT, PERMANENT = "transient", "permanent"
+
+# Item fields a transition may set; everything else is owned by the base.
+MUTABLE_FIELDS = ("job_id", "failure", "reason", "artifact_path", "artifact_size", "artifact_sha256")
+LEASE_FIELDS = ("lease_owner", "lease_pid", "lease_started", "lease_expires")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Item:
+    key: str
+    state: State = S.PENDING
+    source: str | None = None
+    attempt: int = 0
+    token: int = 0
+    job_id: str | None = None
+    failure: str | None = None
+    reason: str | None = None
+    artifact_path: str | None = None
+    artifact_size: int | None = None
+    artifact_sha256: str | None = None
+    lease_owner: str | None = None
+    lease_pid: int | None = None
+    lease_started: float | None = None
+    lease_expires: float | None = None
+    updated: float = 0.0
+
+    @property
+    def resting(self) -> bool:
+        """True when no automation will move the item again."""
+        return self.state in TERMINAL or (self.state is S.FAILED and self.failure == PERMANENT)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Event:
+    """One change: ``op`` is add, move, claim or release."""
+
+    seq: int
+    ts: float
+    op: str
+    key: str
+    frm: State | None
+    to: State
+    attempt: int
+    worker: str | None
+    token: int
+    detail: dict
+
+    def to_json(self) -> dict:
+        return {"seq": self.seq, "ts": self.ts, "op": self.op, "key": self.key,
+                "from": self.frm and self.frm.value, "to": self.to.value,
+                "attempt": self.attempt, "worker": self.worker, "token": self.token,
+                "detail": self.detail}
+
+    @classmethod
+    def from_json(cls, obj: dict) -> "Event":
+        """Rebuild an event; raises KeyError/ValueError/TypeError on a malformed record."""
+        frm = obj["from"]
+        return cls(int(obj["seq"]), float(obj["ts"]), str(obj["op"]), str(obj["key"]),
+                   State(frm) if frm is not None else None, State(obj["to"]),
+                   int(obj["attempt"]), obj["worker"], int(obj["token"]), dict(obj["detail"]))
+
+
+def apply_event(item: Item | None, event: Event) -> Item:
+    """Fold one event into an item (``None`` before its ``add``)."""
+    if event.op == "add":
+        return Item(key=event.key, source=event.detail.get("source"), updated=event.ts)
+    assert item is not None, f"event {event.seq} for unknown item {event.key}"
+    fields = {k: v for k, v in event.detail.items() if k in MUTABLE_FIELDS or k in LEASE_FIELDS}
+    return dataclasses.replace(item, state=event.to, attempt=event.attempt, token=event.token,
+                               updated=event.ts, **fields)
+
+
+def _process_start_time(pid: int) -> float | None:
+    import psutil  # lazy: only leases need it
+
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
+
+
+class Ledger:
+    """Durable client ledger; use ``open_ledger(path)`` to get one.
+
+    Every mutating call is one transaction that checks the item's current
+    state and fencing token, writes the item change and appends its event.
+    ``on_event(event)`` is called after each commit.
+
+    Raises (from every mutating call):
+        StateConflictError: the item is not in the named from-state.
+        IllegalTransitionError: the table has no such edge.
+        StaleTokenError: the token is not the item's current one.
+        LedgerError: the backend could not record the change.
+    """
+
+    def __init__(self, path, *, durable: bool = True, clock=time.time, on_event=None):
+        self.path = Path(path)
+        self.durable = durable
+        self.clock = clock
+        self.on_event = on_event
+        self._lock = threading.RLock()
+
+    # -- primitives every backend implements -------------------------------
+    def _txn(self):  # context manager: exclusive, all-or-nothing
+        raise NotImplementedError
+
+    def _load(self, key: str) -> Item | None:
+        raise NotImplementedError
+
+    def _write(self, old: Item | None, new: Item, event: Event) -> Event:
+        """Persist ``new`` and ``event`` (guarded on ``old``); return the event with its seq."""
+        raise NotImplementedError
+
+    def _items(self) -> list[Item]:
+        raise NotImplementedError
+
+    def _events(self) -> list[Event]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    # -- public API ----------------------------------------------------------
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def get(self, key: str) -> Item | None:
+        with self._lock:
+            return self._load(key)
+
+    def items(self) -> list[Item]:
+        """All items, ordered by key."""
+        with self._lock:
+            return sorted(self._items(), key=lambda item: item.key)
+
+    def events(self) -> list[Event]:
+        """The whole history, ordered by seq."""
+        with self._lock:
+            return self._events()
+
+    def counts(self) -> dict[str, int]:
+        """Number of items per state (every state present, zero included)."""
+        counts = {state.value: 0 for state in State}
+        for item in self.items():
+            counts[item.state.value] += 1
+        return counts
+
+    def add(self, key: str, source: str | None = None) -> bool:
+        """Record a new ``pending`` item; False (and nothing written) if it exists."""
+        with self._commit() as commit:
+            if self._load(key) is not None:
+                return False
+            commit(None, "add", key, None, S.PENDING, 0, None, 0, {"source": source})
+            return True
+
+    def move(self, key: str, frm: State, to: State, *, token: int = 0,
+             worker: str | None = None, note: str | None = None, **fields) -> Item:
+        """Transition ``key`` from ``frm`` to ``to`` and return the new item.
+
+        ``fields`` may set job_id, failure, reason and artifact_*. Entering
+        ``unknown`` from ``pending`` or ``failed`` starts a new attempt.
+        """
+        frm, to = State(frm), State(to)
+        if to not in TRANSITIONS[frm]:
+            raise IllegalTransitionError(frm, to)
+        unknown_fields = set(fields) - set(MUTABLE_FIELDS)
+        if unknown_fields:
+            raise TypeError(f"move() cannot set {sorted(unknown_fields)}")
+        if (to is S.FAILED) != (fields.get("failure") in (TRANSIENT, PERMANENT)):
+            raise ValueError("failure='transient' or 'permanent' goes with a move to failed, only")
+        with self._commit() as commit:
+            item = self._guard(key, frm, token)
+            if frm is S.FAILED and item.failure != TRANSIENT:
+                raise IllegalTransitionError(f"failed({item.failure})", to)
+            attempt = item.attempt + 1 if to is S.UNKNOWN and frm in (S.PENDING, S.FAILED) else item.attempt
+            if frm is S.FAILED:  # the old failure belongs to the old attempt
+                fields = {"failure": None, "reason": None, **fields}
+            if note is not None:
+                fields["note"] = note
+            return commit(item, "move", key, frm, to, attempt, worker, token, fields)
+
+    def claim(self, key: str, worker: str, ttl: float, *, pid: int | None = None) -> int:
+        """Take the item's lease for ``ttl`` seconds; return the new fencing token.
+
+        Claim succeeds when the lease is
+          unowned   -- nobody holds it (never claimed, or released), or
+          expired   -- lease_expires <= now, or
+          mine      -- ``worker`` already holds it (renewal; the token still advances).
+        Otherwise ``LeaseHeldError``.
+
+            worker A  |--claim t=1----------x (expires)
+            worker B                           |--claim t=2----|
+            A's late write with t=1  ----------------------->  StaleTokenError
+        """
+        pid = os.getpid() if pid is None else pid
+        with self._commit() as commit:
+            item = self._load(key)
+            if item is None:
+                raise StateConflictError(key, "any", None)
+            now = self.clock()
+            unowned = item.lease_owner is None
+            expired = item.lease_expires is not None and item.lease_expires <= now
+            mine = item.lease_owner == worker
+            if not (unowned or expired or mine):
+                raise LeaseHeldError(key, item.lease_owner, item.lease_expires)
+            lease = {"lease_owner": worker, "lease_pid": pid,
+                     "lease_started": _process_start_time(pid), "lease_expires": now + ttl}
+            commit(item, "claim", key, item.state, item.state, item.attempt, worker,
+                   item.token + 1, lease)
+            return item.token + 1
+
+    def release(self, key: str, token: int, worker: str | None = None) -> None:
+        """Give the lease back; the token stays, so older tokens remain stale."""
+        with self._commit() as commit:
+            item = self._guard(key, None, token)
+            commit(item, "release", key, item.state, item.state, item.attempt, worker, token,
+                   dict.fromkeys(LEASE_FIELDS))
+
+    # -- the one place where changes are made ----------------------------------
+    def _guard(self, key: str, frm: State | None, token: int) -> Item:
+        item = self._load(key)
+        if item is None or (frm is not None and item.state is not frm):
+            raise StateConflictError(key, frm, item and item.state)
+        if token != item.token:
+            raise StaleTokenError(key, token, item.token)
+        return item
+
+    @contextlib.contextmanager
+    def _commit(self):
+        """Hold the in-process lock and a backend transaction; emit events after commit."""
+        written = []
+
+        def commit(old, op, key, frm, to, attempt, worker, token, detail):
+            event = Event(0, self.clock(), op, key, frm, to, attempt, worker, token, detail)
+            new = apply_event(old, event)
+            written.append(self._write(old, new, event))
+            return new
+
+        with self._lock:
+            with self._txn():
+                yield commit
+        for event in written:  # only after the transaction is durable
+            if self.on_event is not None:
+                self.on_event(event)
+
+
+def open_ledger(path, **options) -> Ledger:
+    """Open the ledger at ``path``, choosing the backend by suffix.
+
+    Raises:
+        LedgerError: unknown suffix, unreadable file, or (JSONL) a second writer.
+    """
+    suffix = Path(path).suffix.lower()
+    if suffix in (".sqlite", ".db", ".sqlite3"):
+        from toolkit.ledger.sqlite import SqliteLedger
+
+        return SqliteLedger(path, **options)
+    if suffix == ".jsonl":
+        from toolkit.ledger.jsonl import JsonlLedger
+
+        return JsonlLedger(path, **options)
+    raise LedgerError(f"unknown ledger type {str(path)!r}: use .sqlite, .db or .jsonl")
+
+
+__all__ = ["State", "TRANSITIONS", "TERMINAL", "TRANSIENT", "PERMANENT", "Item", "Event",
+           "Ledger", "apply_event", "open_ledger"]

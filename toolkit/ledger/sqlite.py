@@ -1,0 +1,129 @@
+"""SQLite ledger: WAL, one ``BEGIN IMMEDIATE`` transaction per change.
+
+Safe for several processes and threads: every writer serializes on SQLite's
+write lock, re-reads the item inside the transaction, and the ``UPDATE`` is
+guarded on the from-state and token it read (``rowcount == 1`` or an error).
+"""
+
+import contextlib
+import dataclasses
+import json
+import sqlite3
+
+from toolkit.errors import LedgerError, StateConflictError
+from toolkit.ledger import Event, Item, Ledger, State
+
+FORMAT = "resume-toolkit-ledger/1"
+ITEM_COLUMNS = tuple(field.name for field in dataclasses.fields(Item))
+SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS items (
+    key TEXT PRIMARY KEY, state TEXT NOT NULL, source TEXT, attempt INTEGER NOT NULL,
+    token INTEGER NOT NULL, job_id TEXT, failure TEXT, reason TEXT, artifact_path TEXT,
+    artifact_size INTEGER, artifact_sha256 TEXT, lease_owner TEXT, lease_pid INTEGER,
+    lease_started REAL, lease_expires REAL, updated REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS events (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL NOT NULL, op TEXT NOT NULL,
+    key TEXT NOT NULL, frm TEXT, "to" TEXT NOT NULL, attempt INTEGER NOT NULL,
+    worker TEXT, token INTEGER NOT NULL, detail TEXT NOT NULL);
+INSERT OR IGNORE INTO meta VALUES ('format', '{FORMAT}');
+"""
+
+
+def _item(row) -> Item:
+    values = dict(zip(ITEM_COLUMNS, row))
+    return Item(**{**values, "state": State(values["state"])})
+
+
+def _event(row) -> Event:
+    seq, ts, op, key, frm, to, attempt, worker, token, detail = row
+    return Event(seq, ts, op, key, frm and State(frm), State(to), attempt, worker, token,
+                 json.loads(detail))
+
+
+class SqliteLedger(Ledger):
+    """The default backend (``*.sqlite``, ``*.db``)."""
+
+    def __init__(self, path, *, timeout: float = 30.0, **options):
+        super().__init__(path, **options)
+        try:
+            self._db = sqlite3.connect(self.path, timeout=timeout, isolation_level=None,
+                                       check_same_thread=False)
+            # Refuse a foreign database before changing anything in it (even its journal mode).
+            tables = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master")}
+            if tables and "meta" not in tables:
+                self._db.close()
+                raise LedgerError(f"{str(self.path)!r} is an SQLite database but not a "
+                                  f"resume-toolkit ledger (tables: {', '.join(sorted(tables))})")
+            self._db.execute("PRAGMA journal_mode=WAL")
+            # FULL: a commit survives power loss; NORMAL: it survives kill -9.
+            self._db.execute(f"PRAGMA synchronous={'FULL' if self.durable else 'NORMAL'}")
+            with self._txn():  # executescript() would COMMIT first; run each statement
+                for statement in SCHEMA.strip().split(";"):
+                    if statement.strip():
+                        self._db.execute(statement)
+            fmt = self._db.execute("SELECT value FROM meta WHERE name='format'").fetchone()
+        except sqlite3.Error as exc:
+            raise LedgerError(f"cannot open SQLite ledger {str(self.path)!r}: {exc}") from exc
+        if fmt is None or fmt[0] != FORMAT:
+            self._db.close()
+            raise LedgerError(f"{str(self.path)!r} is not a resume-toolkit ledger ({fmt})")
+
+    @contextlib.contextmanager
+    def _txn(self):
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise LedgerError(f"cannot begin a transaction: {exc}") from exc
+        try:
+            yield
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        try:
+            self._db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._db.execute("ROLLBACK")
+            raise LedgerError(f"commit failed: {exc}") from exc
+
+    def _load(self, key):
+        row = self._db.execute(f"SELECT {', '.join(ITEM_COLUMNS)} FROM items WHERE key=?",
+                               (key,)).fetchone()
+        return row and _item(row)
+
+    def _write(self, old, new, event):
+        values = [getattr(new, name) for name in ITEM_COLUMNS]
+        values[ITEM_COLUMNS.index("state")] = new.state.value
+        try:
+            if old is None:
+                marks = ", ".join("?" * len(ITEM_COLUMNS))
+                self._db.execute(f"INSERT INTO items ({', '.join(ITEM_COLUMNS)}) VALUES ({marks})",
+                                 values)
+            else:
+                assignments = ", ".join(f"{name}=?" for name in ITEM_COLUMNS[1:])
+                cursor = self._db.execute(
+                    f"UPDATE items SET {assignments} WHERE key=? AND state=? AND token=?",
+                    values[1:] + [old.key, old.state.value, old.token])
+                if cursor.rowcount != 1:  # cannot happen under BEGIN IMMEDIATE; guard anyway
+                    raise StateConflictError(old.key, old.state, "changed concurrently")
+            cursor = self._db.execute(
+                'INSERT INTO events (ts, op, key, frm, "to", attempt, worker, token, detail)'
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (event.ts, event.op, event.key, event.frm and event.frm.value, event.to.value,
+                 event.attempt, event.worker, event.token,
+                 json.dumps(event.detail, sort_keys=True)))
+        except sqlite3.Error as exc:
+            raise LedgerError(f"cannot record {event.op} of {event.key}: {exc}") from exc
+        return dataclasses.replace(event, seq=cursor.lastrowid)
+
+    def _items(self):
+        rows = self._db.execute(f"SELECT {', '.join(ITEM_COLUMNS)} FROM items").fetchall()
+        return [_item(row) for row in rows]
+
+    def _events(self):
+        rows = self._db.execute('SELECT seq, ts, op, key, frm, "to", attempt, worker, token, '
+                                "detail FROM events ORDER BY seq").fetchall()
+        return [_event(row) for row in rows]
+
+    def close(self):
+        self._db.close()
