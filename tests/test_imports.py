@@ -23,10 +23,20 @@ def module_name(path: Path) -> str:
 
 
 def toolkit_imports(path: Path):
+    """The top-level toolkit modules that ``path`` imports, absolute or relative."""
     tree = ast.parse(path.read_text())
+    package = path.relative_to(PACKAGE.parent).with_suffix("").parts[:-1]  # ("toolkit", ...)
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("toolkit"):
-            yield node.module.split(".")[1] if "." in node.module else "__init__"
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = package[: len(package) - node.level + 1]
+            names = [f"{node.module}"] if node.module else [alias.name for alias in node.names]
+            for name in names:
+                parts = (*base, *name.split("."))
+                yield parts[1] if len(parts) > 1 else "__init__"
+        elif isinstance(node, ast.ImportFrom) and node.module == "toolkit":
+            yield from (alias.name for alias in node.names)  # from toolkit import documents
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("toolkit."):
+            yield node.module.split(".")[1]
         elif isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name.startswith("toolkit."):

@@ -83,3 +83,41 @@ def table(rows: list[dict], columns: list[str]) -> str:
              "  ".join("-" * widths[c] for c in columns)]
     lines += ["  ".join(str(row[c]).ljust(widths[c]) for c in columns) for row in rows]
     return "\n".join(line.rstrip() for line in lines)
+
+
+@command("fixtures", "Write a seeded corpus of healthy and poison PDFs (byte-identical per seed).")
+def _fixtures(parser):
+    parser.add_argument("dir", help="folder to write into (created if missing)")
+    parser.add_argument("--docs", type=int, default=30, help="healthy documents (default 30)")
+    parser.add_argument("--poison", type=int, default=3, help="poison files (default 3)")
+    parser.add_argument("--seed", type=int, default=0)
+
+    def run(args):
+        from toolkit.documents import make_corpus
+
+        if args.docs < 0 or args.poison < 0:
+            raise ToolkitError("--docs and --poison must be >= 0")
+        paths = make_corpus(args.dir, docs=args.docs, poison=args.poison, seed=args.seed)
+        print(f"wrote {len(paths)} files ({args.docs} healthy, {args.poison} poison) to {args.dir}")
+    return run
+
+
+@command("provider-stats", "Counters of a fake provider's database: submits, executions, successes.")
+def _provider_stats(parser):
+    parser.add_argument("--provider-db", required=True, help="the provider's SQLite file")
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+
+    def run(args):
+        from toolkit.provider import provider_stats
+
+        stats = provider_stats(args.provider_db)
+        twice = sorted(key for key, row in stats["per_task"].items() if row["succeeded"] > 1)
+        text = "\n".join([f"submit calls  {stats['submit_calls']}",
+                          f"executions    {stats['executions']}",
+                          f"succeeded     {stats['succeeded']}",
+                          f"failed        {stats['failed']}",
+                          f"tasks         {len(stats['per_task'])}",
+                          f"tasks executed successfully twice or more: {len(twice)}"])
+        emit(stats, args.json, text)
+    return run
+
