@@ -35,3 +35,20 @@ def ledger_path(request, tmp_path):
 def ledger(ledger_path, clock):
     with open_ledger(ledger_path, clock=clock) as opened:
         yield opened
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory):
+    """The issue's batch: 27 healthy documents and 3 poison files, seed 0."""
+    from toolkit.documents import make_corpus
+
+    folder = tmp_path_factory.mktemp("corpus")
+    return make_corpus(folder, docs=27, poison=3, seed=0)
+
+
+@pytest.fixture(scope="session")
+def small_corpus(tmp_path_factory):
+    from toolkit.documents import make_corpus
+
+    folder = tmp_path_factory.mktemp("small")
+    return make_corpus(folder, docs=4, poison=1, seed=1)

@@ -136,6 +136,14 @@ def _process_start_time(pid: int) -> float | None:
         return None
 
 
+def owner_alive(item: Item) -> bool:
+    """Is the lease owner's process still the one that claimed? (a reused pid is not)"""
+    if item.lease_pid is None:
+        return False
+    started = _process_start_time(item.lease_pid)
+    return started is not None and (item.lease_started is None or started == item.lease_started)
+
+
 class Ledger:
     """Durable client ledger; use ``open_ledger(path)`` to get one.
 
@@ -205,12 +213,17 @@ class Ledger:
             counts[item.state.value] += 1
         return counts
 
-    def add(self, key: str, source: str | None = None) -> bool:
-        """Record a new ``pending`` item; False (and nothing written) if it exists."""
+    def add(self, key: str, source: str | None = None, digest: str | None = None) -> bool:
+        """Record a new ``pending`` item; False (and nothing written) if it exists.
+
+        ``digest`` (the input's content digest) goes into the event so an audit
+        can later tell whether the input changed under a done item.
+        """
+        detail = {"source": source} if digest is None else {"source": source, "digest": digest}
         with self._commit() as commit:
             if self._load(key) is not None:
                 return False
-            commit(None, "add", key, None, S.PENDING, 0, None, 0, {"source": source})
+            commit(None, "add", key, None, S.PENDING, 0, None, 0, detail)
             return True
 
     def move(self, key: str, frm: State, to: State, *, token: int = 0,
@@ -245,7 +258,8 @@ class Ledger:
         Claim succeeds when the lease is
           unowned   -- nobody holds it (never claimed, or released), or
           expired   -- lease_expires <= now, or
-          mine      -- ``worker`` already holds it (renewal; the token still advances).
+          mine      -- ``worker`` already holds it (renewal; the token still advances), or
+          orphaned  -- its owner's process is gone (pid and start time, on this host).
         Otherwise ``LeaseHeldError``.
 
             worker A  |--claim t=1----------x (expires)
@@ -261,7 +275,7 @@ class Ledger:
             unowned = item.lease_owner is None
             expired = item.lease_expires is not None and item.lease_expires <= now
             mine = item.lease_owner == worker
-            if not (unowned or expired or mine):
+            if not (unowned or expired or mine or not owner_alive(item)):
                 raise LeaseHeldError(key, item.lease_owner, item.lease_expires)
             lease = {"lease_owner": worker, "lease_pid": pid,
                      "lease_started": _process_start_time(pid), "lease_expires": now + ttl}

@@ -1,0 +1,364 @@
+"""The safe runner: reconcile, then act (DESIGN.md, "What the safe runner does").
+
+For each item the runner reads the ledger state and decides; every provider
+call is preceded by a committed intent and followed by a committed reply.
+Errors are classified by type: ``TimeoutError`` (no reply: the outcome is
+unknown), ``TransientError`` (a definite "not now" reply: nothing was done),
+``PermanentError`` (poison, rejection). Nothing catches ``Exception``.
+
+Fault injectors plug in through ``hook(point, key, **context)``, called at
+the named points below; a hook may raise (a lost reply, a crash) or damage a
+file. The runner never imports ``toolkit.faults``.
+"""
+
+import dataclasses
+import os
+import random
+import socket
+import sys
+import time
+from pathlib import Path
+
+from toolkit import documents
+from toolkit.errors import (KeyReuseError, LeaseHeldError, LedgerError, PermanentError,
+                            StaleTokenError, TransientError)
+from toolkit.identity import canonical_json, content_digest, idem_key, task_key
+from toolkit.ledger import PERMANENT, TRANSIENT, Item, State
+from toolkit.provider import Contract, JobStatus, ProviderConflict
+
+S = State
+HOOK_POINTS = ("before_intent", "after_intent", "after_submit", "before_commit",
+               "during_fetch", "during_lookup")
+CONTINUE, REST = True, False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Per-item, per-run budgets and the backoff between tries.
+
+    A budget spent leaves the item where it is (``failed(transient)``,
+    ``unknown``, ``submitted``) for a later run: the batch rests, it never spins.
+    """
+
+    submits: int = 4
+    lookups: int = 4
+    polls: int = 20
+    fetches: int = 3
+    base_delay: float = 0.05
+    max_delay: float = 2.0
+    seed: int = 0
+
+    def delay(self, tries: int, rng: random.Random) -> float:
+        """Exponential backoff with seeded jitter: half to all of ``base * 2**tries``."""
+        return min(self.max_delay, self.base_delay * 2 ** tries) * (0.5 + rng.random() / 2)
+
+
+@dataclasses.dataclass
+class _Budget:
+    submits: int = 0
+    lookups: int = 0
+    polls: int = 0
+    fetches: int = 0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Snapshot:
+    """What an observer may see of a running batch (read-only)."""
+
+    counts: dict
+    current: str | None
+    stage: str | None
+    elapsed: float
+    lost_replies: int
+    reused: int
+
+
+def default_worker() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _fsync_dir(path: Path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def resubmit_is_safe(contract: Contract) -> bool:
+    """A key the provider cannot find may be sent again only if it would dedupe.
+
+    That needs idempotent keys and a key that is surely still retained; with
+    a finite retention we cannot prove that, so we do not resubmit.
+    """
+    return contract.idempotent_keys and contract.key_retention is None
+
+
+class Runner:
+    """Drive a batch to rest with the safe strategy.
+
+    ``run(inputs)`` enqueues (preflight, intent-free ``pending``) and then
+    processes every item until it rests for this run. Run it again after any
+    crash: it reconciles what it finds.
+    """
+
+    name = "safe"
+
+    def __init__(self, ledger, provider, out_dir, *, options=None, policy=RetryPolicy(),
+                 worker=None, hook=None, sleep=time.sleep, lease_ttl=60.0, progress=False):
+        self.ledger, self.provider = ledger, provider
+        self.out_dir = Path(out_dir)
+        self.options = dict(options or {})
+        canonical_json(self.options)  # fail early on options that cannot be keyed
+        self.contract: Contract = provider.contract
+        self.policy = policy
+        self.worker = worker or default_worker()
+        self.hook = hook or (lambda point, key, **context: None)
+        self.sleep, self.lease_ttl, self.progress = sleep, lease_ttl, progress
+        self._rng = random.Random(policy.seed)
+        self._paths: dict[str, Path] = {}
+        self._current = self._stage = None
+        self._started = time.monotonic()
+        self.lost_replies = self.reused = 0
+        self.halted: str | None = None  # why the batch stopped taking work, if it did
+        self.unsettled = 0
+
+    def close(self):
+        self.ledger.close()
+
+    # -- observer ----------------------------------------------------------------
+    def snapshot(self) -> Snapshot:
+        return Snapshot(self.ledger.counts(), self._current, self._stage,
+                        time.monotonic() - self._started, self.lost_replies, self.reused)
+
+    # -- the batch ---------------------------------------------------------------
+    def enqueue(self, inputs) -> list[str]:
+        """Key every input, record new ones ``pending``, quarantine poison at once.
+
+        Poison becomes ``failed(permanent, reason)`` before anything is
+        submitted, and never blocks the rest of the queue.
+        """
+        keys = []
+        for path in sorted(Path(p) for p in inputs):
+            digest = content_digest(path)
+            key = task_key(digest, self.options)
+            self._paths[key] = path
+            if key in keys:
+                continue  # same content twice in one batch is one unit of work
+            keys.append(key)
+            self.ledger.add(key, source=path.name, digest=digest)
+            item = self.ledger.get(key)
+            if item.state is S.PENDING:
+                check = documents.preflight(path)
+                if not check.ok:
+                    self._quarantine(item, check.reason)
+        return keys
+
+    def _quarantine(self, item: Item, reason: str):
+        try:
+            token = self.ledger.claim(item.key, self.worker, self.lease_ttl)
+        except LeaseHeldError:
+            return  # another worker has it; it will see the same poison
+        self.ledger.move(item.key, S.PENDING, S.FAILED, token=token, worker=self.worker,
+                         failure=PERMANENT, reason=f"poison: {reason}")
+        self.ledger.release(item.key, token, self.worker)
+
+    def run(self, inputs) -> dict[str, int]:
+        """Enqueue ``inputs`` and process each item; return counts per state of this batch."""
+        keys = self.enqueue(inputs)
+        bar = None
+        if self.progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=len(keys), file=sys.stderr, unit="doc", leave=False)
+        self.halted = None
+        for key in keys:
+            try:
+                self.process(key)
+            except LedgerError as exc:
+                # Fail closed: whatever we cannot record, we must not act upon.
+                self.halted = str(exc)
+                break
+            if bar is not None:
+                bar.update(1)
+        if bar is not None:
+            bar.close()
+        self._current = self._stage = None
+        counts = {state.value: 0 for state in State}
+        self.unsettled = 0  # items a later run must pick up again
+        for key in keys:
+            item = self.ledger.get(key)
+            counts[item.state.value] += 1
+            self.unsettled += not item.resting
+        return counts
+
+    def process(self, key: str) -> Item:
+        """Advance one item until it rests for this run; return where it ended."""
+        self._current, self._stage = key, "verify"
+        item = self.ledger.get(key)
+        if item.state is S.DONE and self._artifact_intact(item):
+            self.reused += 1
+            return item  # reuse needs no lease: verifying reads only
+        try:
+            token = self.ledger.claim(key, self.worker, self.lease_ttl)
+        except LeaseHeldError:
+            return item  # a live worker owns it
+        # No try/finally: after a crash the lease stays, exactly as after kill -9.
+        budget = _Budget()
+        while True:
+            item = self.ledger.get(key)
+            step = self._steps().get((item.state, item.failure if item.state is S.FAILED else None))
+            if step is None or step(item, token, budget) is REST:
+                break
+        try:
+            self.ledger.release(key, token, self.worker)
+        except StaleTokenError:
+            pass  # someone took the lease over; our writes were fenced anyway
+        return self.ledger.get(key)
+
+    def _steps(self):
+        return {(S.PENDING, None): self._pending, (S.UNKNOWN, None): self._unknown,
+                (S.SUBMITTED, None): self._submitted, (S.DONE, None): self._done,
+                (S.FAILED, TRANSIENT): self._failed_transient}
+
+    # -- one step per state --------------------------------------------------------
+    def _move(self, item, to, token, **fields) -> Item:
+        return self.ledger.move(item.key, item.state, to, token=token, worker=self.worker, **fields)
+
+    def _backoff(self, tries: int):
+        self.sleep(self.policy.delay(tries, self._rng))
+
+    def _pending(self, item, token, budget):
+        self.hook("before_intent", item.key)
+        item = self._move(item, S.UNKNOWN, token, note="intent")  # intent before side effect
+        self.hook("after_intent", item.key)
+        return self._submit(item, token, budget)
+
+    def _submit(self, item, token, budget):
+        """Submit the current attempt's key; the item is ``unknown`` while we wait."""
+        if budget.submits >= self.policy.submits:
+            return REST
+        budget.submits += 1
+        self._stage = "submit"
+        key = idem_key(item.key, item.attempt)
+        try:
+            job = self.provider.submit(key, self._paths[item.key], self.options)
+            self.hook("after_submit", item.key, job=job)
+        except TimeoutError:
+            self.lost_replies += 1
+            return CONTINUE  # no reply proves nothing: stay unknown, reconcile by lookup
+        except ProviderConflict as conflict:
+            job = conflict.job  # the key is running already: attach, never duplicate
+        except TransientError as exc:  # a definite "not now": nothing was accepted
+            self._move(item, S.FAILED, token, failure=TRANSIENT, reason=str(exc))
+            return CONTINUE
+        except (PermanentError, KeyReuseError) as exc:
+            self._move(item, S.FAILED, token, failure=PERMANENT, reason=str(exc))
+            return CONTINUE
+        self.hook("before_commit", item.key, to=S.SUBMITTED)
+        self._move(item, S.SUBMITTED, token, job_id=job.job_id)
+        return CONTINUE
+
+    def _unknown(self, item, token, budget):
+        """Query before resubmitting: the provider's answer, then its contract, decide."""
+        self._stage = "lookup"
+        key = idem_key(item.key, item.attempt)
+        misses = 0
+        limit = max(self.policy.lookups, self.contract.lag + 1)
+        while True:
+            if budget.lookups >= limit:
+                return REST  # e.g. lookup unavailable: rest unresolved, never guess
+            budget.lookups += 1
+            try:
+                self.hook("during_lookup", item.key)
+                job = self.provider.lookup(key)
+            except (TransientError, TimeoutError):
+                self._backoff(budget.lookups)
+                continue
+            if job is not None:
+                self._move(item, S.SUBMITTED, token, job_id=job.job_id, note="found by lookup")
+                return CONTINUE
+            misses += 1
+            if misses > self.contract.lag:
+                break  # the contract's lag is used up: "not found" is now an answer
+            self._backoff(budget.lookups)
+        if resubmit_is_safe(self.contract):
+            return self._submit(item, token, budget)  # the same key: the provider dedupes
+        self._move(item, S.NEEDS_REVIEW, token,
+                   reason="intent recorded, provider has no job, contract forbids a resubmit")
+        return REST
+
+    def _submitted(self, item, token, budget):
+        self._stage = "poll"
+        try:
+            job = self.provider.poll(item.job_id)
+        except (TransientError, TimeoutError):
+            job = None
+        if job is None or job.status in (JobStatus.QUEUED, JobStatus.RUNNING):
+            budget.polls += 1
+            if budget.polls > self.policy.polls:
+                return REST
+            self._backoff(min(budget.polls, 5))
+            return CONTINUE
+        if job.status is JobStatus.SUCCEEDED:
+            return self._fetch(item, job, token, budget)
+        if job.status is JobStatus.CANCELLED:
+            self._move(item, S.CANCELLED, token, reason="cancelled at the provider")
+            return REST
+        self._move(item, S.FAILED, token, failure=job.failure or PERMANENT, reason=job.reason)
+        return CONTINUE
+
+    def _output_path(self, item) -> Path:
+        return self.out_dir / f"{Path(item.source or item.key).stem}.{item.key[:8]}.pdf"
+
+    def _fetch(self, item, job, token, budget):
+        """Fetch to a temp file, verify, rename, fsync, and only then commit ``done``."""
+        self._stage = "fetch"
+        final = self._output_path(item)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        part = final.with_name(f".{final.name}.part")
+        while budget.fetches < self.policy.fetches:
+            budget.fetches += 1
+            try:
+                self.provider.fetch(job.job_id, part)
+            except (TransientError, TimeoutError):
+                self._backoff(budget.fetches)
+                continue
+            except PermanentError as exc:
+                self._move(item, S.NEEDS_REVIEW, token, reason=f"artifact not fetchable: {exc}")
+                return REST
+            self.hook("during_fetch", item.key, path=part)
+            if documents.verify(part, job.artifact_size, job.artifact_sha256):
+                os.replace(part, final)
+                _fsync_dir(final.parent)
+                self.hook("before_commit", item.key, to=S.DONE)
+                self._move(item, S.DONE, token, job_id=job.job_id, artifact_path=str(final),
+                           artifact_size=job.artifact_size, artifact_sha256=job.artifact_sha256)
+                return REST
+            part.unlink(missing_ok=True)  # a half download is never done
+        return REST
+
+    def _artifact_intact(self, item) -> bool:
+        return bool(item.artifact_path) and documents.verify(
+            item.artifact_path, item.artifact_size, item.artifact_sha256)
+
+    def _done(self, item, token, budget):
+        """A done item whose artifact is damaged is re-fetched, never re-executed."""
+        if self._artifact_intact(item):
+            self.reused += 1
+            return REST
+        try:
+            job = self.provider.poll(item.job_id) if item.job_id else None
+        except (TransientError, TimeoutError):
+            return REST
+        if job is not None and job.status is JobStatus.SUCCEEDED:
+            return self._fetch(item, job, token, budget)
+        self._move(item, S.NEEDS_REVIEW, token, reason="artifact damaged and not fetchable")
+        return REST
+
+    def _failed_transient(self, item, token, budget):
+        if budget.submits >= self.policy.submits:
+            return REST  # budget spent: a later run retries
+        self._backoff(budget.submits)
+        item = self._move(item, S.UNKNOWN, token, note="retry")  # new attempt, new key
+        return self._submit(item, token, budget)

@@ -1,0 +1,257 @@
+"""The designs people actually write, kept on purpose so the drills can show them failing.
+
+Each is the safe ``Runner`` with one habit changed, so a drill compares them
+on identical input, provider and documents. Each docstring names the input
+on which it goes wrong and what the user then sees.
+"""
+
+import json
+from pathlib import Path
+
+from toolkit import documents
+from toolkit.errors import StateConflictError, ToolkitError
+from toolkit.identity import file_task_key, idem_key
+from toolkit.ledger import TRANSITIONS, State
+from toolkit.provider import JobStatus
+from toolkit.runner import CONTINUE, REST, Runner
+
+S = State
+
+
+class BlindRetry(Runner):
+    """Retry on timeout: an ``unknown`` item is resubmitted at once, never looked up.
+
+    Harmless against idempotent, retained keys (the provider dedupes); against
+    any other contract a lost reply or a crash after submit executes twice.
+    """
+
+    name = "blind-retry"
+
+    def _unknown(self, item, token, budget):
+        return self._submit(item, token, budget)
+
+
+class OutputExists(Runner):
+    """Skip an item when its output file exists; download straight into place.
+
+    A crash or a cut connection during the download leaves a partial file
+    under the final name; the next run sees it and calls the item done
+    (a fake done: the artifact does not match what the provider produced).
+    """
+
+    name = "output-exists"
+
+    def process(self, key):
+        item = self.ledger.get(key)
+        out = self._output_path(item)
+        if out.exists() and item.state is not S.DONE and S.DONE in TRANSITIONS[item.state]:
+            found = documents.artifact_of(out)  # "it exists, so it is done"
+            return self.ledger.move(key, item.state, S.DONE, token=item.token, worker=self.worker,
+                                    artifact_path=str(out), artifact_size=found.size,
+                                    artifact_sha256=found.sha256, note="output exists")
+        if item.state is S.DONE and out.exists():
+            return item
+        return super().process(key)
+
+    def _fetch(self, item, job, token, budget):
+        out = self._output_path(item)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        self.provider.fetch(job.job_id, out)  # in place, no temp file, no verification
+        self.hook("during_fetch", item.key, path=out)
+        found = documents.artifact_of(out)
+        self.hook("before_commit", item.key, to=S.DONE)
+        self._move(item, S.DONE, token, job_id=job.job_id, artifact_path=str(out),
+                   artifact_size=found.size, artifact_sha256=found.sha256)
+        return REST
+
+
+class NoLease(Runner):
+    """Check, then act, with no lease: read ``pending``, submit, then record.
+
+    Two workers that read the same ``pending`` item both submit it: against a
+    non-idempotent provider the document executes twice.
+    """
+
+    name = "no-lease"
+
+    def process(self, key):
+        item = self.ledger.get(key)
+        if item.state is not S.PENDING:
+            return item if item.resting else super().process(key)
+        self._current = key
+        self.hook("before_intent", key)  # the race window: both workers are here
+        try:
+            job = self.provider.submit(idem_key(key, 1), self._paths[key], self.options)
+        except ToolkitError:
+            return self.ledger.get(key)
+        try:  # the side effect came first; now try to record it
+            self.ledger.move(key, S.PENDING, S.UNKNOWN, token=item.token, worker=self.worker)
+            self.ledger.move(key, S.UNKNOWN, S.SUBMITTED, token=item.token, worker=self.worker,
+                             job_id=job.job_id)
+        except StateConflictError:
+            return self.ledger.get(key)  # the other worker recorded first; our job ran anyway
+        return super().process(key)
+
+
+class BatchCommit(Runner):
+    """Keep progress in memory and write the ledger every ``every`` items.
+
+    No intent is written before the submit. A crash loses the progress of the
+    uncommitted items; the next run finds them ``pending`` and submits them
+    again: against a non-idempotent provider they execute twice.
+    """
+
+    name = "batch-commit"
+    every = 5
+
+    def run(self, inputs):
+        self._buffer = []
+        counts = super().run(inputs)
+        self._flush()
+        return self._recount(counts)
+
+    def _recount(self, counts):
+        counts = {state: 0 for state in counts}
+        self.unsettled = 0
+        for key in dict.fromkeys(self._paths):
+            item = self.ledger.get(key)
+            counts[item.state.value] += 1
+            self.unsettled += not item.resting
+        return counts
+
+    def process(self, key):
+        item = self.ledger.get(key)
+        if item.state is not S.PENDING:
+            return item if item.resting else super().process(key)
+        self._current = key
+        try:
+            job = self.provider.submit(idem_key(key, 1), self._paths[key], self.options)
+            while job.status in (JobStatus.QUEUED, JobStatus.RUNNING):
+                job = self.provider.poll(job.job_id)
+        except (ToolkitError, TimeoutError):
+            return item  # the naive loop just moves on
+        self._buffer.append((key, job, self._download(item, job)))
+        if len(self._buffer) >= self.every:
+            self._flush()
+        return item
+
+    def _download(self, item, job):
+        out = self._output_path(item)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if job.status is JobStatus.SUCCEEDED:
+            self.provider.fetch(job.job_id, out)
+        return out
+
+    def _flush(self):
+        """Write the buffered progress: intent, submit and result, item after item."""
+        for key, job, out in self._buffer:
+            self.hook("before_commit", key, to=S.DONE)
+            self.ledger.move(key, S.PENDING, S.UNKNOWN, worker=self.worker)
+            self.ledger.move(key, S.UNKNOWN, S.SUBMITTED, worker=self.worker, job_id=job.job_id)
+            if job.status is JobStatus.SUCCEEDED:
+                self.ledger.move(key, S.SUBMITTED, S.DONE, worker=self.worker,
+                                 artifact_path=str(out), artifact_size=job.artifact_size,
+                                 artifact_sha256=job.artifact_sha256)
+            else:
+                self.ledger.move(key, S.SUBMITTED, S.FAILED, worker=self.worker,
+                                 failure=job.failure or "permanent", reason=job.reason)
+        self._buffer = []
+
+
+class JsonStateFile:
+    """The whole state as one JSON object, rewritten in place after every change.
+
+    ``open(path, "w")`` truncates first and ``json.dump`` writes in pieces: a
+    crash in between leaves an empty or cut file, and the naive reader then
+    starts from nothing. Only what ``RewriteState`` needs of a ledger.
+    """
+
+    def __init__(self, path, hook):
+        self.path, self.hook = Path(path), hook
+        try:
+            self.state = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            self.state = {}  # "could not read the progress file: start over"
+
+    def save(self):
+        with open(self.path, "w") as handle:  # in place: truncated from here on
+            self.hook("during_state_write", None, path=self.path)
+            json.dump(self.state, handle)
+
+    def close(self):
+        pass
+
+
+class RewriteState(Runner):
+    """Progress in a JSON file rewritten in place on every item (no temp file, no fsync).
+
+    A kill during the rewrite loses the whole file; the next run starts over
+    and submits every document again: against a non-idempotent provider,
+    everything done so far executes twice. It also sends every file as it
+    is, without a preflight: poison reaches the provider.
+    """
+
+    name = "rewrite-state"
+
+    def __init__(self, ledger_path, provider, out_dir, **options):
+        super().__init__(None, provider, out_dir, **options)
+        self.ledger = JsonStateFile(ledger_path, lambda *a, **k: self.hook(*a, **k))
+
+    def enqueue(self, inputs):
+        keys = []
+        for path in sorted(Path(p) for p in inputs):
+            key = file_task_key(path, self.options)
+            self._paths[key] = path
+            keys.append(key)
+        return keys
+
+    def run(self, inputs):
+        keys = self.enqueue(inputs)
+        for key in keys:
+            self.process(key)
+        counts = {state.value: 0 for state in State}
+        for key in keys:
+            counts[self.ledger.state.get(key, {}).get("state", "pending")] += 1
+        self.unsettled = counts["pending"] + counts["unknown"] + counts["submitted"]
+        return counts
+
+    def process(self, key):
+        entry = self.ledger.state.get(key, {})
+        if entry.get("state") in ("done", "failed"):
+            return entry
+        self._current = key
+        path = self._paths[key]  # no preflight: every file is sent, poison included
+        try:
+            job = self.provider.submit(idem_key(key, 1), path, self.options)
+            while job.status in (JobStatus.QUEUED, JobStatus.RUNNING):
+                job = self.provider.poll(job.job_id)
+        except (ToolkitError, TimeoutError):
+            return entry
+        out = self.out_dir / f"{path.stem}.{key[:8]}.pdf"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if job.status is JobStatus.SUCCEEDED:
+            self.provider.fetch(job.job_id, out)
+            entry = {"state": "done", "job_id": job.job_id, "artifact_path": str(out),
+                     "artifact_size": job.artifact_size, "artifact_sha256": job.artifact_sha256}
+        else:
+            entry = {"state": "failed", "job_id": job.job_id, "reason": job.reason}
+        self.ledger.state[key] = entry
+        self.ledger.save()
+        return entry
+
+
+STRATEGIES = {"safe": Runner, "blind-retry": BlindRetry, "output-exists": OutputExists,
+              "batch-commit": BatchCommit, "rewrite-state": RewriteState, "no-lease": NoLease}
+
+
+def open_strategy(name, ledger_path, provider, out_dir, **options) -> Runner:
+    """Open the ledger the strategy keeps and return its runner (``close()`` it)."""
+    if name not in STRATEGIES:
+        raise ToolkitError(f"unknown strategy {name!r}; choose from {', '.join(STRATEGIES)}")
+    if name == "rewrite-state":
+        if Path(ledger_path).suffix != ".json":
+            raise ToolkitError("rewrite-state keeps its progress in a .json file: --ledger STATE.json")
+        return RewriteState(ledger_path, provider, out_dir, **options)
+    from toolkit.ledger import open_ledger
+
+    return STRATEGIES[name](open_ledger(ledger_path), provider, out_dir, **options)
