@@ -207,3 +207,18 @@ def test_foreign_sqlite_database_is_refused_without_being_modified(tmp_path):
     with pytest.raises(LedgerError, match="not a resume-toolkit ledger"):
         open_ledger(path)
     assert path.read_bytes() == before
+
+
+def test_lease_of_a_dead_owner_process_is_taken_over_but_a_live_one_is_not(ledger):
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    ledger.add("k1")
+    ledger.claim("k1", "child-worker", ttl=3600, pid=child.pid)
+    with pytest.raises(LeaseHeldError):
+        ledger.claim("k1", "me", ttl=60)  # the owner is alive: its lease stands, however long
+    child.kill()
+    child.wait()
+    token = ledger.claim("k1", "me", ttl=60)  # the owner is gone: the lease is orphaned
+    assert ledger.get("k1").lease_owner == "me" and token == 2
