@@ -1,0 +1,445 @@
+"""Invariants over a history: the oracle of every drill (DESIGN.md, rules 1-8).
+
+``check(history)`` reads the client ledger's events and final items, the
+provider's call log and executions and what is on disk, and returns a
+``Verdict`` as data: ``valid`` (True, False, None when it cannot decide) and
+anomalies by kind with the witnesses that prove them; ``explain`` says one in
+a sentence. It never raises on an odd history. Events and calls are each
+ordered by ``seq`` and meet by ``ts``; at equal ``ts`` a call counts first.
+The JSONL fixture format (``fixtures/histories``) is ``load_history``'s.
+"""
+
+import collections
+import dataclasses
+import json
+from pathlib import Path
+
+from toolkit.errors import ToolkitError
+from toolkit.ledger import TRANSIENT, TRANSITIONS, Event, Item, State, apply_event
+
+S = State
+KINDS = ("double_execution", "submit_after_done", "fake_done", "lost_item",
+         "unrecorded_execution", "blind_resubmit", "stale_token_write", "poison_submitted",
+         "illegal_transition")
+TURNED_AWAY = frozenset({"transient", "rejected"})  # the provider accepted nothing
+ANSWERED = frozenset({"found", "not_found"})  # a lookup that told the client something
+SILENT = frozenset({"unavailable", "timeout", "transient"})  # a poll/fetch that told nothing
+
+
+@dataclasses.dataclass(frozen=True)
+class Call:
+    """One provider call, from the provider's own call log."""
+
+    seq: int
+    ts: float
+    op: str  # submit | lookup | poll | fetch | cancel
+    idem_key: str | None
+    task_key: str | None
+    job_id: str | None
+    # submit: created, deduped, conflict, transient, rejected; lookup: found, not_found, unavailable
+    outcome: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Execution:
+    """One execution whose result the provider committed."""
+
+    seq: int
+    ts: float
+    job_id: str
+    idem_key: str
+    task_key: str
+    status: str  # succeeded | failed
+    artifact_size: int | None
+    artifact_sha256: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class ArtifactOnDisk:
+    """What is really on disk at the end for an item that says done."""
+
+    path: str
+    exists: bool
+    size: int | None
+    sha256: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class History:
+    """Everything the checker reads; ``calls``/``executions`` None: provider records unavailable."""
+
+    events: tuple[Event, ...]
+    items: dict[str, Item]
+    calls: tuple[Call, ...] | None
+    executions: tuple[Execution, ...] | None
+    artifacts: dict[str, ArtifactOnDisk]
+    inputs: dict[str, dict]  # task key -> {"source": name, "poison": bool}
+    idempotent_keys: bool = True
+    key_retention: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Anomaly:
+    """One broken invariant on one task ``key``; ``witnesses`` prove it (events, calls, ...)."""
+
+    kind: str
+    key: str | None
+    detail: str
+    witnesses: tuple = ()
+
+    def to_json(self) -> dict:
+        return {"key": self.key, "kind": self.kind, "detail": self.detail}
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """``valid``: no anomaly (True), some (False), cannot tell (None, see ``notes``).
+
+    ``anomalies`` holds only the kinds found; ``possibly_executed``, the items
+    whose execution nobody can rule out.
+    """
+
+    valid: bool | None
+    anomalies: dict[str, list[Anomaly]]
+    notes: tuple[str, ...] = ()
+    possibly_executed: tuple[str, ...] = ()
+
+    def to_json(self) -> dict:
+        return {"valid": self.valid,
+                "anomalies": [a.to_json() for kind in KINDS for a in self.anomalies.get(kind, ())],
+                "notes": list(self.notes), "possibly_executed": list(self.possibly_executed)}
+
+
+# -- helpers -----------------------------------------------------------------------
+def _is(value, state: State) -> bool:
+    return value == state.value  # State is a str enum: true for State and plain strings
+
+
+def _as_state(value) -> State | None:
+    try:
+        return State(value)
+    except ValueError:
+        return None
+
+
+def _t(ts) -> str:
+    return f"t={ts:g}" if isinstance(ts, (int, float)) else f"t={ts}"
+
+
+def _group(records, key, status=None) -> dict:
+    """Records by ``key(record)``, each list ordered by seq."""
+    grouped = collections.defaultdict(list)
+    for record in sorted(records or (), key=lambda r: r.seq):
+        if status is None or record.status == status:
+            grouped[key(record)].append(record)
+    return grouped
+
+
+def _calls_by_task(h: History) -> dict[str, list[Call]]:
+    """Calls per task key: named, or from ``task:attempt``, or via the job id (polls)."""
+    jobs = {c.job_id: c.task_key for c in h.calls or () if c.job_id and c.task_key}
+    jobs.update({x.job_id: x.task_key for x in h.executions or () if x.job_id and x.task_key})
+
+    def task(c):
+        if c.task_key or (c.idem_key and ":" in c.idem_key):
+            return c.task_key or c.idem_key.rpartition(":")[0]
+        return jobs.get(c.job_id)
+    return _group(h.calls, task)
+
+
+def _sorted(grouped: dict):
+    return sorted(grouped.items(), key=lambda kv: str(kv[0]))
+
+
+# -- the invariants ------------------------------------------------------------------
+def _double_execution(h: History):
+    """No task executes successfully twice (the billable side effect happens once)."""
+    for task, xs in _sorted(_group(h.executions, lambda x: x.task_key, "succeeded")):
+        if len(xs) > 1:
+            jobs = ", ".join(dict.fromkeys(str(x.job_id) for x in xs))
+            yield Anomaly("double_execution", task, f"{len(xs)} succeeded executions, "
+                          f"jobs {jobs}", tuple(xs))
+
+
+def _submit_after_done(h: History):
+    """Once done, no submit and no new intent -- unless an operator released it from review."""
+    events, calls = _group(h.events, lambda e: e.key), _calls_by_task(h)
+    for key in sorted(k for k in set(events) | set(calls) if k is not None):
+        # at equal ts a call ranks before an event: "after done" means strictly later
+        timeline = sorted([(c.ts, 0, i, c) for i, c in enumerate(calls[key]) if c.op == "submit"]
+                          + [(e.ts, 1, i, e) for i, e in enumerate(events[key]) if e.op == "move"],
+                          key=lambda row: row[:3])
+        done = None
+        for *_, what in timeline:
+            if isinstance(what, Call):
+                if done is not None:
+                    yield Anomaly("submit_after_done", key, f"submit of {what.idem_key} at "
+                                  f"{_t(what.ts)}, done since {_t(done.ts)}", (done, what))
+            elif _is(what.to, S.DONE):
+                done = done or what
+            elif _is(what.frm, S.NEEDS_REVIEW) and _is(what.to, S.UNKNOWN):
+                done = None  # an operator released it: it may be reconciled again
+            elif _is(what.to, S.UNKNOWN) and done is not None:
+                yield Anomaly("submit_after_done", key, f"intent for attempt {what.attempt} "
+                              f"at {_t(what.ts)}, done since {_t(done.ts)}", (done, what))
+
+
+def _fake_done(h: History):
+    """Done means a verified artifact: on disk, same size and SHA-256, made by an execution."""
+    made = None if h.executions is None else _group(h.executions, lambda x: x.task_key,
+                                                    "succeeded")
+    events = _group(h.events, lambda e: e.key)
+    for key, item in sorted(h.items.items()):
+        if not _is(item.state, S.DONE):
+            continue
+        art, reasons = h.artifacts.get(key), []
+        if art is None or not art.exists:
+            reasons.append("its artifact is missing on disk")
+        else:
+            if item.artifact_sha256 is None:
+                reasons.append("done records no SHA-256")
+            elif art.sha256 != item.artifact_sha256:
+                reasons.append("the SHA-256 on disk differs from the recorded one")
+            if art.size != item.artifact_size:
+                reasons.append(f"{art.size} bytes on disk but {item.artifact_size} recorded")
+        if made is not None and item.artifact_sha256 not in {
+                x.artifact_sha256 for x in made[key] if x.artifact_sha256}:
+            reasons.append("the recorded SHA-256 matches no succeeded execution")
+        if reasons:
+            dones = [e for e in events[key] if e.op == "move" and _is(e.to, S.DONE)]
+            claim = dones[-1] if dones else item
+            yield Anomaly("fake_done", key, "; ".join(reasons),
+                          (claim,) if art is None else (claim, art))
+
+
+def _inputs(h: History):
+    """Every input ends as an item (any state, parked included); poison is never submitted."""
+    calls, xs = _calls_by_task(h), _group(h.executions, lambda x: x.task_key)
+    for key, info in sorted(h.inputs.items()):
+        info = info or {}
+        if key not in h.items:
+            yield Anomaly("lost_item", key, f"input {info.get('source') or key} has no item "
+                          "in the ledger", (*calls[key], *xs[key]))
+        submits = tuple(c for c in calls[key] if c.op == "submit")
+        if info.get("poison") and submits:
+            yield Anomaly("poison_submitted", key, f"{len(submits)} submit call(s), first "
+                          f"with key {submits[0].idem_key}", submits)
+
+
+def _unrecorded_execution(h: History):
+    """Intent before side effect: an execution needs an earlier move to unknown in the ledger."""
+    if not h.events or h.executions is None:
+        return  # a strategy without a ledger cannot be judged on it
+    intents = collections.defaultdict(list)
+    for e in h.events:
+        if e.op == "move" and _is(e.to, S.UNKNOWN):
+            intents[e.key].append(e.ts)
+    calls = _calls_by_task(h)
+    for task, xs in _sorted(_group(h.executions, lambda x: x.task_key)):
+        first = min((c for c in calls[task] if c.op == "submit"), key=lambda c: c.ts, default=None)
+        ref = first.ts if first else min(x.ts for x in xs)
+        if not any(ts <= ref for ts in intents[task]):
+            what = "first submit" if first else "first execution"
+            yield Anomaly("unrecorded_execution", task, f"{len(xs)} execution(s), {what} at "
+                          f"{_t(ref)}, no intent recorded by then", (first, *xs) if first else xs)
+
+
+def _learned(calls: list[Call], i: int, j: int, recorded: list) -> bool:
+    """Did the client learn what submit ``calls[i]`` did before submit ``calls[j]``?"""
+    first = calls[i]
+    if first.job_id and any(job == first.job_id and first.ts <= ts <= calls[j].ts
+                            for ts, job in recorded):
+        return True  # the ledger recorded the job id in between: the reply arrived
+    return any((c.idem_key == first.idem_key or (first.job_id and c.job_id == first.job_id))
+               and c.op != "submit" and (c.outcome in ANSWERED if c.op == "lookup"
+                                         else c.outcome not in SILENT)
+               for c in calls[i + 1:j])
+
+
+def _blind_resubmit(h: History):
+    """Query before resubmitting: a submit after one whose outcome is unknown is blind.
+
+    The same key again with no answered lookup between is blind unless the
+    contract dedupes forever (idempotent keys, no retention limit). A *new*
+    key while an earlier submit's fate is unknown is blind under any contract:
+    the provider cannot dedupe two different keys. A submit the provider
+    turned away (transient, rejected) accepted nothing and leaves nothing unknown.
+    """
+    exempt = h.idempotent_keys and h.key_retention is None
+    events = _group(h.events, lambda e: e.key)
+    for task, calls in _sorted(_calls_by_task(h)):
+        jobs = [(e.ts, e.detail.get("job_id")) for e in events[task] if isinstance(e.detail, dict)]
+        submits = [i for i, c in enumerate(calls) if c.op == "submit"]
+        for n, j in enumerate(submits):
+            open_ = [i for i in submits[:n] if calls[i].outcome not in TURNED_AWAY]
+            same = [i for i in open_ if calls[i].idem_key == calls[j].idem_key][-1:]
+            if same and not exempt and not any(
+                    c.op == "lookup" and c.idem_key == calls[j].idem_key
+                    and c.outcome in ANSWERED for c in calls[same[0] + 1:j]):
+                blind = (same[0], "no lookup of that key in between")
+            else:
+                other = [i for i in open_ if calls[i].idem_key != calls[j].idem_key
+                         and not _learned(calls, i, j, jobs)]
+                blind = (other[-1], "its outcome never learned") if other else None
+            if blind is not None:
+                first, call = calls[blind[0]], calls[j]
+                yield Anomaly("blind_resubmit", task, f"submit of {call.idem_key} at "
+                              f"{_t(call.ts)} after submit of {first.idem_key} at "
+                              f"{_t(first.ts)} ({first.outcome}), {blind[1]}", (first, call))
+
+
+def _stale_token_write(h: History):
+    """Fencing: no move or release with a token older than the newest claim."""
+    newest: dict[str, Event] = {}
+    for e in sorted(h.events, key=lambda e: e.seq):
+        claim = newest.get(e.key)
+        if e.op == "claim" and (claim is None or e.token >= claim.token):
+            newest[e.key] = e
+        elif e.op in ("move", "release") and claim is not None and e.token < claim.token:
+            yield Anomaly("stale_token_write", e.key, f"{e.op} {e.frm} -> {e.to} by {e.worker} "
+                          f"with token {e.token} after {claim.worker} claimed token "
+                          f"{claim.token}", (claim, e))
+
+
+def _illegal_transition(h: History):
+    """Every move follows TRANSITIONS from the state the fold says the item was in."""
+    items: dict[str, Item] = {}
+    for e in sorted(h.events, key=lambda e: e.seq):
+        item, frm, to = items.get(e.key), _as_state(e.frm), _as_state(e.to)
+        why = None
+        if e.op == "move":
+            if item is None:
+                why = "move before the item was added"
+            elif frm is not item.state:
+                why = f"move from {e.frm} but the item was {item.state}"
+            elif to not in TRANSITIONS[frm]:
+                why = f"no edge {e.frm} -> {e.to}"
+            elif frm is S.FAILED and item.failure != TRANSIENT:
+                why = f"a {item.failure or 'unclassified'} failure was retried"
+        elif e.op in ("claim", "release") and item is not None and (
+                frm is not item.state or to is not item.state):
+            why = f"{e.op} changed the state {item.state} -> {e.to}"
+        if why:
+            yield Anomaly("illegal_transition", e.key, f"event {e.seq}: {why}", (e,))
+        if to is not None and (item is not None or e.op == "add"):
+            try:
+                items[e.key] = apply_event(item, dataclasses.replace(e, to=to))
+            except (TypeError, AttributeError, ValueError):
+                pass  # an odd detail: keep the state we knew
+
+
+RULES = (_double_execution, _submit_after_done, _fake_done, _inputs, _unrecorded_execution,
+         _blind_resubmit, _stale_token_write, _illegal_transition)
+
+
+def check(history: History) -> Verdict:
+    """Judge a history; never raises. ``valid`` is None when the records cannot decide."""
+    found: dict[str, list[Anomaly]] = {}
+    notes = []
+    for rule in RULES:
+        try:
+            for anomaly in rule(history):
+                found.setdefault(anomaly.kind, []).append(anomaly)
+        except Exception as exc:  # an odd history makes a rule undecided, never a crash
+            notes.append(f"{rule.__name__.strip('_')} could not judge: {exc!r}")
+    if history.calls is None:
+        notes.append("provider call log unavailable")
+    if history.executions is None:
+        notes.append("provider executions unavailable")
+    # unknown items count as possibly executed; without executions, every one that ever was
+    possibly = {k for k, item in history.items.items() if _is(item.state, S.UNKNOWN)}
+    if history.executions is None:
+        possibly |= {e.key for e in history.events if _is(e.to, S.UNKNOWN)}
+    anomalies = {kind: found[kind] for kind in KINDS if kind in found}
+    valid = False if anomalies else (None if notes else True)
+    return Verdict(valid, anomalies, tuple(notes), tuple(sorted(map(str, possibly))))
+
+
+_SENTENCES = {
+    "double_execution": "Task {key} was executed successfully more than once at the provider",
+    "submit_after_done": "Task {key} was submitted or retried after the ledger recorded it done",
+    "fake_done": "Item {key} is marked done without a verified artifact",
+    "lost_item": "Input {key} was lost: the ledger ended with no item for it",
+    "unrecorded_execution": "Task {key} executed at the provider before its intent was recorded",
+    "blind_resubmit": "Task {key} was submitted again without learning what its last submit did",
+    "stale_token_write": "Item {key} was changed by a worker whose fencing token was stale",
+    "poison_submitted": "Poison input {key} was submitted to the provider",
+    "illegal_transition": "Item {key} made a transition that the state machine forbids",
+}
+
+
+def explain(anomaly: Anomaly) -> str:
+    """One plain-English sentence naming the key, for a verdict table or a notebook."""
+    head = _SENTENCES.get(anomaly.kind, "Task {key} shows the anomaly " + str(anomaly.kind))
+    detail = str(anomaly.detail or "").strip().rstrip(".").replace(". ", "; ")
+    return head.format(key=anomaly.key) + (f" ({detail})." if detail else ".")
+
+
+# -- the fixture format ------------------------------------------------------------------
+def _item(obj: dict) -> Item:
+    names = {f.name for f in dataclasses.fields(Item)} - {"state"}
+    return Item(**{k: v for k, v in obj.items() if k in names}, state=State(obj["state"]))
+
+
+# keyed kinds pop their key first (left to right), then build from the rest
+_READ = {"event": Event.from_json, "call": lambda o: Call(**o), "item": _item,
+         "execution": lambda o: Execution(**o),
+         "artifact": lambda o: (str(o.pop("key")), ArtifactOnDisk(**o)),
+         "input": lambda o: (str(o.pop("key")), {"source": o.get("source"),
+                                                 "poison": bool(o.get("poison"))})}
+
+
+def load_history(path) -> History:
+    """Read a JSONL history: one object per line with a ``kind``.
+
+    Kinds: contract (``idempotent_keys``, ``key_retention``, ``calls`` or
+    ``executions`` = "unavailable"), input, event (``Event.to_json()`` keys),
+    call, execution, artifact, item, note (ignored; so is a ``note`` field).
+    Without item lines the items are the fold of the events.
+
+    Raises:
+        ToolkitError: unreadable file, or a malformed line (naming its number).
+    """
+    parts, contract = collections.defaultdict(list), {}
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError as exc:
+        raise ToolkitError(f"cannot read history {path}: {exc}") from exc
+    for number, line in enumerate(lines, 1):
+        try:
+            obj = json.loads(line) if line.strip() else {"kind": "note"}
+            kind = obj.pop("kind")
+            obj.pop("note", None)
+            if kind == "contract":
+                contract.update(obj)
+            elif kind != "note":
+                parts[kind].append(_READ[kind](obj))
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ToolkitError(f"{path}:{number}: bad history line: {exc!r}") from exc
+    events = tuple(parts["event"])
+    items = {i.key: i for i in parts["item"]}
+    for e in () if items else sorted(events, key=lambda e: e.seq):
+        if e.op == "add" or e.key in items:
+            items[e.key] = apply_event(items.get(e.key), e)
+    unavailable = {name for name in ("calls", "executions") if contract.get(name) == "unavailable"}
+    return History(events, items,
+                   None if "calls" in unavailable else tuple(parts["call"]),
+                   None if "executions" in unavailable else tuple(parts["execution"]),
+                   dict(parts["artifact"]), dict(parts["input"]),
+                   bool(contract.get("idempotent_keys", True)), contract.get("key_retention"))
+
+
+def dump_history(history: History, path) -> None:
+    """Write ``history`` as JSONL that ``load_history`` reads back equal."""
+    unavailable = {name: "unavailable" for name in ("calls", "executions")
+                   if getattr(history, name) is None}
+    rows = [{"kind": "contract", "idempotent_keys": history.idempotent_keys,
+             "key_retention": history.key_retention, **unavailable}]
+    rows += [{"kind": "input", "key": k, **v} for k, v in history.inputs.items()]
+    rows += [{"kind": "event", **e.to_json()} for e in history.events]
+    rows += [{"kind": kind, **dataclasses.asdict(r)} for kind, records in (
+        ("call", history.calls or ()), ("execution", history.executions or ()),
+        ("item", history.items.values())) for r in records]
+    rows += [{"kind": "artifact", "key": k, **dataclasses.asdict(a)}
+             for k, a in history.artifacts.items()]
+    Path(path).write_text("".join(json.dumps(row) + "\n" for row in rows))

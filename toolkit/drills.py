@@ -1,0 +1,314 @@
+"""The drill catalogue: corpus + strategy + contract + fault plan + what must hold.
+
+``run_drill(drill)`` runs the batch for real (PyMuPDF work, SQLite or JSONL
+ledger, the fake provider's own database) in a temporary folder: the first
+run with the fault plan, then clean reruns as a restarted process would do
+them, each opening the ledger fresh. It collects the whole history and asks
+the checker. Every fault is drilled with the safe strategy (must be valid)
+and with the naive strategy it breaks (must be invalid, with the expected
+anomaly); a drill the naive design passed would be a broken drill.
+"""
+
+import dataclasses
+import tempfile
+import threading
+from pathlib import Path
+
+from toolkit import documents
+from toolkit.checker import ArtifactOnDisk, Call, Execution, History, check
+from toolkit.faults import Crash, Injector, fill_disk, tear_jsonl_writes
+from toolkit.identity import file_task_key
+from toolkit.ledger import Item, State, open_ledger
+from toolkit.provider import FakeProvider, parse_contract
+from toolkit.runner import RetryPolicy
+from toolkit.runner.naive import open_strategy
+
+STRICT = "non-idempotent"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Drill:
+    name: str
+    summary: str
+    strategy: str = "safe"
+    contract: str = STRICT
+    faults: tuple[str, ...] = ()
+    persistent: bool = False  # the fault stays for the reruns too (an outage, not a blip)
+    ledger: str = "sqlite"
+    docs: int = 4
+    poison: int = 0
+    workers: int = 1
+    runs: int = 2
+    disk_full_after: int = 6  # ledger writes that succeed before the disk is "full"
+    expect_valid: bool = True
+    expect: tuple[str, ...] = ()  # anomaly kinds the checker must find
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Step:
+    """One moment of a drill, for steppers: after an event (or at the end of a run)."""
+
+    run: int
+    label: str
+    event: object
+    items: tuple
+    jobs: tuple
+    submit_calls: int
+    executions: int
+
+
+@dataclasses.dataclass(frozen=True)
+class DrillResult:
+    drill: Drill
+    history: History
+    verdict: object
+    steps: tuple[Step, ...]
+    by_state: dict
+    submit_calls: int
+    executions: int
+    fired: tuple
+
+    @property
+    def passed(self) -> bool:
+        """The verdict is the one the drill expects, with every expected anomaly."""
+        return (self.verdict.valid is self.drill.expect_valid
+                and set(self.drill.expect) <= set(self.verdict.anomalies))
+
+    @property
+    def outcome(self) -> str:
+        return " ".join(f"{state}={n}" for state, n in self.by_state.items() if n)
+
+    def row(self) -> dict:
+        return {"drill": self.drill.name, "strategy": self.drill.strategy,
+                "contract": self.drill.contract, "submit_calls": self.submit_calls,
+                "executions": self.executions, "outcome": self.outcome,
+                "valid": self.verdict.valid, "expected_valid": self.drill.expect_valid,
+                "anomalies": sorted(self.verdict.anomalies), "passed": self.passed}
+
+
+def _pair(name, summary, naive, expect, **common):
+    """The safe drill and its naive twin on the same input, contract and fault."""
+    safe = Drill(name, summary, **common)
+    twin = dataclasses.replace(safe, name=f"{name}/{naive}", strategy=naive, expect_valid=False,
+                               expect=expect, **_naive_overrides(naive, common))
+    return [safe, twin]
+
+
+def _naive_overrides(naive, common):
+    # Some faults act where only the naive design has a seam (its state file,
+    # its in-place download); the twin takes the variant that lands there.
+    if naive == "rewrite-state" and "torn_jsonl_write" in common.get("faults", ()):
+        return {"faults": ("crash_during_state_write",), "ledger": "sqlite"}
+    if naive == "output-exists":
+        return {"faults": ("crash_mid_download",)}
+    return {}
+
+
+def _matrix():
+    drills = []
+    for contract in ("idempotent", "non-idempotent", "idempotent,lag=2", "non-idempotent,lag=2",
+                     "idempotent,retention=3600", "non-idempotent,retention=3600"):
+        for strategy in ("safe", "blind-retry"):
+            # A blind retry is harmless only where the provider dedupes a key it surely keeps.
+            dedupes = contract.startswith("idempotent")
+            harmless = dedupes and "retention" not in contract
+            expect = () if strategy == "safe" or harmless else \
+                ("blind_resubmit",) if dedupes else ("blind_resubmit", "double_execution")
+            name = f"contract[{contract}]" + ("" if strategy == "safe" else f"/{strategy}")
+            drills.append(Drill(name, "a lost reply, then a crash after the next intent",
+                                strategy=strategy, contract=contract,
+                                faults=("lost_reply", "crash_after_second_intent"),
+                                expect_valid=not expect, expect=expect))
+    return drills
+
+
+CATALOGUE = [
+    # The two-ledger article: run 1 ends unknown (reply lost, lookup down), run 2
+    # recovers by lookup, run 3 reuses the verified artifact; exactly one submit.
+    *_pair("lost-reply", "the provider commits, the reply is lost: recover by lookup, never resubmit",
+           "blind-retry", ("double_execution",), faults=("lost_reply", "lookup_unavailable"),
+           runs=3),
+    Drill("crash-after-intent", "intent committed, nothing sent: parked for review, never resubmitted "
+          "blindly", faults=("crash_after_intent",)),
+    Drill("crash-after-intent/idempotent", "the same crash where the contract makes a resubmit safe",
+          contract="idempotent", faults=("crash_after_intent",)),
+    *_pair("crash-after-submit", "the job is accepted, the process dies before the reply",
+           "blind-retry", ("double_execution",), faults=("crash_after_submit",)),
+    *_pair("crash-before-commit", "the reply is in hand, the process dies before committing it",
+           "batch-commit", ("double_execution", "unrecorded_execution"),
+           faults=("crash_before_commit",), docs=6),
+    *_pair("torn-write", "the process dies halfway through writing its state",
+           "rewrite-state", ("double_execution",), faults=("torn_jsonl_write",), ledger="jsonl"),
+    *_pair("concurrent-workers", "two workers race for the same items", "no-lease",
+           ("double_execution",), workers=2, runs=1),
+    *_pair("lookup-unavailable", "the reply is lost and the status API is down for the whole batch",
+           "blind-retry", ("double_execution",), faults=("lost_reply", "lookup_unavailable"),
+           persistent=True),
+    *_pair("lookup-lag", "the reply is lost and a new job is invisible to the first two lookups",
+           "blind-retry", ("double_execution",), contract="non-idempotent,lag=2",
+           faults=("lost_reply",)),
+    *_pair("half-download", "the artifact download stops halfway", "output-exists",
+           ("fake_done",), contract="idempotent", faults=("half_download",)),
+    *_pair("poison-storm", "poison files in a storm of transient errors", "rewrite-state",
+           ("poison_submitted",), contract="idempotent,transient=0.6", docs=6, poison=2, runs=3),
+    *_pair("disk-full", "the ledger cannot record the reply: stop taking work, reconcile later",
+           "blind-retry", ("double_execution",), faults=("disk_full",)),
+    *_matrix(),
+]
+DRILLS = {drill.name: drill for drill in CATALOGUE}
+
+
+def _barrier_hook(parties):
+    barrier = threading.Barrier(parties)
+
+    def meet(point, key, **context):
+        if point == "before_intent":
+            try:
+                barrier.wait(timeout=0.5)
+            except threading.BrokenBarrierError:
+                pass  # the other worker is elsewhere: no race on this item
+    return meet
+
+
+def _chain(*hooks):
+    def hook(point, key, **context):
+        for each in hooks:
+            each(point, key, **context)
+    return hook
+
+
+def run_drill(drill: Drill, workdir=None, seed: int = 0) -> DrillResult:
+    """Run one drill in ``workdir`` (a fresh temporary folder if None)."""
+    if workdir is None:
+        with tempfile.TemporaryDirectory(prefix="drill-") as tmp:
+            return run_drill(drill, tmp, seed)
+    work = Path(workdir)
+    inputs = documents.make_corpus(work / "in", docs=drill.docs, poison=drill.poison, seed=seed)
+    contract = dataclasses.replace(parse_contract(drill.contract), seed=seed)
+    provider = FakeProvider(work / "provider.db", work / "provider-jobs", contract)
+    suffix = ".json" if drill.strategy == "rewrite-state" else f".{drill.ledger}"
+    ledger_path = work / f"ledger{suffix}"
+    steps, fired = [], []
+    try:
+        for run in range(drill.runs):
+            faults = drill.faults if run == 0 or drill.persistent else ()
+            _one_run(drill, run, faults, ledger_path, provider, work, inputs, steps, fired)
+        history = collect_history(ledger_path, provider, inputs, contract)
+        stats = provider.stats()
+    finally:
+        provider.close()
+    counts = {state.value: 0 for state in State}
+    for item in history.items.values():
+        counts[State(item.state).value] += 1
+    return DrillResult(drill, history, check(history), tuple(steps), counts,
+                       stats["submit_calls"], stats["executions"], tuple(fired))
+
+
+def _one_run(drill, run, faults, ledger_path, provider, work, inputs, steps, fired):
+    injectors = [Injector(faults) for _ in range(drill.workers)]
+    race = _barrier_hook(drill.workers) if drill.workers > 1 else None
+    runners = []
+    for n, injector in enumerate(injectors):
+        hook = _chain(race, injector) if race else injector
+        runner = open_strategy(drill.strategy, ledger_path, provider, work / "out",
+                               policy=RetryPolicy(base_delay=0.0, seed=run), hook=hook,
+                               worker=f"worker-{n + 1}", sleep=lambda seconds: None)
+        if "torn_jsonl_write" in faults:
+            tear_jsonl_writes(runner.ledger, nth=len(inputs) + 3)
+        if "disk_full" in faults:
+            fill_disk(runner.ledger, after=drill.disk_full_after)
+        if hasattr(runner.ledger, "on_event"):
+            runner.ledger.on_event = _recorder(run, runner.ledger, provider, steps)
+        runners.append(runner)
+
+    def work_on(runner):
+        try:
+            runner.run(inputs)
+        except Crash:
+            pass  # the process is gone; the next run starts from what is on disk
+
+    threads = [threading.Thread(target=work_on, args=(runner,)) for runner in runners]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for runner in runners:
+        runner.close()
+    for injector in injectors:
+        fired.extend((run, *shot) for shot in injector.fired)
+    steps.append(_snapshot(run, f"end of run {run + 1}", None, _items(ledger_path), provider))
+
+
+def _recorder(run, ledger, provider, steps):
+    lock = threading.Lock()
+
+    def record(event):
+        with lock:
+            label = f"{event.op} {event.key[:8]} {event.frm or '-'} -> {event.to}"
+            steps.append(_snapshot(run, label, event, tuple(ledger.items()), provider))
+    return record
+
+
+def _snapshot(run, label, event, items, provider):
+    stats = provider.stats()
+    return Step(run, label, event, tuple(items), tuple(provider.jobs()), stats["submit_calls"],
+                stats["executions"])
+
+
+def _items(ledger_path) -> tuple[Item, ...]:
+    if ledger_path.suffix == ".json":
+        return tuple(_state_file_items(ledger_path).values())
+    with open_ledger(ledger_path) as ledger:
+        return tuple(ledger.items())
+
+
+def _state_file_items(path) -> dict[str, Item]:
+    """The naive JSON state file, read as items (empty when it is torn)."""
+    import json
+
+    try:
+        state = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+    return {key: Item(key=key, state=State(entry["state"]), job_id=entry.get("job_id"),
+                      artifact_path=entry.get("artifact_path"),
+                      artifact_size=entry.get("artifact_size"),
+                      artifact_sha256=entry.get("artifact_sha256"), reason=entry.get("reason"))
+            for key, entry in state.items()}
+
+
+def collect_history(ledger_path, provider, inputs, contract) -> History:
+    """Everything the checker judges: both ledgers, the call logs, what is on disk."""
+    ledger_path = Path(ledger_path)
+    if ledger_path.suffix == ".json":
+        events, items = (), _state_file_items(ledger_path)
+    else:
+        with open_ledger(ledger_path) as ledger:
+            events, items = tuple(ledger.events()), {item.key: item for item in ledger.items()}
+    artifacts = {}
+    for key, item in items.items():
+        if item.state is State.DONE and item.artifact_path:
+            path = Path(item.artifact_path)
+            found = documents.artifact_of(path) if path.is_file() else None
+            artifacts[key] = ArtifactOnDisk(str(path), found is not None, found and found.size,
+                                            found and found.sha256)
+    keyed = {file_task_key(path, {}): path for path in inputs}
+    return History(
+        events=events, items=items,
+        calls=tuple(Call(**row) for row in provider.calls()),
+        executions=tuple(Execution(**row) for row in provider.executions()),
+        artifacts=artifacts,
+        inputs={key: {"source": path.name, "poison": not documents.preflight(path).ok}
+                for key, path in keyed.items()},
+        idempotent_keys=contract.idempotent_keys, key_retention=contract.key_retention)
+
+
+def run_catalogue(names=None, progress=None) -> list[DrillResult]:
+    """Run every drill (or the named ones), in catalogue order."""
+    chosen = CATALOGUE if names is None else [DRILLS[name] for name in names]
+    results = []
+    for drill in chosen:
+        results.append(run_drill(drill))
+        if progress is not None:
+            progress(results[-1])
+    return results
