@@ -159,8 +159,9 @@ class Runner:
             token = self.ledger.claim(item.key, self.worker, self.lease_ttl)
         except LeaseHeldError:
             return  # another worker has it; it will see the same poison
-        self.ledger.move(item.key, S.PENDING, S.FAILED, token=token, worker=self.worker,
-                         failure=PERMANENT, reason=f"poison: {reason}")
+        if self.ledger.get(item.key).state is S.PENDING:  # re-read: it may have moved meanwhile
+            self.ledger.move(item.key, S.PENDING, S.FAILED, token=token, worker=self.worker,
+                             failure=PERMANENT, reason=f"poison: {reason}")
         self.ledger.release(item.key, token, self.worker)
 
     def run(self, inputs) -> dict[str, int]:
