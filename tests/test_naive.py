@@ -142,7 +142,7 @@ def test_two_workers_on_one_item_without_leases_execute_it_twice(tmp_path, small
 
 
 def test_every_cli_strategy_name_is_implemented():
-    from toolkit.cli import STRATEGY_NAMES
+    from toolkit.cli.batch import STRATEGY_NAMES
 
     assert tuple(STRATEGIES) == STRATEGY_NAMES
     assert STRATEGIES["safe"] is Runner

@@ -13,7 +13,7 @@ from toolkit.errors import StateConflictError, ToolkitError
 from toolkit.identity import file_task_key, idem_key
 from toolkit.ledger import TRANSITIONS, State
 from toolkit.provider import JobStatus
-from toolkit.runner import CONTINUE, REST, Runner
+from toolkit.runner import REST, Runner
 
 S = State
 

@@ -1,0 +1,69 @@
+"""``python -m toolkit …``: argparse subcommands, tables for people, ``--json`` for programs.
+
+The framework lives here; each module of this package registers its
+subcommands with ``@command`` (``batch``: fixtures, run; ``drill``;
+``inspect``: ledger, provider-stats).
+
+Bad input is one line on stderr and exit status 2, never a traceback. With
+``--json`` stdout holds exactly one JSON document; progress goes to stderr.
+"""
+
+import argparse
+import json
+import sys
+
+from toolkit.errors import ToolkitError
+
+COMMANDS = {}
+
+
+def command(name, help):
+    """Register ``func(parser)`` that adds arguments and returns the handler."""
+    def register(func):
+        COMMANDS[name] = (help, func)
+        return func
+    return register
+
+
+def emit(document, as_json, text):
+    print(json.dumps(document, indent=2, sort_keys=True) if as_json else text)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m toolkit",
+        description="Interruption-safe batch document processing: drills, runs and audits.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (help, add_arguments) in COMMANDS.items():
+        sub_parser = sub.add_parser(name, help=help, description=help)
+        sub_parser.set_defaults(handler=add_arguments(sub_parser))
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.handler(args) or 0
+    except ToolkitError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def table(rows: list[dict], columns: list[str]) -> str:
+    """A plain fixed-width text table (no pandas needed for a few rows)."""
+    widths = {c: max([len(c)] + [len(str(row[c])) for row in rows]) for c in columns}
+    lines = ["  ".join(c.ljust(widths[c]) for c in columns),
+             "  ".join("-" * widths[c] for c in columns)]
+    lines += ["  ".join(str(row[c]).ljust(widths[c]) for c in columns) for row in rows]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+# Subcommand modules register themselves on import; their order is the --help order.
+from toolkit.cli import batch, drill, inspect  # noqa: E402,F401

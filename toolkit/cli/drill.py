@@ -1,0 +1,45 @@
+"""The drill catalogue on the command line."""
+
+import json
+import sys
+
+from toolkit.cli import command, table
+from toolkit.errors import ToolkitError
+
+
+@command("drill", "Run fault drills (safe and naive strategies) and print their verdicts.")
+def _drill(parser):
+    parser.add_argument("name", help="'all', or one drill's name (see 'drill list')")
+    parser.add_argument("--json", action="store_true", help="print one JSON list")
+
+    def run(args):
+        from toolkit.drills import DRILLS, run_catalogue
+
+        if args.name == "list":
+            print("\n".join(f"{name:48s} {drill.summary}" for name, drill in DRILLS.items()))
+            return 0
+        if args.name != "all" and args.name not in DRILLS:
+            raise ToolkitError(f"unknown drill {args.name!r}: 'all', 'list' or one of "
+                               f"{', '.join(DRILLS)}")
+        names = None if args.name == "all" else [args.name]
+        results = run_catalogue(names, progress=lambda r: print(
+            f"  {r.drill.name}: {'as expected' if r.passed else 'UNEXPECTED'}", file=sys.stderr))
+        rows = [result.row() for result in results]
+        if args.json:
+            print(json.dumps([{k: row[k] for k in (
+                "drill", "strategy", "contract", "submit_calls", "executions", "valid",
+                "expected_valid", "anomalies")} for row in rows], indent=2))
+        else:
+            shown = [{**row, "verdict": _verdict(row["valid"]), "expected": _verdict(
+                row["expected_valid"]), "anomalies": ",".join(row["anomalies"]) or "-",
+                "submits": row["submit_calls"], "execs": row["executions"]} for row in rows]
+            print(table(shown, ["drill", "strategy", "contract", "submits", "execs", "outcome",
+                                "verdict", "expected", "anomalies"]))
+            failed = sum(not row["passed"] for row in rows)
+            print(f"\n{len(rows)} drills, {len(rows) - failed} as expected, {failed} unexpected")
+        return 1 if any(not row["passed"] for row in rows) else 0
+    return run
+
+
+def _verdict(valid):
+    return {True: "valid", False: "INVALID", None: "undecided"}[valid]

@@ -1,0 +1,46 @@
+"""Read-only views: a ledger's items, a provider's counters."""
+
+from toolkit.cli import command, emit, table
+from toolkit.errors import ToolkitError
+
+
+@command("ledger", "Show a ledger's items and state counts (read through the ledger API).")
+def _ledger(parser):
+    parser.add_argument("path", help="ledger file (.sqlite, .db or .jsonl)")
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+
+    def run(args):
+        from pathlib import Path
+
+        from toolkit.ledger import open_ledger
+
+        if not Path(args.path).is_file():
+            raise ToolkitError(f"no ledger at {args.path!r}")
+        with open_ledger(args.path) as ledger:
+            items, counts = ledger.items(), ledger.counts()
+        rows = [{"key": item.key[:12], "state": item.state.value, "attempt": item.attempt,
+                 "source": item.source or "", "failure": item.failure or ""} for item in items]
+        text = table(rows, ["key", "state", "attempt", "source", "failure"]) + "\n" + \
+            "  ".join(f"{state}={count}" for state, count in counts.items() if count)
+        emit({"items": len(items), "by_state": counts}, args.json, text)
+    return run
+
+
+@command("provider-stats", "Counters of a fake provider's database: submits, executions, successes.")
+def _provider_stats(parser):
+    parser.add_argument("--provider-db", required=True, help="the provider's SQLite file")
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+
+    def run(args):
+        from toolkit.provider import provider_stats
+
+        stats = provider_stats(args.provider_db)
+        twice = sorted(key for key, row in stats["per_task"].items() if row["succeeded"] > 1)
+        text = "\n".join([f"submit calls  {stats['submit_calls']}",
+                          f"executions    {stats['executions']}",
+                          f"succeeded     {stats['succeeded']}",
+                          f"failed        {stats['failed']}",
+                          f"tasks         {len(stats['per_task'])}",
+                          f"tasks executed successfully twice or more: {len(twice)}"])
+        emit(stats, args.json, text)
+    return run
