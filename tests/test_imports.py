@@ -13,7 +13,8 @@ RANKS = {
     "ledger": 2, "provider": 2,
     "runner": 3, "faults": 3, "checker": 3, "forensics": 3,
     "drills": 4, "viz": 4,
-    "widgets": 5, "cli": 5, "__main__": 6, "__init__": 6,
+    "explore": 5,                        # crash exploration drives drills in forked children
+    "widgets": 6, "cli": 6, "__main__": 7, "__init__": 7,
 }
 
 

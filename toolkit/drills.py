@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 
 from toolkit import documents
+from toolkit.errors import ToolkitError
 from toolkit.checker import ArtifactOnDisk, Call, Execution, History, check
 from toolkit.faults import Crash, Injector, fill_disk, tear_jsonl_writes
 from toolkit.identity import file_task_key
@@ -22,6 +23,7 @@ from toolkit.ledger import Item, State, open_ledger
 from toolkit.provider import FakeProvider, parse_contract
 from toolkit.runner import RetryPolicy
 from toolkit.runner.naive import open_strategy
+from toolkit.runner.ops import cancel, clear_health, health_marker
 
 STRICT = "non-idempotent"
 
@@ -40,8 +42,12 @@ class Drill:
     workers: int = 1
     runs: int = 2
     disk_full_after: int = 6  # ledger writes that succeed before the disk is "full"
+    options: tuple = ({},)  # the request options of run n: options[n % len(options)]
+    slow_owner: bool = False  # another live process holds the first item's lease, slowly
+    cancel_after_first_run: bool = False  # the operator cancels one in-flight item
     expect_valid: bool = True
     expect: tuple[str, ...] = ()  # anomaly kinds the checker must find
+    expect_parked: int | None = None  # items left in needs_review, when that is the measure
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -71,8 +77,10 @@ class DrillResult:
     @property
     def passed(self) -> bool:
         """The verdict is the one the drill expects, with every expected anomaly."""
+        parked = self.by_state.get("needs_review", 0)
         return (self.verdict.valid is self.drill.expect_valid
-                and set(self.drill.expect) <= set(self.verdict.anomalies))
+                and set(self.drill.expect) <= set(self.verdict.anomalies)
+                and self.drill.expect_parked in (None, parked))
 
     @property
     def outcome(self) -> str:
@@ -99,7 +107,7 @@ def _naive_overrides(naive, common):
     # its in-place download); the twin takes the variant that lands there.
     if naive == "rewrite-state" and "torn_jsonl_write" in common.get("faults", ()):
         return {"faults": ("crash_during_state_write",), "ledger": "sqlite"}
-    if naive == "output-exists":
+    if naive == "output-exists" and common.get("faults"):
         return {"faults": ("crash_mid_download",)}
     return {}
 
@@ -153,6 +161,26 @@ CATALOGUE = [
            ("poison_submitted",), contract="idempotent,transient=0.6", docs=6, poison=2, runs=3),
     *_pair("disk-full", "the ledger cannot record the reply: stop taking work, reconcile later",
            "blind-retry", ("double_execution",), faults=("disk_full",)),
+    # The job-registry rules (owner recovery, conflicts, cancellation, health, identity).
+    # A slow live owner keeps its lease; the naive thief finds an intent with no job yet
+    # and parks a document that the owner then completes: valid, but measurably worse.
+    Drill("owner-recovery", "a live but slow process holds a lease past its expiry",
+          slow_owner=True, runs=1, expect_parked=0),
+    Drill("owner-recovery/steal-expired", "the same, with a worker that steals expired leases",
+          strategy="steal-expired", slow_owner=True, runs=1, expect_parked=1),
+    # The fake provider runs a job only when it is polled, so the abandoned first job
+    # never bills here; the checker still proves the second key was sent blind.
+    *_pair("active-conflict", "the reply is lost while the job still runs: attach, never re-create",
+           "timeout-as-failed", ("blind_resubmit",), contract="idempotent,conflict,run-polls=2",
+           faults=("lost_reply",)),
+    Drill("cancel", "the operator cancels one running item; no later run retries it",
+          contract="non-idempotent,run-polls=50", cancel_after_first_run=True),
+    *_pair("health-fail-closed", "the disk fills up before an intent: stop taking work",
+           "ignore-write-errors", ("unrecorded_execution", "double_execution"),
+           faults=("disk_full",), disk_full_after=5),
+    *_pair("identity-change", "the same files again with another target language",
+           "output-exists", ("fake_done",), contract="idempotent",
+           options=({"target": "de"}, {"target": "fr"})),
     *_matrix(),
 ]
 DRILLS = {drill.name: drill for drill in CATALOGUE}
@@ -192,8 +220,10 @@ def run_drill(drill: Drill, workdir=None, seed: int = 0) -> DrillResult:
     try:
         for run in range(drill.runs):
             faults = drill.faults if run == 0 or drill.persistent else ()
+            if run and health_marker(ledger_path).exists():
+                clear_health(ledger_path)  # the operator freed the disk and cleared the marker
             _one_run(drill, run, faults, ledger_path, provider, work, inputs, steps, fired)
-        history = collect_history(ledger_path, provider, inputs, contract)
+        history = collect_history(ledger_path, provider, inputs, contract, drill.options)
         stats = provider.stats()
     finally:
         provider.close()
@@ -205,12 +235,16 @@ def run_drill(drill: Drill, workdir=None, seed: int = 0) -> DrillResult:
 
 
 def _one_run(drill, run, faults, ledger_path, provider, work, inputs, steps, fired):
+    options = drill.options[run % len(drill.options)]
     injectors = [Injector(faults) for _ in range(drill.workers)]
     race = _barrier_hook(drill.workers) if drill.workers > 1 else None
+    slow = _start_slow_owner(ledger_path, provider, work, inputs[:1], options) \
+        if drill.slow_owner and run == 0 else None
     runners = []
     for n, injector in enumerate(injectors):
         hook = _chain(race, injector) if race else injector
         runner = open_strategy(drill.strategy, ledger_path, provider, work / "out",
+                               options=options, lease_ttl=0.3 if slow else 60.0,
                                policy=RetryPolicy(base_delay=0.0, seed=run), hook=hook,
                                worker=f"worker-{n + 1}", sleep=lambda seconds: None)
         if "torn_jsonl_write" in faults:
@@ -221,11 +255,15 @@ def _one_run(drill, run, faults, ledger_path, provider, work, inputs, steps, fir
             runner.ledger.on_event = _recorder(run, runner.ledger, provider, steps)
         runners.append(runner)
 
+    errors = []
+
     def work_on(runner):
         try:
             runner.run(inputs)
         except Crash:
             pass  # the process is gone; the next run starts from what is on disk
+        except Exception as exc:  # noqa: BLE001 - handed to the caller's thread below
+            errors.append(exc)
 
     threads = [threading.Thread(target=work_on, args=(runner,)) for runner in runners]
     for thread in threads:
@@ -234,9 +272,65 @@ def _one_run(drill, run, faults, ledger_path, provider, work, inputs, steps, fir
         thread.join()
     for runner in runners:
         runner.close()
+    if errors:
+        raise errors[0]  # a drill that breaks unexpectedly is a failed drill, not a verdict
+    if slow is not None:
+        slow.join(timeout=30)
+        fired.append((run, "slow_owner", f"exit {slow.exitcode}"))
+    if drill.cancel_after_first_run and run == 0:
+        _cancel_one_in_flight(ledger_path, provider, fired)
     for injector in injectors:
         fired.extend((run, *shot) for shot in injector.fired)
     steps.append(_snapshot(run, f"end of run {run + 1}", None, _items(ledger_path), provider))
+
+
+def _slow_owner(ledger_path, db_path, jobs_dir, contract, inputs, options, ready):
+    """A live worker process that holds a short lease and is slow before its submit."""
+    import time
+
+    from toolkit.runner import Runner
+
+    def dawdle(point, key, **context):
+        if point == "after_intent":
+            ready.set()
+            time.sleep(1.0)  # far past its 0.2 s lease: slow, not dead
+
+    provider = FakeProvider(db_path, jobs_dir, contract)
+    runner = Runner(open_ledger(ledger_path), provider, Path(ledger_path).parent / "out",
+                    options=options, lease_ttl=0.2, hook=dawdle, worker="slow-owner",
+                    policy=RetryPolicy(base_delay=0.0), sleep=lambda seconds: None)
+    try:
+        runner.run(inputs)
+    except ToolkitError:
+        pass  # its late write was fenced off: exactly what the token is for
+    finally:
+        runner.close()
+
+
+def _start_slow_owner(ledger_path, provider, work, inputs, options):
+    import multiprocessing
+    import time
+
+    context = multiprocessing.get_context("fork")
+    ready = context.Event()
+    child = context.Process(target=_slow_owner, args=(
+        ledger_path, provider.db_path, provider.out_dir, provider.contract, inputs, options,
+        ready))
+    child.start()
+    if not ready.wait(timeout=30):
+        child.kill()
+        raise ToolkitError("the slow owner never reached its intent")
+    time.sleep(0.3)  # its 0.2 s lease runs out while it dawdles
+    return child
+
+
+def _cancel_one_in_flight(ledger_path, provider, fired):
+    """The operator cancels the first item still in flight (precisely, through the API)."""
+    with open_ledger(ledger_path) as ledger:
+        flying = [item for item in ledger.items() if item.state in (State.SUBMITTED, State.UNKNOWN)]
+        if flying:
+            cancel(ledger, provider, flying[0].key)
+            fired.append((0, "operator_cancel", flying[0].key))
 
 
 def _recorder(run, ledger, provider, steps):
@@ -277,7 +371,7 @@ def _state_file_items(path) -> dict[str, Item]:
             for key, entry in state.items()}
 
 
-def collect_history(ledger_path, provider, inputs, contract) -> History:
+def collect_history(ledger_path, provider, inputs, contract, options_sets=({},)) -> History:
     """Everything the checker judges: both ledgers, the call logs, what is on disk."""
     ledger_path = Path(ledger_path)
     if ledger_path.suffix == ".json":
@@ -292,7 +386,7 @@ def collect_history(ledger_path, provider, inputs, contract) -> History:
             found = documents.artifact_of(path) if path.is_file() else None
             artifacts[key] = ArtifactOnDisk(str(path), found is not None, found and found.size,
                                             found and found.sha256)
-    keyed = {file_task_key(path, {}): path for path in inputs}
+    keyed = {file_task_key(path, options): path for path in inputs for options in options_sets}
     return History(
         events=events, items=items,
         calls=tuple(Call(**row) for row in provider.calls()),

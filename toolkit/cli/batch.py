@@ -2,7 +2,7 @@
 
 import sys
 
-from toolkit.cli import command, emit
+from toolkit.cli import command, emit, provider_at
 from toolkit.errors import ToolkitError
 
 
@@ -24,7 +24,7 @@ def _fixtures(parser):
 
 
 STRATEGY_NAMES = ("safe", "blind-retry", "output-exists", "batch-commit", "rewrite-state",
-                  "no-lease")
+                  "no-lease", "timeout-as-failed", "steal-expired", "ignore-write-errors")
 
 
 @command("run", "Run a batch: preflight, intent, submit, reconcile, fetch and verify. Safe to rerun "
@@ -47,7 +47,7 @@ def _run(parser):
         import dataclasses
         from pathlib import Path
 
-        from toolkit.provider import FakeProvider, parse_contract
+        from toolkit.provider import parse_contract
         from toolkit.runner import RetryPolicy
         from toolkit.runner.naive import open_strategy
 
@@ -61,9 +61,7 @@ def _run(parser):
                 raise ToolkitError("--transient-rate must be within [0, 1]")
             changes["transient_rate"] = args.transient_rate
         contract = dataclasses.replace(contract, **changes)
-        provider_db = Path(args.provider_db)
-        provider = FakeProvider(provider_db, provider_db.with_name(provider_db.stem + "-jobs"),
-                                contract)
+        provider = provider_at(args.provider_db, contract)
         runner = open_strategy(args.strategy, args.ledger, provider, args.out,
                                policy=RetryPolicy(seed=args.seed),
                                progress=not (args.json or args.no_progress))

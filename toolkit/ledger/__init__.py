@@ -252,15 +252,20 @@ class Ledger:
                 fields["note"] = note
             return commit(item, "move", key, frm, to, attempt, worker, token, fields)
 
-    def claim(self, key: str, worker: str, ttl: float, *, pid: int | None = None) -> int:
+    def claim(self, key: str, worker: str, ttl: float, *, pid: int | None = None,
+              respect_live_owner: bool = True) -> int:
         """Take the item's lease for ``ttl`` seconds; return the new fencing token.
 
         Claim succeeds when the lease is
           unowned   -- nobody holds it (never claimed, or released), or
-          expired   -- lease_expires <= now, or
           mine      -- ``worker`` already holds it (renewal; the token still advances), or
-          orphaned  -- its owner's process is gone (pid and start time, on this host).
-        Otherwise ``LeaseHeldError``.
+          orphaned  -- its owner's process is gone (pid and start time: a reused pid
+                       is another process), or
+          expired   -- lease_expires <= now, and the owner is not another live process
+                       (a worker thread of this process, or an owner we cannot check).
+        Otherwise ``LeaseHeldError``: a live process is never robbed of its lease just
+        because it is slow. ``respect_live_owner=False`` drops that last condition,
+        as naive lease code does (the ``steal-expired`` strategy shows the cost).
 
             worker A  |--claim t=1----------x (expires)
             worker B                           |--claim t=2----|
@@ -273,10 +278,14 @@ class Ledger:
                 raise StateConflictError(key, "any", None)
             now = self.clock()
             unowned = item.lease_owner is None
-            expired = item.lease_expires is not None and item.lease_expires <= now
             mine = item.lease_owner == worker
-            if not (unowned or expired or mine or not owner_alive(item)):
-                raise LeaseHeldError(key, item.lease_owner, item.lease_expires)
+            if not (unowned or mine):
+                orphaned = not owner_alive(item)
+                expired = item.lease_expires is not None and item.lease_expires <= now
+                other_live_process = (respect_live_owner and not orphaned
+                                      and item.lease_pid not in (None, os.getpid()))
+                if not (orphaned or (expired and not other_live_process)):
+                    raise LeaseHeldError(key, item.lease_owner, item.lease_expires)
             lease = {"lease_owner": worker, "lease_pid": pid,
                      "lease_started": _process_start_time(pid), "lease_expires": now + ttl}
             commit(item, "claim", key, item.state, item.state, item.attempt, worker,

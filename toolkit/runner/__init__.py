@@ -25,6 +25,7 @@ from toolkit.errors import (KeyReuseError, LeaseHeldError, LedgerError, Permanen
 from toolkit.identity import canonical_json, content_digest, idem_key, task_key
 from toolkit.ledger import PERMANENT, TRANSIENT, Item, State
 from toolkit.provider import Contract, JobStatus, ProviderConflict
+from toolkit.runner.ops import mark_unhealthy, recover_abandoned, require_healthy
 
 S = State
 HOOK_POINTS = ("before_intent", "after_intent", "after_submit", "before_commit",
@@ -122,6 +123,7 @@ class Runner:
         self.lost_replies = self.reused = 0
         self.halted: str | None = None  # why the batch stopped taking work, if it did
         self.unsettled = 0
+        self.recovered: list[str] = []  # keys taken over from dead owners at start
 
     def close(self):
         self.ledger.close()
@@ -165,23 +167,28 @@ class Runner:
         self.ledger.release(item.key, token, self.worker)
 
     def run(self, inputs) -> dict[str, int]:
-        """Enqueue ``inputs`` and process each item; return counts per state of this batch."""
-        keys = self.enqueue(inputs)
-        bar = None
-        if self.progress:
-            from tqdm.auto import tqdm
+        """Enqueue ``inputs`` and process each item; return counts per state of this batch.
 
-            bar = tqdm(total=len(keys), file=sys.stderr, unit="doc", leave=False)
-        self.halted = None
-        for key in keys:
-            try:
+        Raises:
+            ToolkitError: an earlier run failed closed and nobody cleared the ledger's health.
+        """
+        require_healthy(self.ledger.path)
+        self.halted, keys, bar = None, [], None
+        try:
+            self.recovered = recover_abandoned(self.ledger, self.worker)
+            keys = self.enqueue(inputs)
+            if self.progress:
+                from tqdm.auto import tqdm
+
+                bar = tqdm(total=len(keys), file=sys.stderr, unit="doc", leave=False)
+            for key in keys:
                 self.process(key)
-            except LedgerError as exc:
-                # Fail closed: whatever we cannot record, we must not act upon.
-                self.halted = str(exc)
-                break
-            if bar is not None:
-                bar.update(1)
+                if bar is not None:
+                    bar.update(1)
+        except LedgerError as exc:
+            # Fail closed: whatever we cannot record, we must not act upon.
+            self.halted = str(exc)
+            mark_unhealthy(self.ledger.path, self.halted)
         if bar is not None:
             bar.close()
         self._current = self._stage = None
@@ -200,8 +207,10 @@ class Runner:
         if item.state is S.DONE and self._artifact_intact(item):
             self.reused += 1
             return item  # reuse needs no lease: verifying reads only
+        if item.resting and item.state is not S.DONE:
+            return item  # terminal or parked: no later run touches it
         try:
-            token = self.ledger.claim(key, self.worker, self.lease_ttl)
+            token = self._claim(key)
         except LeaseHeldError:
             return item  # a live worker owns it
         # No try/finally: after a crash the lease stays, exactly as after kill -9.
@@ -216,6 +225,9 @@ class Runner:
         except StaleTokenError:
             pass  # someone took the lease over; our writes were fenced anyway
         return self.ledger.get(key)
+
+    def _claim(self, key: str) -> int:
+        return self.ledger.claim(key, self.worker, self.lease_ttl)
 
     def _steps(self):
         return {(S.PENDING, None): self._pending, (S.UNKNOWN, None): self._unknown,
@@ -247,7 +259,7 @@ class Runner:
             self.hook("after_submit", item.key, job=job)
         except TimeoutError:
             self.lost_replies += 1
-            return CONTINUE  # no reply proves nothing: stay unknown, reconcile by lookup
+            return self._after_timeout(item, token)
         except ProviderConflict as conflict:
             job = conflict.job  # the key is running already: attach, never duplicate
         except TransientError as exc:  # a definite "not now": nothing was accepted
@@ -259,6 +271,9 @@ class Runner:
         self.hook("before_commit", item.key, to=S.SUBMITTED)
         self._move(item, S.SUBMITTED, token, job_id=job.job_id)
         return CONTINUE
+
+    def _after_timeout(self, item, token):
+        return CONTINUE  # no reply proves nothing: stay unknown, reconcile by lookup
 
     def _unknown(self, item, token, budget):
         """Query before resubmitting: the provider's answer, then its contract, decide."""

@@ -5,15 +5,16 @@ on identical input, provider and documents. Each docstring names the input
 on which it goes wrong and what the user then sees.
 """
 
+import dataclasses
 import json
 from pathlib import Path
 
 from toolkit import documents
-from toolkit.errors import StateConflictError, ToolkitError
+from toolkit.errors import LedgerError, StateConflictError, ToolkitError
 from toolkit.identity import file_task_key, idem_key
 from toolkit.ledger import TRANSITIONS, State
 from toolkit.provider import JobStatus
-from toolkit.runner import REST, Runner
+from toolkit.runner import CONTINUE, REST, Runner
 
 S = State
 
@@ -37,9 +38,15 @@ class OutputExists(Runner):
     A crash or a cut connection during the download leaves a partial file
     under the final name; the next run sees it and calls the item done
     (a fake done: the artifact does not match what the provider produced).
+    The output is named after the input, not the request: after an option
+    changes (another target language), the old output is taken for the new.
     """
 
     name = "output-exists"
+
+    def _output_path(self, item):
+        # The usual naive name: the input's name, not the request's identity.
+        return self.out_dir / f"{Path(item.source or item.key).stem}.out.pdf"
 
     def process(self, key):
         item = self.ledger.get(key)
@@ -158,6 +165,52 @@ class BatchCommit(Runner):
         self._buffer = []
 
 
+class TimeoutAsFailed(Runner):
+    """A timeout is recorded as a failure and retried with a new attempt (a new key).
+
+    The job of the lost reply keeps running at the provider; the retry starts a
+    second one under another key, which no provider can deduplicate.
+    """
+
+    name = "timeout-as-failed"
+
+    def _after_timeout(self, item, token):
+        self._move(item, S.FAILED, token, failure="transient", reason="timeout")
+        return CONTINUE
+
+
+class StealExpired(Runner):
+    """Take over any expired lease, even one held by a live, merely slow process.
+
+    The slow owner still submits what it started; the thief, finding the
+    intent but no job yet, parks or repeats the work.
+    """
+
+    name = "steal-expired"
+
+    def _claim(self, key):
+        return self.ledger.claim(key, self.worker, self.lease_ttl, respect_live_owner=False)
+
+
+class IgnoreWriteErrors(Runner):
+    """Log a failed ledger write and carry on as if it had been recorded.
+
+    With a full disk it keeps submitting work whose intent and result it cannot
+    record: executions nobody can account for, repeated on every retry.
+    """
+
+    name = "ignore-write-errors"
+
+    def _move(self, item, to, token, **fields):
+        try:
+            return super()._move(item, to, token, **fields)
+        except (LedgerError, StateConflictError):  # "log it; we have it in memory"
+            fields.pop("note", None)
+            new_attempt = to is S.UNKNOWN and item.state in (S.PENDING, S.FAILED)
+            return dataclasses.replace(item, state=to, attempt=item.attempt + new_attempt,
+                                       **fields)
+
+
 class JsonStateFile:
     """The whole state as one JSON object, rewritten in place after every change.
 
@@ -241,7 +294,9 @@ class RewriteState(Runner):
 
 
 STRATEGIES = {"safe": Runner, "blind-retry": BlindRetry, "output-exists": OutputExists,
-              "batch-commit": BatchCommit, "rewrite-state": RewriteState, "no-lease": NoLease}
+              "batch-commit": BatchCommit, "rewrite-state": RewriteState, "no-lease": NoLease,
+              "timeout-as-failed": TimeoutAsFailed, "steal-expired": StealExpired,
+              "ignore-write-errors": IgnoreWriteErrors}
 
 
 def open_strategy(name, ledger_path, provider, out_dir, **options) -> Runner:

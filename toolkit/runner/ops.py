@@ -1,0 +1,122 @@
+"""What an operator does around a batch: health, cancellation, recovery of dead owners.
+
+Health is fail-closed: when the ledger cannot record a state, the runner stops
+taking work and leaves a marker beside the ledger (``<ledger>.health``); every
+later run refuses to start until ``clear_health`` has proven the ledger
+writable again and removed it.
+"""
+
+import json
+import os
+from pathlib import Path
+
+from toolkit.errors import LedgerError, ToolkitError
+from toolkit.identity import idem_key
+from toolkit.ledger import TRANSITIONS, State, open_ledger, owner_alive
+
+S = State
+
+
+def health_marker(ledger_path) -> Path:
+    return Path(f"{ledger_path}.health")
+
+
+def health(ledger_path) -> dict:
+    """``{"ready": bool, "reason": str | None}`` for the ledger at ``ledger_path``."""
+    marker = health_marker(ledger_path)
+    if marker.exists():
+        try:
+            reason = json.loads(marker.read_text()).get("reason")
+        except (OSError, ValueError):
+            reason = "unreadable health marker"
+        return {"ready": False, "reason": reason}
+    if not Path(ledger_path).exists():
+        return {"ready": False, "reason": "no ledger at this path"}
+    return {"ready": True, "reason": None}
+
+
+def mark_unhealthy(ledger_path, reason: str) -> bool:
+    """Record why the batch stopped; False if even that cannot be written (disk full)."""
+    marker = health_marker(ledger_path)
+    tmp = marker.with_name(marker.name + ".tmp")
+    try:
+        tmp.write_text(json.dumps({"ready": False, "reason": reason}))
+        os.replace(tmp, marker)
+        return True
+    except OSError:
+        return False
+
+
+def clear_health(ledger_path) -> dict:
+    """Prove the ledger writable (a real transaction), then remove the marker.
+
+    Raises:
+        ToolkitError: the ledger still cannot be opened or written.
+    """
+    try:
+        with open_ledger(ledger_path) as ledger:
+            probe = f"health-probe-{os.getpid()}"
+            with ledger._lock, ledger._txn():  # a write lock taken and released, nothing kept
+                ledger._load(probe)
+    except LedgerError as exc:
+        raise ToolkitError(f"ledger still not writable: {exc}") from exc
+    health_marker(ledger_path).unlink(missing_ok=True)
+    return health(ledger_path)
+
+
+def require_healthy(ledger_path) -> None:
+    """Raises ToolkitError when an earlier run failed closed and nobody cleared it."""
+    state = health(ledger_path)
+    if not state["ready"] and health_marker(ledger_path).exists():
+        raise ToolkitError(f"ledger not ready ({state['reason']}); fix the cause, then run "
+                           f"'python -m toolkit health --ledger {ledger_path} --clear'")
+
+
+def recover_abandoned(ledger, worker: str) -> list[str]:
+    """Take over the leases of dead owners; their in-flight items go back to ``unknown``.
+
+    Only an owner whose process is gone (pid and start time) counts as dead;
+    a slow live owner keeps its lease. The item is reconciled by lookup next,
+    never re-run blindly. Returns the recovered keys.
+    """
+    recovered = []
+    for item in ledger.items():
+        if item.lease_owner is None or item.resting or owner_alive(item):
+            continue
+        token = ledger.claim(item.key, worker, ttl=60.0)
+        if item.state is S.SUBMITTED:
+            ledger.move(item.key, S.SUBMITTED, S.UNKNOWN, token=token, worker=worker,
+                        reason="owner_exited", note=f"owner {item.lease_owner} exited")
+        ledger.release(item.key, token, worker)
+        recovered.append(item.key)
+    return recovered
+
+
+def cancel(ledger, provider, key: str, worker: str = "operator") -> State:
+    """Cancel one item precisely: its own job at the provider, then ``cancelled`` here.
+
+    ``key`` may be a unique prefix of the task key. An item with no job yet is
+    cancelled locally; an ``unknown`` one is looked up first, so the job it may
+    have started is the one cancelled.
+
+    Raises:
+        ToolkitError: no such item, an ambiguous prefix, or a terminal item.
+    """
+    matches = [item for item in ledger.items() if item.key.startswith(key)]
+    if len(matches) != 1:
+        raise ToolkitError(f"key {key!r} matches {len(matches)} items; give more characters")
+    item = matches[0]
+    if S.CANCELLED not in TRANSITIONS[item.state]:
+        raise ToolkitError(f"item {item.key[:12]} is {item.state.value}: nothing to cancel")
+    token = ledger.claim(item.key, worker, ttl=60.0)
+    job_id = item.job_id
+    if job_id is None and item.state is S.UNKNOWN:
+        found = provider.lookup(idem_key(item.key, item.attempt))
+        job_id = found and found.job_id
+    if job_id is not None:
+        provider.cancel(job_id)  # only this job: never "everything with this key"
+    ledger.move(item.key, item.state, S.CANCELLED, token=token, worker=worker,
+                job_id=job_id, reason="cancelled by operator")
+    ledger.release(item.key, token, worker)
+    return S.CANCELLED
+
