@@ -32,11 +32,16 @@ STRATEGY_NAMES = ("safe", "blind-retry", "output-exists", "batch-commit", "rewri
 def _run(parser):
     parser.add_argument("--inputs", required=True, help="folder of input PDFs")
     parser.add_argument("--ledger", required=True, help="client ledger (.sqlite, .db, .jsonl)")
-    parser.add_argument("--provider-db", required=True, help="the fake provider's SQLite file")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--provider-db", help="the fake provider's SQLite file (in-process)")
+    where.add_argument("--provider-url", help="a serve-provider service, http://127.0.0.1:PORT")
     parser.add_argument("--out", required=True, help="folder for verified artifacts")
     parser.add_argument("--strategy", default="safe", choices=STRATEGY_NAMES)
-    parser.add_argument("--contract", default="idempotent",
-                        help="provider contract, e.g. idempotent, non-idempotent, idempotent,lag=2")
+    parser.add_argument("--contract", default=None,
+                        help="provider contract, e.g. idempotent (default), non-idempotent, "
+                             "idempotent,lag=2; with --provider-url the service states it")
+    parser.add_argument("--read-timeout", type=float, default=30.0,
+                        help="with --provider-url: seconds to wait for a reply (default 30)")
     parser.add_argument("--transient-rate", type=float, default=None,
                         help="share of submits the provider rejects with a transient error")
     parser.add_argument("--seed", type=int, default=0, help="seeds the provider and the backoff")
@@ -54,14 +59,17 @@ def _run(parser):
         inputs = sorted(Path(args.inputs).glob("*.pdf")) if Path(args.inputs).is_dir() else None
         if not inputs:
             raise ToolkitError(f"no PDF files in {args.inputs!r}")
-        contract = parse_contract(args.contract)
-        changes = {"seed": args.seed}
-        if args.transient_rate is not None:
-            if not 0.0 <= args.transient_rate <= 1.0:
-                raise ToolkitError("--transient-rate must be within [0, 1]")
-            changes["transient_rate"] = args.transient_rate
-        contract = dataclasses.replace(contract, **changes)
-        provider = provider_at(args.provider_db, contract)
+        if args.provider_url:
+            provider = _service(args)
+        else:
+            contract = parse_contract(args.contract or "idempotent")
+            changes = {"seed": args.seed}
+            if args.transient_rate is not None:
+                if not 0.0 <= args.transient_rate <= 1.0:
+                    raise ToolkitError("--transient-rate must be within [0, 1]")
+                changes["transient_rate"] = args.transient_rate
+            contract = dataclasses.replace(contract, **changes)
+            provider = provider_at(args.provider_db, contract)
         runner = open_strategy(args.strategy, args.ledger, provider, args.out,
                                policy=RetryPolicy(seed=args.seed),
                                progress=not (args.json or args.no_progress))
@@ -82,3 +90,25 @@ def _run(parser):
             return 1
         return 0
     return run
+
+
+def _service(args):
+    """The provider service at ``--provider-url``; its contract is the one it states."""
+    import dataclasses
+
+    from toolkit.provider import parse_contract
+    from toolkit.provider.client import HttpProvider
+
+    if args.transient_rate is not None:
+        raise ToolkitError("--transient-rate applies to --provider-db; start the service with "
+                           "the contract you want")
+    if args.read_timeout <= 0:
+        raise ToolkitError("--read-timeout must be > 0")
+    provider = HttpProvider(args.provider_url, read_timeout=args.read_timeout)
+    stated = provider.contract
+    if args.contract is not None and \
+            dataclasses.replace(parse_contract(args.contract), seed=stated.seed) != stated:
+        provider.close()
+        raise ToolkitError(f"--contract {args.contract} differs from the service's contract "
+                           f"{stated.describe()}")
+    return provider

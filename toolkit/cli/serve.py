@@ -1,0 +1,38 @@
+"""The fake provider as an HTTP service on 127.0.0.1: serve-provider."""
+
+import sys
+
+from toolkit.cli import command
+from toolkit.errors import ToolkitError
+
+
+@command("serve-provider", "Serve the fake provider over HTTP on 127.0.0.1 until SIGTERM or Ctrl-C.")
+def _serve(parser):
+    from toolkit.provider import CONTRACT_FORMS
+
+    parser.add_argument("--db", required=True, help="the provider's SQLite job table")
+    parser.add_argument("--out", required=True, help="folder for uploads and artifacts")
+    parser.add_argument("--port", required=True, type=int,
+                        help="TCP port on 127.0.0.1 (0: any free port; the URL is printed)")
+    parser.add_argument("--contract", default="idempotent", help=f"contract: {CONTRACT_FORMS}")
+    faults = parser.add_argument_group("faults the service does to itself (drills)")
+    faults.add_argument("--slow-submits", type=int, default=0, metavar="N",
+                        help="the first N submits keep their job running --slow-seconds before "
+                             "it commits and the reply goes out (a client's read timeout fires)")
+    faults.add_argument("--slow-seconds", type=float, default=0.0, metavar="S")
+    faults.add_argument("--cut-fetches", type=int, default=0, metavar="N",
+                        help="the first N artifact downloads stop halfway (full Content-Length)")
+
+    def run(args):
+        from toolkit.provider import parse_contract
+        from toolkit.provider.service import ServiceFaults, serve
+
+        if not 0 <= args.port <= 65535:
+            raise ToolkitError("--port must be within 0..65535")
+        if min(args.slow_submits, args.slow_seconds, args.cut_fetches) < 0:
+            raise ToolkitError("--slow-submits, --slow-seconds and --cut-fetches must be >= 0")
+        faults = ServiceFaults(args.slow_submits, args.slow_seconds, args.cut_fetches)
+        serve(args.db, args.out, parse_contract(args.contract), args.port, faults,
+              ready=lambda line: print(line, flush=True))
+        print("stopped", file=sys.stderr)
+    return run

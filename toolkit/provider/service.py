@@ -1,0 +1,313 @@
+"""The fake provider as a real HTTP service on 127.0.0.1 (WSGI on werkzeug's threaded server).
+
+One ``FakeProvider`` answers every request; each request runs in its own
+thread, so a job runs to its commit in the service whether or not the client
+is still waiting for the reply. Routes (JSON bodies unless said)::
+
+    GET  /health                   200 {"ready": true} | 503 {"ready": false, "reason": ...}
+    GET  /contract                 {"spec": "idempotent,...", "contract": {field: value}}
+    POST /jobs?task_key=T&options=JSON   body: the PDF; headers Idempotency-Key, Content-Digest
+                                   -> {"job": {...}}
+    GET  /lookup?key=K             {"job": {...} | null}   (null: not found, an answer)
+    GET  /jobs/<job_id>            poll -> {"job": {...}}
+    GET  /jobs/<job_id>/artifact   the PDF; Content-Length, Content-Digest, Toolkit-Job
+    POST /jobs/<job_id>/cancel     {"job": {...}}
+    GET  /jobs  /stats  /key-stats  /calls  /executions     the provider's own records
+
+Errors are ``{"error": kind, "message": ...}``: 503 ``transient`` (a definite
+"not now": nothing was accepted), 409 ``conflict`` (with ``job``), 422
+``key_reuse`` / ``permanent``, 400 ``bad_request``, 404 ``no_route``, 500
+``internal`` (anything else: the outcome is unknown to the client). Every
+response names the contract in ``Toolkit-Contract``.
+
+Faults that happen for real (``ServiceFaults``): the first N submits run
+slowly (the job sits ``running`` for S seconds, then commits, then the reply
+goes out, to a client that may have given up); the first N artifact responses
+announce the full ``Content-Length`` and stop halfway.
+"""
+
+import base64
+import dataclasses
+import hashlib
+import json
+import logging
+import signal
+import socket
+import sqlite3
+import threading
+import time
+import uuid
+from pathlib import Path
+
+from ..errors import KeyReuseError, PermanentError, ToolkitError, TransientError
+from .contract import Contract, ProviderConflict
+from .fake import FakeProvider
+
+HOST = "127.0.0.1"
+CONTRACT_HEADER = "Toolkit-Contract"
+JOB_HEADER = "Toolkit-Job"
+MAX_UPLOAD = 64 * 2**20
+CHUNK = 64 * 2**10
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ServiceFaults:
+    """Faults the service does to itself: slow submits (lost replies), cut downloads."""
+
+    slow_submits: int = 0  # the first N submits: the job stays running ``slow_seconds``
+    slow_seconds: float = 0.0
+    cut_fetches: int = 0  # the first N artifact responses stop after half their bytes
+
+
+def content_digest(sha256_hex: str) -> str:
+    """RFC 9530 ``Content-Digest`` value for a SHA-256 given in hex."""
+    return f"sha-256=:{base64.b64encode(bytes.fromhex(sha256_hex)).decode()}:"
+
+
+def parse_digest(value: str | None) -> str | None:
+    """The hex SHA-256 of a ``Content-Digest`` header, or None if absent or malformed."""
+    if not value or not value.startswith("sha-256=:") or not value.endswith(":"):
+        return None
+    try:
+        raw = base64.b64decode(value[len("sha-256=:"):-1], validate=True)
+    except ValueError:
+        return None
+    return raw.hex() if len(raw) == 32 else None
+
+
+class _BadRequest(Exception):
+    pass
+
+
+class ProviderApp:
+    """The WSGI application around one ``FakeProvider``; ``close()`` it."""
+
+    def __init__(self, db_path, out_dir, contract: Contract = Contract(),
+                 faults: ServiceFaults = ServiceFaults(), health_timeout: float = 0.25):
+        from werkzeug.routing import Map, Rule
+
+        self.db_path, self.faults, self.health_timeout = Path(db_path), faults, health_timeout
+        self._local = threading.local()
+        self.provider = FakeProvider(db_path, out_dir, contract, on_phase=self._on_phase)
+        self.spool = Path(out_dir) / ".spool"  # uploads being received, artifacts being sent
+        self.spool.mkdir(parents=True, exist_ok=True)
+        self._count_lock = threading.Lock()
+        self._counts = {"submit": 0, "fetch": 0}
+        self.not_ready: str | None = None  # set by a failed write; cleared by a good probe
+        get, post = ["GET"], ["POST"]
+        self.url_map = Map([
+            Rule("/health", endpoint="health", methods=get),
+            Rule("/contract", endpoint="contract", methods=get),
+            Rule("/jobs", endpoint="submit", methods=post),
+            Rule("/lookup", endpoint="lookup", methods=get),
+            Rule("/jobs/<job_id>", endpoint="poll", methods=get),
+            Rule("/jobs/<job_id>/artifact", endpoint="fetch", methods=get),
+            Rule("/jobs/<job_id>/cancel", endpoint="cancel", methods=post),
+            *(Rule(f"/{name}", endpoint="records", methods=get, defaults={"name": name})
+              for name in ("jobs", "stats", "key-stats", "calls", "executions"))])
+
+    def close(self):
+        self.provider.close()
+
+    # -- WSGI --------------------------------------------------------------------
+    def __call__(self, environ, start_response):
+        from werkzeug.exceptions import HTTPException
+        from werkzeug.wrappers import Request
+
+        request = Request(environ)
+        request.max_content_length = MAX_UPLOAD
+        try:
+            endpoint, args = self.url_map.bind_to_environ(environ).match()
+            response = getattr(self, f"_{endpoint}")(request, **args)
+        except HTTPException as exc:
+            response = _error(exc.code or 400, "no_route" if exc.code in (404, 405) else
+                              "bad_request", exc.description or str(exc))
+        except _BadRequest as exc:
+            response = _error(400, "bad_request", str(exc))
+        except TransientError as exc:
+            response = _error(503, "transient", str(exc))
+            response.headers["Retry-After"] = "1"
+        except ProviderConflict as exc:
+            response = _error(409, "conflict", str(exc), job=exc.job.to_dict())
+        except KeyReuseError as exc:
+            response = _error(422, "key_reuse", str(exc), key=exc.key)
+        except PermanentError as exc:
+            response = _error(422, "permanent", str(exc))
+        except sqlite3.Error as exc:
+            self.not_ready = f"job table not writable: {exc}"  # stop taking work (rule 8)
+            logging.getLogger(__name__).exception("provider database error")
+            response = _error(500, "internal", f"{type(exc).__name__}: {exc}")
+        except Exception as exc:
+            logging.getLogger(__name__).exception("unexpected error")
+            response = _error(500, "internal", f"{type(exc).__name__}: {exc}")
+        response.headers[CONTRACT_HEADER] = self.provider.contract.describe()
+        return response(environ, start_response)
+
+    def _next(self, what: str) -> int:
+        with self._count_lock:
+            self._counts[what] += 1
+            return self._counts[what]
+
+    def _on_phase(self, phase, job_id):
+        # Runs in the request thread that executes the job: a slow submit stalls here,
+        # with the job committed as running and visible to lookups from other requests.
+        if phase == "claimed" and getattr(self._local, "slow", False):
+            time.sleep(self.faults.slow_seconds)
+
+    # -- health ------------------------------------------------------------------
+    def probe(self) -> str | None:
+        """Write one row to the provider database; None when it worked, else why not."""
+        try:
+            db = sqlite3.connect(self.db_path, timeout=self.health_timeout, isolation_level=None)
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                db.execute("INSERT OR REPLACE INTO meta VALUES ('health_probe', ?)", (repr(time.time()),))
+                db.execute("COMMIT")
+            finally:
+                db.close()
+        except sqlite3.Error as exc:
+            return f"job table not writable: {exc}"
+        return None
+
+    def _health(self, request):
+        self.not_ready = self.probe()
+        if self.not_ready:
+            return _json({"ready": False, "reason": self.not_ready}, 503)
+        return _json({"ready": True, "db": str(self.db_path)})
+
+    def _contract(self, request):
+        contract = self.provider.contract
+        return _json({"spec": contract.describe(), "contract": dataclasses.asdict(contract)})
+
+    # -- the provider interface ------------------------------------------------------
+    def _submit(self, request):
+        idem_key = request.headers.get("Idempotency-Key")
+        task_key = request.args.get("task_key") or None
+        try:
+            options = json.loads(request.args.get("options", "{}"))
+        except ValueError as exc:
+            raise _BadRequest(f"options is not JSON: {exc}") from exc
+        if not idem_key or not isinstance(options, dict):
+            raise _BadRequest("need an Idempotency-Key header and options as a JSON object")
+        expected = parse_digest(request.headers.get("Content-Digest"))
+        if expected is None:
+            raise _BadRequest("need a Content-Digest: sha-256=:...: header for the document")
+        if self.not_ready and (reason := self.probe()):
+            raise TransientError(f"not ready, no new work taken: {reason}")
+        self.not_ready = None
+        upload = self._receive(request, expected)
+        try:
+            self._local.slow = self._next("submit") <= self.faults.slow_submits
+            job = self.provider.submit(idem_key, upload, options, task_key=task_key)
+        finally:
+            self._local.slow = False
+            upload.unlink(missing_ok=True)
+        return _json({"job": job.to_dict()})
+
+    def _receive(self, request, expected: str) -> Path:
+        """Spool the request body to a file and check it against its digest."""
+        path, digest = self.spool / f"in-{uuid.uuid4().hex}.pdf", hashlib.sha256()
+        with open(path, "wb") as out:
+            while chunk := request.stream.read(CHUNK):
+                digest.update(chunk)
+                out.write(chunk)
+        if digest.hexdigest() != expected:
+            path.unlink(missing_ok=True)
+            raise TransientError("upload damaged in transit (digest mismatch): nothing accepted")
+        return path
+
+    def _lookup(self, request):
+        key = request.args.get("key")
+        if not key:
+            raise _BadRequest("need ?key=IDEMPOTENCY_KEY")
+        job = self.provider.lookup(key)
+        return _json({"job": job.to_dict() if job else None})
+
+    def _poll(self, request, job_id):
+        return _json({"job": self.provider.poll(job_id).to_dict()})
+
+    def _cancel(self, request, job_id):
+        return _json({"job": self.provider.cancel(job_id).to_dict()})
+
+    def _fetch(self, request, job_id):
+        from werkzeug.wrappers import Response
+
+        path = self.spool / f"out-{uuid.uuid4().hex}.pdf"
+        try:
+            job = self.provider.fetch(job_id, path)
+            size = path.stat().st_size
+        except BaseException:
+            path.unlink(missing_ok=True)
+            raise
+        cut = self._next("fetch") <= self.faults.cut_fetches
+        headers = {"Content-Length": str(size), "Content-Digest": content_digest(job.artifact_sha256),
+                   JOB_HEADER: json.dumps(job.to_dict())}
+        return Response(_stream(path, size // 2 if cut else size), 200, headers,
+                        mimetype="application/pdf", direct_passthrough=True)
+
+    def _records(self, request, name):
+        provider = self.provider
+        if name in ("stats", "key-stats"):
+            return _json(provider.stats() if name == "stats" else provider.key_stats())
+        rows = [job.to_dict() for job in provider.jobs()] if name == "jobs" else \
+            getattr(provider, name)()
+        return _json({name: rows})
+
+
+def _stream(path: Path, limit: int):
+    """Yield the file's first ``limit`` bytes, then delete it (also when the client left)."""
+    try:
+        with open(path, "rb") as data:
+            while limit > 0 and (chunk := data.read(min(CHUNK, limit))):
+                limit -= len(chunk)
+                yield chunk
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def _json(document, status: int = 200):
+    from werkzeug.wrappers import Response
+
+    return Response(json.dumps(document), status, mimetype="application/json")
+
+
+def _error(status: int, kind: str, message: str, **extra):
+    return _json({"error": kind, "message": message, **extra}, status)
+
+
+def serve(db_path, out_dir, contract: Contract = Contract(), port: int = 0,
+          faults: ServiceFaults = ServiceFaults(), ready=print) -> None:
+    """Serve on 127.0.0.1 until SIGTERM or Ctrl-C; ``ready(line)`` names the URL once bound.
+
+    ``port=0`` takes any free port. Request lines are not logged; errors go to stderr.
+
+    Raises:
+        ToolkitError: the port cannot be bound, or ``db_path`` is not a provider database.
+    """
+    from werkzeug.serving import make_server
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+        # Bound here, not by werkzeug, so a taken port is one line (ToolkitError), not an exit.
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            listener.bind((HOST, port))
+        except OSError as exc:
+            raise ToolkitError(f"cannot listen on {HOST}:{port}: {exc.strerror}") from exc
+        listener.listen(128)
+        app = ProviderApp(db_path, out_dir, contract, faults)
+        server = make_server(HOST, port, app, threaded=True, fd=listener.fileno())  # dups the fd
+    server.daemon_threads = True  # a SIGTERM does not wait for a slow job's request
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    ready(f"serving http://{HOST}:{server.port}")
+    try:
+        server.serve_forever()  # returns on KeyboardInterrupt, closing the socket
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        server.server_close()
+        app.close()
+
