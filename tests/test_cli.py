@@ -51,3 +51,25 @@ def test_ledger_json_is_the_only_thing_on_stdout(tmp_path):
     document = json.loads(result.stdout)
     assert document["items"] == 2
     assert document["by_state"]["pending"] == 1 and document["by_state"]["failed"] == 1
+
+
+def test_audit_json_has_exactly_the_documented_keys_and_modifies_nothing():
+    from pathlib import Path
+
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "ledgers" / "state.jsonl"
+    before = (fixture.read_bytes(), fixture.stat().st_mtime_ns)
+    result = run_cli("audit", fixture, "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert set(report) == {"format", "items", "by_state", "corrupt_lines", "anomalies", "plan"}
+    assert report["format"] == "jsonl-state" and report["corrupt_lines"]
+    assert set(report["plan"]) == {"skip", "reconcile", "retry", "review", "run"}
+    assert (fixture.read_bytes(), fixture.stat().st_mtime_ns) == before
+
+
+def test_audit_of_an_unsupported_file_is_one_line_listing_the_formats(tmp_path):
+    path = tmp_path / "notes.txt"
+    path.write_text("hello\n")
+    result = run_cli("audit", path)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+    assert "supported formats" in result.stderr and "Traceback" not in result.stderr

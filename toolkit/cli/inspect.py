@@ -1,5 +1,7 @@
 """Read-only views: a ledger's items, a provider's counters."""
 
+import json
+
 from toolkit.cli import command, emit, table
 from toolkit.errors import ToolkitError
 
@@ -43,4 +45,24 @@ def _provider_stats(parser):
                           f"tasks         {len(stats['per_task'])}",
                           f"tasks executed successfully twice or more: {len(twice)}"])
         emit(stats, args.json, text)
+    return run
+
+
+@command("audit", "Audit an existing batch ledger (ours or a foreign format): anomalies and the "
+                  "safe next action per item. Never modifies what it reads.")
+def _audit(parser):
+    parser.add_argument("path", help="ledger or state file to audit")
+    parser.add_argument("--artifacts", help="folder the artifacts should be in (checks size, SHA-256)")
+    parser.add_argument("--inputs", help="folder of the inputs (checks they still match their keys)")
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+
+    def run(args):
+        from toolkit.forensics import audit, render_text
+
+        report = audit(args.path, artifacts=args.artifacts, inputs=args.inputs)
+        if args.json:
+            print(json.dumps(report.to_json(), indent=2, sort_keys=True))
+        else:
+            print(render_text(report))
+        return 0
     return run

@@ -1,0 +1,252 @@
+"""Ledger forensics: what happened to a batch, and what each item needs next.
+
+``audit(path)`` detects the ledger's format by content, reads it without ever
+writing (SQLite read-only, JSONL by plain reads), normalizes it to one pandas
+table of items (and events where the format has a history), lists findings
+(``Anomaly``) and plans one next action per item. It reports; it never
+repairs (diskcache ``check(fix=False)``).
+
+Formats are adapters registered in ``model.ADAPTERS`` (see ``jsonl.py`` and
+``sqlite.py``): adding one is one function and one ``@register`` line.
+
+Plan (``checks.plan_item``): ``run`` pending; ``reconcile`` unknown or
+submitted (look up before anything) and done whose artifact is unrecorded,
+missing or damaged (look up and re-fetch, never re-execute); ``retry``
+transient failure; ``review`` permanent or unclassified failure,
+needs_review, a non-done item whose input changed, and any item whose history
+cannot be trusted (duplicate_key, illegal_transition, history_mismatch,
+unsafe_artifact_path); ``skip`` done (verified when ``artifacts`` is given)
+and cancelled.
+
+pandas is imported inside ``audit()``, not here: importing this package stays cheap.
+"""
+
+import contextlib
+import gc
+import operator
+import os
+import sqlite3
+import stat
+import time
+
+from toolkit.errors import ToolkitError
+from toolkit.forensics import jsonl as _jsonl  # noqa: F401  (registers its adapters)
+from toolkit.forensics import sqlite as _sqlite
+from toolkit.forensics.checks import check_items, plan_item
+from toolkit.forensics.lines import MAX_LINE
+from toolkit.forensics.model import (
+    ACTIONS,
+    ADAPTERS,
+    ITEM_COLUMNS,
+    KINDS,
+    STATES,
+    Anomaly,
+    Raw,
+    Report,
+    supported,
+)
+from toolkit.forensics.render import render_text
+
+SQLITE_MAGIC = b"SQLite format 3\0"
+
+
+def _fail(path, why) -> ToolkitError:
+    why = " ".join(str(why).split())[:400]  # one short line, whatever the cause said
+    return ToolkitError(f"cannot audit {str(path)!r}: {why}; {supported()}")
+
+
+def _folder(path, flag) -> str | None:
+    if path is None:
+        return None
+    if not os.path.isdir(path):
+        raise ToolkitError(f"{flag} {str(path)!r} is not a readable directory")
+    return os.fspath(path)
+
+
+def detect(path) -> str:
+    """The name of the format of the file at ``path``.
+
+    Raises:
+        ToolkitError: missing, not a regular file, unreadable, or no adapter fits.
+    """
+    return _detect(path)[0]
+
+
+def _detect(path):
+    try:
+        info = os.stat(path)
+    except (OSError, ValueError) as exc:
+        raise _fail(path, getattr(exc, "strerror", None) or exc) from exc
+    if not stat.S_ISREG(info.st_mode):
+        raise _fail(path, "not a regular file")
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(len(SQLITE_MAGIC))
+    except OSError as exc:
+        raise _fail(path, exc.strerror or exc) from exc
+    if head.startswith(SQLITE_MAGIC):
+        return "sqlite", None
+    if not head:
+        return "empty", None
+    return _sniff_jsonl(path)
+
+
+def _sniff_jsonl(path, budget: int = 1 << 26):
+    """The first line (within ``budget`` bytes) that is an object some adapter claims."""
+    import json
+
+    seen = None
+    with open(path, "rb") as handle:
+        while budget > 0 and (line := handle.readline(MAX_LINE + 1)):
+            budget -= len(line)
+            if len(line) > MAX_LINE and not line.endswith(b"\n"):
+                while (rest := handle.readline(1 << 20)) and not rest.endswith(b"\n"):
+                    budget -= len(rest)  # an over-long line: skip to its end
+                continue
+            try:
+                obj = json.loads(line)
+            except (ValueError, RecursionError):
+                continue
+            if type(obj) is dict:
+                for adapter in ADAPTERS.values():
+                    if adapter.container == "jsonl" and adapter.sniff(obj):
+                        return adapter.name, adapter
+                seen = seen or sorted(map(str, obj))[:8]
+    if seen is not None:
+        raise _fail(path, f"JSON lines with unrecognized fields {seen}")
+    raise _fail(path, "neither SQLite nor JSON lines")
+
+
+def audit(path, artifacts=None, inputs=None, *, now: float | None = None) -> Report:
+    """Audit the ledger at ``path``; ``artifacts``/``inputs`` are folders to verify against.
+
+    ``now`` (default: the current time) decides whether a lease is still live.
+
+    Raises:
+        ToolkitError: one line, for a missing, unreadable or unrecognized
+            ledger (listing the supported formats) or a bad folder argument.
+    """
+    artifacts, inputs = _folder(artifacts, "--artifacts"), _folder(inputs, "--inputs")
+    name, adapter = _detect(path)
+    with _no_gc():
+        return _audit(path, name, adapter, artifacts, inputs, now)
+
+
+@contextlib.contextmanager
+def _no_gc():
+    """Pause the cyclic GC: a million new dicts would set off full collections over and
+    over, for nothing (the audit creates no cycles). Restored on the way out."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _audit(path, name, adapter, artifacts, inputs, now) -> Report:
+    try:
+        if name == "sqlite":
+            sqlite_adapters = [a for a in ADAPTERS.values() if a.container == "sqlite"]
+            name, raw = _sqlite.read_database(path, sqlite_adapters)
+        elif name == "empty":
+            raw = Raw()
+        else:
+            raw = adapter.read(path)
+    except ToolkitError as exc:
+        raise _fail(path, exc) from exc
+    except (OSError, sqlite3.Error, MemoryError) as exc:
+        raise _fail(path, f"{type(exc).__name__}: {exc}") from exc
+    anomalies = raw.anomalies + check_items(raw.items, artifacts, inputs,
+                                            time.time() if now is None else now)
+    return _report(os.fspath(path), name, raw, _ordered(anomalies))
+
+
+def _ordered(anomalies):
+    rank = {kind: index for index, kind in enumerate(KINDS)}
+    lines = [a for a in anomalies if a.key is None]  # already in line order
+    keyed = sorted((a for a in anomalies if a.key is not None), key=lambda a: (a.key, rank[a.kind]))
+    return lines + keyed
+
+
+EVENT_HINTS = {"seq": "int64", "ts": "float64", "attempt": "int64", "token": "int64",
+               "line": "int64"}
+
+
+def _column(np, values, hint=None):
+    """One numpy array per column, built once (pandas then copies nothing).
+
+    ``hint``: the dtype the reader already validated (event seq, ts, ...); the
+    values' types are inferred only when it does not fit.
+    """
+    if hint is not None:
+        try:
+            return np.array(values, dtype=hint)
+        except (TypeError, ValueError, OverflowError):
+            pass
+    kinds = set(map(type, values))
+    try:
+        if kinds == {int}:
+            return np.array(values, dtype=np.int64)
+        if kinds and kinds <= {int, float}:
+            return np.array(values, dtype=np.float64)
+    except OverflowError:
+        pass
+    return np.fromiter(values, dtype=object, count=len(values))  # never 2-D, whatever they hold
+
+
+def _frame(pd, columns: dict, hints=None):
+    import numpy as np
+
+    hints = {} if hints is None else {name: getattr(np, kind) for name, kind in hints.items()}
+    return pd.DataFrame({name: _column(np, values, hints.get(name))
+                         for name, values in columns.items()},
+                        columns=list(columns), copy=False)
+
+
+def _report(path, name, raw, anomalies) -> Report:
+    import pandas as pd
+
+    kinds: dict[str, set] = {}
+    for anomaly in anomalies:
+        if anomaly.key is not None:
+            kinds.setdefault(anomaly.key, set()).add(anomaly.kind)
+    plan, by_state = dict.fromkeys(ACTIONS, 0), dict.fromkeys(STATES, 0)
+    fields, rows, actions, whys = operator.attrgetter(*ITEM_COLUMNS), [], [], []
+    memo = {}  # items without findings are planned by (state, failure) alone
+    for key in sorted(raw.items):
+        item = raw.items[key]
+        row = fields(item)
+        state, failure = item.state, item.failure
+        if key in kinds:
+            action, why = plan_item(item, kinds[key])
+        else:
+            memo_key = (state, failure if type(failure) is str else None)
+            if memo_key not in memo:
+                memo[memo_key] = plan_item(item, set())
+            action, why = memo[memo_key]
+        plan[action] += 1
+        by_state[state] += 1
+        rows.append(row)
+        actions.append(action)
+        whys.append(why)
+    columns = dict(zip(ITEM_COLUMNS, map(list, zip(*rows)) if rows else ([] for _ in ITEM_COLUMNS)))
+    columns.update(action=actions, why=whys)
+    items = _frame(pd, columns)
+    events = None if raw.events is None else _frame(pd, raw.events, EVENT_HINTS)
+    return Report(path, name, items, events, sorted(raw.corrupt_lines),
+                  anomalies, plan, by_state)
+
+
+__all__ = [
+    "ACTIONS",
+    "ADAPTERS",
+    "KINDS",
+    "Anomaly",
+    "Report",
+    "audit",
+    "detect",
+    "render_text",
+    "supported",
+]

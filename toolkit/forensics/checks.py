@@ -1,0 +1,186 @@
+"""Checks every format shares: artifacts, inputs, stuck items, and the plan.
+
+Paths named by a ledger are untrusted. A path is resolved (symlinks included)
+and must stay inside the folder the user named; one that escapes is reported
+and never opened. Only regular files are opened (never a FIFO or a device),
+and only when ``--artifacts`` / ``--inputs`` name the folder: without it the
+audit opens nothing but the ledger.
+"""
+
+import datetime
+import hashlib
+import os
+import stat
+
+from toolkit.forensics.model import Anomaly
+
+_CHUNK = 1 << 20
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def locate(root: str | None, recorded: str) -> tuple[str | None, str | None]:
+    """(real path to open, None) or (None, why it escapes ``root``).
+
+    Without a root only the lexical check is possible: a relative path that
+    climbs out with ``..``; nothing is resolved and nothing will be opened.
+    """
+    if "\0" in recorded:
+        return None, "the path contains a NUL byte"
+    if root is None:
+        if ".." in recorded and not os.path.isabs(recorded) \
+                and os.path.normpath(recorded).split(os.sep)[0] == "..":
+            return None, f"{recorded!r} climbs out of the artifacts folder"
+        return None, None
+    base, real_root = os.path.abspath(root), os.path.realpath(root)
+    full = os.path.normpath(os.path.join(base, recorded))  # an absolute recorded path wins
+    if not (_inside(full, base) or _inside(full, real_root)):
+        return None, f"{recorded!r} is outside {root!r}"
+    real = os.path.realpath(full)
+    if not _inside(real, real_root):
+        return None, f"{recorded!r} resolves to {real!r}, outside {root!r}"
+    return real, None
+
+
+def file_digest(path: str) -> tuple[int | None, str | None, str | None]:
+    """(size, sha256, None) of a regular file, or (None, None, why it cannot be read)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as exc:
+        return None, None, exc.strerror or str(exc)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return None, None, "not a regular file"
+        digest = hashlib.sha256()
+        while chunk := os.read(fd, _CHUNK):
+            digest.update(chunk)
+        return info.st_size, digest.hexdigest(), None
+    except OSError as exc:
+        return None, None, exc.strerror or str(exc)
+    finally:
+        os.close(fd)
+
+
+def check_artifact(item, root: str | None) -> list[Anomaly]:
+    key, path = item.key, item.artifact_path
+    size, sha = item.artifact_size, item.artifact_sha256
+    if type(path) is not str or not path:
+        return [Anomaly(key, "done_without_artifact", "no artifact path recorded")]
+    real, unsafe = locate(root, path)
+    if unsafe:
+        return [Anomaly(key, "unsafe_artifact_path", f"{unsafe}; not opened")]
+    found = []
+    if type(sha) is not str or not sha:
+        found.append(Anomaly(key, "done_without_artifact",
+                             f"{path!r} has no SHA-256 recorded: nothing to verify against"))
+    if real is None:
+        return found
+    actual_size, actual_sha, problem = file_digest(real)
+    if problem:
+        return found + [Anomaly(key, "artifact_missing", f"{path!r}: {problem}")]
+    if type(size) is int and size != actual_size:
+        found.append(Anomaly(key, "artifact_mismatch",
+                             f"{path!r}: size {actual_size}, recorded {size}"))
+    elif type(sha) is str and sha and sha.lower() != actual_sha:
+        found.append(Anomaly(key, "artifact_mismatch",
+                             f"{path!r}: sha256 {actual_sha[:12]}…, recorded {sha[:12]}…"))
+    return found
+
+
+def check_input(item, root: str, digests: dict) -> list[Anomaly]:
+    key, source, recorded = item.key, item.source, item.input_digest
+    if type(source) is not str or not source or type(recorded) is not str:
+        return []  # nothing recorded to compare: cannot check
+    real, unsafe = locate(root, source)
+    if unsafe:
+        return [Anomaly(key, "unsafe_input_path", f"{unsafe}; not opened")]
+    if real not in digests:
+        digests[real] = file_digest(real)
+    _, actual, problem = digests[real]
+    if problem:
+        return [Anomaly(key, "stale_input", f"input {source!r}: {problem}")]
+    if actual != recorded.lower():
+        return [Anomaly(key, "stale_input", f"input {source!r} has sha256 {actual[:12]}…, "
+                        f"the item was recorded with {recorded[:12]}…")]
+    return []
+
+
+def _when(value) -> str:
+    """A recorded time for people: ISO UTC when it is a plausible epoch, else as given."""
+    if type(value) in (int, float) and 0 < value < 1e11:
+        stamp = datetime.datetime.fromtimestamp(value, datetime.UTC)
+        return stamp.isoformat(timespec="seconds").replace("+00:00", "Z")
+    return str(value)
+
+
+def check_stuck(item, now: float) -> list[Anomaly]:
+    expires = item.lease_expires
+    if type(expires) in (int, float) and expires > now:
+        return []  # a live lease: someone is working on it
+    facts = [f"recorded as {item.raw_state!r}" if item.raw_state != "unknown" else "",
+             f"since {_when(item.updated)}" if item.updated is not None else "",
+             f"attempt {item.attempt}" if item.attempt is not None else ""]
+    said = ", ".join(fact for fact in facts if fact)
+    return [Anomaly(item.key, "stuck_unknown", (f"{said}: " if said else "") +
+                    "no reply recorded and no live lease; look up its key before anything")]
+
+
+def check_items(items: dict, artifacts: str | None, inputs: str | None, now: float):
+    found, digests = [], {}
+    for item in items.values():
+        state = item.state
+        if state == "done":
+            found += check_artifact(item, artifacts)
+        elif state == "unknown":
+            found += check_stuck(item, now)
+        if inputs is not None:
+            found += check_input(item, inputs, digests)
+    return found
+
+
+# Findings that leave an item undecidable for automation, whatever its state.
+UNDECIDABLE = {
+    "duplicate_key": "conflicting records",
+    "illegal_transition": "its history breaks the transition table",
+    "history_mismatch": "its row disagrees with its events",
+    "unsafe_artifact_path": "its artifact path escapes the artifacts folder",
+}
+ARTIFACT_DAMAGE = frozenset({"done_without_artifact", "artifact_missing", "artifact_mismatch"})
+INPUT_CHANGED = {"stale_input": "the input changed since it was recorded",
+                 "unsafe_input_path": "its input path escapes the inputs folder"}
+
+
+def plan_item(item, kinds: set) -> tuple[str, str]:
+    """(action, why) for one item from its state and the kinds found for it.
+
+    With no findings the answer depends on ``state`` and ``failure`` alone
+    (the report relies on that to plan a million items quickly).
+    """
+    state = item.state
+    blocking = [why for kind, why in UNDECIDABLE.items() if kind in kinds]
+    if blocking:
+        return "review", "; ".join(blocking)
+    if state == "done":
+        if kinds & ARTIFACT_DAMAGE:
+            return "reconcile", "artifact not verified: look up and re-fetch, never re-execute"
+        return "skip", "done"
+    if state == "cancelled":
+        return "skip", "cancelled"
+    if state == "needs_review":
+        return "review", "parked for an operator"
+    changed = [why for kind, why in INPUT_CHANGED.items() if kind in kinds]
+    if changed:
+        return "review", "; ".join(changed) + ": its key no longer names this work"
+    if state == "pending":
+        return "run", "pending: nothing was sent"
+    if state in ("unknown", "submitted"):
+        return "reconcile", f"{state}: look up before anything"
+    failure = item.failure
+    if failure == "transient":
+        return "retry", "transient failure: new attempt"
+    if failure == "permanent":
+        return "review", "permanent failure"
+    return "review", "failed without a transient/permanent class"

@@ -1,0 +1,125 @@
+"""Replay the toolkit's own event history the way the ledger does, noting
+everything the ledger's guards would have refused.
+
+Shared by the toolkit's JSONL ledger (the history *is* the file) and its SQLite
+ledger (the history is the ``events`` table, checked against ``items``).
+"""
+
+from toolkit.forensics.model import EVENT_COLUMNS, ITEM_COLUMNS, STATES, Raw, Record
+from toolkit.ledger import LEASE_FIELDS, MUTABLE_FIELDS, TRANSIENT, TRANSITIONS
+
+OPS = frozenset({"add", "move", "claim", "release"})
+STATE_SET = frozenset(STATES)
+EDGES = {frm.value: frozenset(to.value for to in tos) for frm, tos in TRANSITIONS.items()}
+# Event detail fields an item keeps (the ledger's own, as far as Record has them).
+DETAIL_FIELDS = (frozenset(MUTABLE_FIELDS) | frozenset(LEASE_FIELDS)) & frozenset(ITEM_COLUMNS)
+SNAPSHOT_FIELDS = frozenset(("key", "state", "source", "attempt", "token", "job_id", "updated",
+                             *MUTABLE_FIELDS, *LEASE_FIELDS))
+NUMBER = (int, float)
+SNAPSHOT = "snapshot"  # toolkit.ledger.jsonl.SNAPSHOT
+
+
+def _where(line, seq):
+    return f"line {line}" if line is not None else f"event seq={seq}"
+
+
+class History:
+    """Fold events into item records (``raw.items``) and event rows.
+
+    ``event(obj, line)`` returns None when the record was applied, or the
+    reason it is not a valid event (the caller decides whether that makes a
+    corrupt line). Call ``finish()`` once at the end to fill ``raw.events``.
+    """
+
+    def __init__(self, raw: Raw):
+        self.raw = raw
+        self.items = raw.items
+        self.rows: list[tuple] = []
+        self.event = self._make_event()
+
+    def finish(self) -> dict[str, list]:
+        columns = map(list, zip(*self.rows)) if self.rows else ([] for _ in EVENT_COLUMNS)
+        self.raw.events = dict(zip(EVENT_COLUMNS, columns))
+        return self.raw.events
+
+    def _make_event(self):
+        # The hot loop of a million-line audit, so a closure over locals (no
+        # attribute lookups), plain type checks, and one tuple per event.
+        items, append, snapshot, illegal = self.items, self.rows.append, self.snapshot, self._illegal
+        finding, get = self.raw.finding, self.items.get
+        _type, _int, _str, _dict, _number = type, int, str, dict, NUMBER
+        ops, states, edges, fields = OPS, STATE_SET, EDGES, DETAIL_FIELDS
+
+        def event(obj: dict, line: int | None = None) -> str | None:
+            if SNAPSHOT in obj:
+                return snapshot(obj, line)
+            try:
+                seq, ts, op, key = obj["seq"], obj["ts"], obj["op"], obj["key"]
+                frm, to, attempt, worker = obj["from"], obj["to"], obj["attempt"], obj["worker"]
+                token, detail = obj["token"], obj["detail"]
+            except KeyError as exc:
+                return f"missing field {exc}"
+            if (_type(seq) is not _int or _type(ts) not in _number or _type(op) is not _str
+                    or op not in ops or _type(key) is not _str or _type(to) is not _str
+                    or to not in states or _type(attempt) is not _int or _type(token) is not _int
+                    or _type(detail) is not _dict
+                    or (frm is not None and (_type(frm) is not _str or frm not in states))
+                    or (worker is not None and _type(worker) is not _str)):
+                return "fields of the wrong type or value for an event"
+            item = get(key)
+            if op == "add":
+                if item is not None:
+                    finding(key, "duplicate_key",
+                            f"{_where(line, seq)}: a second add for this key resets it")
+                if frm is not None or to != "pending":
+                    illegal(key, line, seq, f"add must be None -> pending, not {frm} -> {to}")
+                source, digest = detail.get("source"), detail.get("digest")
+                items[key] = Record(key, "pending", "pending",
+                                    source if _type(source) is _str else None,
+                                    digest if _type(digest) is _str else None, 0, updated=ts)
+            elif item is None:
+                return f"{op} of key {key!r} before its add"
+            else:
+                state = item.state
+                if frm != state:
+                    illegal(key, line, seq, f"{op} says from {frm} but the item was {state}")
+                elif op != "move":
+                    if to != frm:
+                        illegal(key, line, seq, f"{op} changes the state {frm} -> {to}")
+                elif to not in edges[frm]:
+                    illegal(key, line, seq, f"{frm} -> {to} is not in the transition table")
+                elif frm == "failed" and item.failure != TRANSIENT:
+                    illegal(key, line, seq, f"failed({item.failure}) -> {to}: only a "
+                            "transient failure is retried")
+                item.state = item.raw_state = to
+                item.attempt = attempt
+                item.updated = ts
+                if detail:
+                    for name in detail:
+                        if name in fields:
+                            setattr(item, name, detail[name])
+            append((seq, ts, op, key, frm, to, attempt, worker, token, line))
+            return None
+
+        return event
+
+    def snapshot(self, obj: dict, line: int) -> str | None:
+        """A compacted item (``{"snapshot": {...}, "seq": n}``); no history before it."""
+        item, seq = obj.get("snapshot"), obj.get("seq")
+        if type(item) is not dict or type(seq) is not int:
+            return "snapshot line without an item object and an integer seq"
+        key, state = item.get("key"), item.get("state")
+        if type(key) is not str or type(state) is not str or state not in STATE_SET:
+            return "snapshot without a string key and a known state"
+        if not item.keys() <= SNAPSHOT_FIELDS:
+            return f"snapshot with unknown fields {sorted(item.keys() - SNAPSHOT_FIELDS)}"
+        if key in self.items:
+            self.raw.finding(key, "duplicate_key", f"line {line}: a second snapshot or a "
+                             "snapshot after events replaces this key")
+        fields = {name: item[name] for name in item if name in DETAIL_FIELDS}
+        self.items[key] = Record(key, state, state, source=item.get("source"),
+                                 attempt=item.get("attempt"), updated=item.get("updated"), **fields)
+        return None
+
+    def _illegal(self, key, line, seq, text):
+        self.raw.finding(key, "illegal_transition", f"{_where(line, seq)}: {text}")

@@ -1,0 +1,86 @@
+"""Read a JSONL file as lines, in bounded memory, without trusting it.
+
+The file is read in large chunks and decoded once per chunk (the fast path);
+lines that are not UTF-8 or longer than ``MAX_LINE`` come back as ``Bad``
+markers so the caller reports them instead of parsing them. A final line
+without its newline is never handed out: it is recorded in ``torn`` (the
+toolkit's own JSONL ledger ignores it the same way and cuts it off before its
+next append).
+"""
+
+CHUNK = 1 << 24
+MAX_LINE = 1 << 20  # bytes; our events are a few hundred
+
+
+class Bad:
+    """A line that could not be read as text (not a str: ``json.loads`` rejects it)."""
+
+    __slots__ = ("why",)
+
+    def __init__(self, why: str):
+        self.why = why
+
+
+def _too_long(size: int) -> Bad:
+    return Bad(f"{size} bytes, over the {MAX_LINE}-byte line limit")
+
+
+def _decode_one(raw: bytes):
+    if len(raw) > MAX_LINE:
+        return _too_long(len(raw))
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return Bad(f"invalid UTF-8 at byte {exc.start}")
+
+
+def _decode(block: bytes) -> list:
+    # Fast path: one decode and one split per chunk; per line only on trouble.
+    try:
+        lines = block.decode("utf-8").split("\n")
+    except UnicodeDecodeError:
+        return [_decode_one(raw) for raw in block.split(b"\n")]
+    if len(block) > MAX_LINE and max(map(len, lines)) > MAX_LINE // 4:
+        return [_decode_one(raw) for raw in block.split(b"\n")]  # limit in bytes
+    return lines
+
+
+class LineReader:
+    """Iterate ``batches()`` of (first line number, [str | Bad, ...]).
+
+    After iteration, ``torn`` is (line number, byte count) of a final line
+    without its newline, or None; ``lines`` is the number of complete lines.
+    """
+
+    def __init__(self, path, chunk: int | None = None):
+        self.path = path
+        self.chunk = chunk or CHUNK
+        self.torn: tuple[int, int] | None = None
+        self.lines = 0
+
+    def batches(self):
+        number, carry, skipping = 1, b"", 0  # skipping: bytes of an over-long line so far
+        with open(self.path, "rb") as handle:
+            while chunk := handle.read(self.chunk):
+                if skipping:
+                    newline = chunk.find(b"\n")
+                    if newline < 0:
+                        skipping += len(chunk)
+                        continue
+                    skipping += newline
+                    yield number, [_too_long(skipping)]
+                    number, skipping, chunk = number + 1, 0, chunk[newline + 1:]
+                buffer = carry + chunk if carry else chunk
+                cut = buffer.rfind(b"\n")
+                if cut < 0:
+                    carry = buffer
+                else:
+                    carry = buffer[cut + 1:]
+                    lines = _decode(buffer[:cut])
+                    yield number, lines
+                    number += len(lines)
+                if len(carry) > MAX_LINE:  # keep memory bounded: drop it, count it
+                    skipping, carry = len(carry), b""
+        self.lines = number - 1
+        if skipping or carry:
+            self.torn = (number, skipping or len(carry))

@@ -1,0 +1,149 @@
+"""Vocabulary of the audit: findings, the report, and the adapter registry.
+
+An adapter turns one file format into a ``Raw`` result: normalized item
+records, optional event columns, the unusable line numbers and the findings
+only the format can see (torn and corrupt lines, duplicate keys, history).
+``register`` puts it in ``ADAPTERS``; insertion order is detection priority.
+"""
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+# Every kind of finding, in the order the text report lists them.
+KINDS = (
+    "torn_line",              # final line without its newline: the write never finished
+    "corrupt_line",           # an interior line that is not a valid record
+    "corrupt_record",         # a database row that is not a valid record
+    "hot_journal",            # SQLite: a writer died mid-transaction (its journal remains)
+    "duplicate_key",          # conflicting records for one key
+    "illegal_transition",     # our history has a move the transition table forbids
+    "history_mismatch",       # our SQLite items table disagrees with its own events
+    "done_without_artifact",  # done, but no artifact path or SHA-256 to verify against
+    "unsafe_artifact_path",   # the artifact path escapes --artifacts (never opened)
+    "artifact_missing",       # the artifact file is absent or unreadable
+    "artifact_mismatch",      # size or SHA-256 differs from the record
+    "unsafe_input_path",      # the input name escapes --inputs (never opened)
+    "stale_input",            # the input's content no longer matches its recorded digest
+    "stuck_unknown",          # unknown with no reply recorded and no live lease
+)
+ACTIONS = ("skip", "reconcile", "retry", "review", "run")
+STATES = ("pending", "unknown", "submitted", "done", "failed", "needs_review", "cancelled")
+
+# Event columns (``line`` is the 1-based line of a JSONL record, None in SQLite).
+EVENT_COLUMNS = ("seq", "ts", "op", "key", "frm", "to", "attempt", "worker", "token", "line")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Anomaly:
+    """One finding: ``key`` is None for findings about a line rather than an item."""
+
+    key: str | None
+    kind: str
+    detail: str
+
+    def to_json(self) -> dict:
+        return {"key": self.key, "kind": self.kind, "detail": self.detail}
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Report:
+    """What ``audit`` found; ``to_json()`` is the DESIGN.md ``audit --json`` shape.
+
+    ``items`` has one row per item (``ITEM_COLUMNS`` plus ``action`` and
+    ``why``), ordered by key; ``events`` has ``EVENT_COLUMNS`` or is None when
+    the format keeps no history.
+    """
+
+    path: str
+    format: str
+    items: Any  # pandas.DataFrame
+    events: Any  # pandas.DataFrame | None
+    corrupt_lines: list[int]
+    anomalies: list[Anomaly]
+    plan: dict[str, int]
+    by_state: dict[str, int]
+
+    def to_json(self) -> dict:
+        return {"format": self.format, "items": len(self.items), "by_state": dict(self.by_state),
+                "corrupt_lines": list(self.corrupt_lines),
+                "anomalies": [anomaly.to_json() for anomaly in self.anomalies],
+                "plan": dict(self.plan)}
+
+
+@dataclasses.dataclass(slots=True)
+class Record:
+    """One normalized item; every adapter fills what its format knows.
+
+    Mutable on purpose (the fold updates it in place) and slotted: a million-
+    event ledger holds hundreds of thousands of these.
+    """
+
+    key: str
+    state: str | None = None        # ours: one of STATES
+    raw_state: Any = None           # what the file said (``timeout``, ...)
+    source: Any = None              # input file name
+    input_digest: Any = None        # content digest of the input, when recorded
+    attempt: Any = None
+    job_id: Any = None              # the provider's job, when one was acknowledged
+    failure: Any = None             # transient / permanent / None (unclassified)
+    reason: Any = None
+    artifact_path: Any = None
+    artifact_size: Any = None
+    artifact_sha256: Any = None
+    lease_owner: Any = None
+    lease_expires: Any = None
+    updated: Any = None             # timestamp of the last change, as recorded
+
+
+ITEM_COLUMNS = tuple(field.name for field in dataclasses.fields(Record))
+
+
+@dataclasses.dataclass
+class Raw:
+    """An adapter's result, before the checks that every format shares."""
+
+    items: dict[str, Record] = dataclasses.field(default_factory=dict)
+    events: dict[str, list] | None = None
+    corrupt_lines: list[int] = dataclasses.field(default_factory=list)
+    anomalies: list[Anomaly] = dataclasses.field(default_factory=list)
+
+    def finding(self, key, kind, detail, line=None):
+        if line is not None:
+            self.corrupt_lines.append(line)
+        self.anomalies.append(Anomaly(key, kind, detail))
+
+
+@dataclasses.dataclass(frozen=True)
+class Adapter:
+    """One format: ``container`` is "sqlite" or "jsonl".
+
+    sqlite: ``sniff(db, tables)`` gets a read-only connection and
+    {table: set(columns)} of its real tables; ``read(db, tables)`` → Raw.
+    jsonl: ``sniff(obj)`` gets the first line that parses as an object;
+    ``read(path)`` → Raw. ``describe`` is the phrase the error message lists.
+    """
+
+    name: str
+    container: str
+    sniff: Callable
+    read: Callable
+    describe: str
+
+
+ADAPTERS: dict[str, Adapter] = {}
+
+
+def register(name: str, container: str, sniff: Callable, describe: str):
+    """Decorator: register ``read`` as the adapter for format ``name``."""
+
+    def wrap(read):
+        ADAPTERS[name] = Adapter(name, container, sniff, read, describe)
+        return read
+
+    return wrap
+
+
+def supported() -> str:
+    """One line naming every format the audit reads."""
+    return "supported formats: " + "; ".join(f"{a.name} ({a.describe})" for a in ADAPTERS.values())

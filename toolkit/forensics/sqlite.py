@@ -1,0 +1,224 @@
+"""SQLite adapters: the toolkit's own ledger, a ``task_items`` table, a ``jobs`` table.
+
+Every database is opened read-only (``mode=ro``) and read in one transaction. A WAL database whose ``-wal``
+file is absent is opened ``immutable=1`` instead: a ``mode=ro`` connection
+would create ``-wal`` and ``-shm`` files next to it and leave them behind. If
+the file changes while it is read that way, the read is repeated with
+``mode=ro``. Only real tables are read, never views.
+"""
+
+import os
+import shutil
+import sqlite3
+import tempfile
+import urllib.parse
+
+from toolkit.errors import ToolkitError
+from toolkit.forensics.foreign import (
+    INPUT_DIGEST_FIELDS,
+    SOURCE_FIELDS,
+    first,
+    foreign_item,
+    parse_json_column,
+)
+from toolkit.forensics.history import STATE_SET, History
+from toolkit.forensics.model import Raw, Record, register
+
+TOOLKIT_FORMAT = "resume-toolkit-ledger/1"  # toolkit.ledger.sqlite.FORMAT
+ITEM_FIELDS = ("key", "state", "source", "attempt", "job_id", "failure", "reason", "artifact_path",
+               "artifact_size", "artifact_sha256", "lease_owner", "lease_expires", "updated")
+EVENT_FIELDS = ("seq", "ts", "op", "key", "frm", "to", "attempt", "worker", "token", "detail")
+
+
+def _fingerprint(path):
+    stat = os.stat(path)
+    return stat.st_size, stat.st_mtime_ns, os.path.exists(f"{path}-wal")
+
+
+def connect(path, immutable: bool) -> sqlite3.Connection:
+    mode = "immutable=1" if immutable else "mode=ro"
+    uri = f"file:{urllib.parse.quote(os.path.abspath(path))}?{mode}"
+    db = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=5.0)
+    db.execute("PRAGMA query_only=1")
+    return db
+
+
+def tables(db) -> dict[str, set[str]]:
+    names = [row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+    return {name: {row[0] for row in db.execute("SELECT name FROM pragma_table_info(?)", (name,))}
+            for name in names}
+
+
+def read_database(path, adapters):
+    """Detect and read the database at ``path`` → (adapter name, Raw).
+
+    A hot rollback journal (a writer died mid-transaction) cannot be rolled
+    back through a read-only connection; then a private copy of the database
+    and its journal is rolled back and read instead, and the report says so.
+    """
+    try:
+        return _read_database(path, adapters)
+    except sqlite3.OperationalError as exc:
+        journal = f"{path}-journal"
+        if "readonly" not in str(exc) or not os.path.isfile(journal):
+            raise
+    with tempfile.TemporaryDirectory(prefix="audit-") as tmp:
+        copy = os.path.join(tmp, "ledger.db")
+        shutil.copyfile(path, copy)
+        shutil.copyfile(journal, f"{copy}-journal")
+        db = sqlite3.connect(copy)
+        try:
+            db.execute("SELECT count(*) FROM sqlite_master").fetchall()  # rolls the copy back
+        finally:
+            db.close()
+        name, raw = _read_database(copy, adapters)
+    raw.finding(None, "hot_journal", f"{os.path.basename(journal)}: a writer died mid-transaction; "
+                "audited the last committed state (rolled back on a private copy)")
+    return name, raw
+
+
+def _read_database(path, adapters):
+    with open(path, "rb") as handle:
+        header = handle.read(100)
+    immutable = header[18:20] == b"\x02\x02" and not os.path.exists(f"{path}-wal")
+    for _ in range(2):
+        before = _fingerprint(path)
+        db = connect(path, immutable)
+        try:
+            db.execute("BEGIN")  # one snapshot for every query below
+            schema = tables(db)
+            adapter = next((a for a in adapters if a.sniff(db, schema)), None)
+            if adapter is None:
+                listed = ", ".join(sorted(schema)) or "none"
+                raise ToolkitError(f"SQLite database with unexpected tables ({listed})")
+            raw = adapter.read(db, schema)
+        finally:
+            db.close()
+        if not immutable or _fingerprint(path) == before:
+            return adapter.name, raw
+        immutable = False  # a writer appeared: read again through the WAL
+    raise AssertionError("unreachable")
+
+
+def _require(schema, table, columns, name):
+    missing = sorted(set(columns) - schema.get(table, set()))
+    if missing:
+        raise ToolkitError(f"{name}: table {table} lacks columns {', '.join(missing)}")
+
+
+def _is_toolkit(db, schema):
+    if "name" not in schema.get("meta", ()) or "value" not in schema["meta"]:
+        return False
+    row = db.execute("SELECT value FROM meta WHERE name='format'").fetchone()
+    return row is not None and str(row[0]).startswith("resume-toolkit-ledger/")
+
+
+@register("toolkit-sqlite", "sqlite", _is_toolkit,
+          "resume-toolkit SQLite ledger: meta, items and events tables")
+def read_toolkit_sqlite(db, schema) -> Raw:
+    (version,) = db.execute("SELECT value FROM meta WHERE name='format'").fetchone()
+    if version != TOOLKIT_FORMAT:
+        raise ToolkitError(f"toolkit-sqlite: unsupported ledger version {version!r}")
+    _require(schema, "items", ITEM_FIELDS, "toolkit-sqlite")
+    _require(schema, "events", EVENT_FIELDS, "toolkit-sqlite")
+    raw = Raw()
+    history = History(Raw())  # the fold, kept apart from the items table
+    fold = history.raw
+    quoted = ", ".join(f'"{name}"' for name in EVENT_FIELDS)
+    for row in db.execute(f"SELECT {quoted} FROM events ORDER BY seq"):
+        obj = dict(zip(("seq", "ts", "op", "key", "from", "to", "attempt", "worker", "token"), row))
+        detail, problem = parse_json_column(row[-1])
+        why = problem and f"detail is {problem}"
+        why = why or history.event({**obj, "detail": detail})
+        if why is not None:
+            raw.finding(obj["key"] if type(obj["key"]) is str else None, "corrupt_record",
+                        f"event seq={row[0]}: {why}")
+    raw.events = history.finish()
+    raw.anomalies.extend(fold.anomalies)
+    quoted = ", ".join(f'"{name}"' for name in ITEM_FIELDS)
+    for row in db.execute(f"SELECT {quoted} FROM items ORDER BY key"):
+        record = dict(zip(ITEM_FIELDS, row))
+        key, state = record.pop("key"), record["state"]
+        if type(key) is not str:
+            raw.finding(None, "corrupt_record", f"items row with key {key!r}: not a string")
+            continue
+        if type(state) is not str or state not in STATE_SET:
+            raw.finding(key, "corrupt_record", f"items row {key!r}: state {state!r} is not ours")
+            continue
+        folded = fold.items.get(key)
+        raw.items[key] = Record(key, raw_state=state, **record,
+                                input_digest=folded and folded.input_digest)
+        if folded is None:
+            raw.finding(key, "history_mismatch", "item row has no add event")
+        elif folded.state != state:
+            raw.finding(key, "history_mismatch",
+                        f"items table says {state}, its events end in {folded.state}")
+    for key in fold.items.keys() - raw.items.keys():
+        raw.finding(key, "history_mismatch", "events for a key with no valid item row")
+    return raw
+
+
+def _read_foreign(raw, rows, states, name):
+    """rows: (where, key, raw state, payload, result, updated); the last row of a key wins."""
+    seen: dict[str, tuple] = {}
+    for where, key, status, payload, result, updated in rows:
+        if isinstance(key, (int, float)) and not isinstance(key, bool):
+            key = str(key)
+        if type(key) is not str or not key:
+            raw.finding(None, "corrupt_record", f"{name} row {where}: key {key!r} is not a string")
+            continue
+        if status not in states:
+            raw.finding(key, "corrupt_record", f"{name} row {where}: state {status!r} is not one "
+                        f"of {sorted(states)}")
+            continue
+        info, problem = parse_json_column(result)
+        given, _ = parse_json_column(payload)  # a bad payload only hides the input digest
+        if key in seen and seen[key][1:] != (status, result):
+            raw.finding(key, "duplicate_key", f"{name} rows {seen[key][0]} ({seen[key][1]}) and "
+                        f"{where} ({status}) disagree")
+        seen[key] = (where, status, result)
+        if problem and states[status] == "done":
+            raw.finding(key, "corrupt_record", f"{name} row {where}: result is {problem}")
+        raw.items[key] = foreign_item(key, states[status], status, info,
+                                      source=first(given, SOURCE_FIELDS, str),
+                                      input_digest=first(given, INPUT_DIGEST_FIELDS, str),
+                                      updated=updated)
+    return raw
+
+
+TASK_ITEM_STATES = {"pending": "pending", "done": "done", "failed": "failed", "timeout": "unknown"}
+
+
+@register("sqlite-task_items", "sqlite", lambda db, schema: "task_items" in schema,
+          "SQLite task_items table: seq, biz_no, payload, status "
+          "pending|done|failed|timeout, result, updated_at")
+def read_task_items(db, schema) -> Raw:
+    """``payload`` (JSON: file/source, digest/sha256 of the input), ``result``
+    (JSON: output/artifact_path, size, sha256, error, failure|retryable)."""
+    _require(schema, "task_items", ("seq", "biz_no", "status"), "sqlite-task_items")
+    columns = schema["task_items"]
+    payload = "payload" if "payload" in columns else "NULL"
+    result = "result" if "result" in columns else "NULL"
+    updated = "updated_at" if "updated_at" in columns else "NULL"
+    rows = db.execute(f"SELECT seq, biz_no, status, {payload}, {result}, {updated} "
+                      "FROM task_items ORDER BY seq")
+    return _read_foreign(Raw(), ((f"seq={r[0]}", *r[1:]) for r in rows), TASK_ITEM_STATES,
+                         "task_items")
+
+
+JOB_STATES = {"unknown": "unknown", "done": "done"}
+
+
+@register("sqlite-jobs", "sqlite", lambda db, schema: "jobs" in schema,
+          "SQLite jobs table: key, state unknown|done, result")
+def read_jobs(db, schema) -> Raw:
+    """``result`` (JSON: output/artifact_path, size, sha256); no input digest."""
+    _require(schema, "jobs", ("key", "state"), "sqlite-jobs")
+    result = "result" if "result" in schema["jobs"] else "NULL"
+    try:
+        rows = db.execute(f"SELECT rowid, key, state, NULL, {result}, NULL FROM jobs "
+                          "ORDER BY rowid")
+    except sqlite3.OperationalError:  # a WITHOUT ROWID table: its natural order
+        rows = db.execute(f"SELECT NULL, key, state, NULL, {result}, NULL FROM jobs")
+    return _read_foreign(Raw(), ((f"rowid={r[0]}", *r[1:]) for r in rows), JOB_STATES,
+                         "jobs")
