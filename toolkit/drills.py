@@ -22,7 +22,7 @@ from toolkit.identity import file_task_key
 from toolkit.ledger import Item, State, open_ledger
 from toolkit.provider import FakeProvider, parse_contract
 from toolkit.runner import RetryPolicy
-from toolkit.runner.naive import open_strategy
+from toolkit.runner.naive import open_strategy, resolve_strategy
 from toolkit.runner.ops import cancel, clear_health, health_marker
 
 STRICT = "non-idempotent"
@@ -87,7 +87,9 @@ class DrillResult:
         return " ".join(f"{state}={n}" for state, n in self.by_state.items() if n)
 
     def row(self) -> dict:
-        return {"drill": self.drill.name, "strategy": self.drill.strategy,
+        strategy = self.drill.strategy
+        strategy = strategy if isinstance(strategy, str) else strategy.__qualname__
+        return {"drill": self.drill.name, "strategy": strategy,
                 "contract": self.drill.contract, "submit_calls": self.submit_calls,
                 "executions": self.executions, "outcome": self.outcome,
                 "valid": self.verdict.valid, "expected_valid": self.drill.expect_valid,
@@ -205,8 +207,15 @@ def _chain(*hooks):
     return hook
 
 
-def run_drill(drill: Drill, workdir=None, seed: int = 0) -> DrillResult:
-    """Run one drill in ``workdir`` (a fresh temporary folder if None)."""
+def run_drill(drill: Drill, workdir=None, seed: int = 0, strategy=None) -> DrillResult:
+    """Run one drill in ``workdir`` (a fresh temporary folder if None).
+
+    ``strategy`` (a name, ``module:Name`` or a ``Pipeline`` class) replaces the
+    drill's own: your pipeline under the drill's fault, judged the same way.
+    """
+    if strategy is not None:
+        resolve_strategy(strategy)  # a bad reference fails before any work
+        drill = dataclasses.replace(drill, strategy=strategy)
     if workdir is None:
         with tempfile.TemporaryDirectory(prefix="drill-") as tmp:
             return run_drill(drill, tmp, seed)
@@ -256,14 +265,18 @@ def _one_run(drill, run, faults, ledger_path, provider, work, inputs, steps, fir
         runners.append(runner)
 
     errors = []
+    ours = isinstance(drill.strategy, str) and ":" not in drill.strategy
 
     def work_on(runner):
         try:
             runner.run(inputs)
         except Crash:
             pass  # the process is gone; the next run starts from what is on disk
-        except Exception as exc:  # noqa: BLE001 - handed to the caller's thread below
-            errors.append(exc)
+        except Exception as exc:  # noqa: BLE001 - handed on below
+            if ours:
+                errors.append(exc)  # our own strategies must not break: fail the drill
+            else:  # a user's pipeline that raises dies like a crashed process
+                fired.append((run, "pipeline_error", f"{type(exc).__name__}: {exc}"))
 
     threads = [threading.Thread(target=work_on, args=(runner,)) for runner in runners]
     for thread in threads:
@@ -397,12 +410,18 @@ def collect_history(ledger_path, provider, inputs, contract, options_sets=({},))
         idempotent_keys=contract.idempotent_keys, key_retention=contract.key_retention)
 
 
-def run_catalogue(names=None, progress=None) -> list[DrillResult]:
-    """Run every drill (or the named ones), in catalogue order."""
+def run_catalogue(names=None, progress=None, strategy=None) -> list[DrillResult]:
+    """Run every drill (or the named ones), in catalogue order.
+
+    With ``strategy``, run each distinct scenario (the safe rows) with that
+    strategy instead, expecting what the safe design achieves: a valid verdict.
+    """
     chosen = CATALOGUE if names is None else [DRILLS[name] for name in names]
+    if strategy is not None:
+        chosen = [drill for drill in chosen if drill.strategy == "safe"]
     results = []
     for drill in chosen:
-        results.append(run_drill(drill))
+        results.append(run_drill(drill, strategy=strategy))
         if progress is not None:
             progress(results[-1])
     return results

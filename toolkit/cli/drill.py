@@ -11,6 +11,9 @@ from toolkit.errors import ToolkitError
 def _drill(parser):
     parser.add_argument("name", help="'all', or one drill's name (see 'drill list')")
     parser.add_argument("--json", action="store_true", help="print one JSON list")
+    parser.add_argument("--strategy", default=None,
+                        help="run every scenario with this strategy instead: a name, or "
+                             "module:Class for your own pipeline (a toolkit.runner.Pipeline)")
 
     def run(args):
         from toolkit.drills import DRILLS, run_catalogue
@@ -22,7 +25,11 @@ def _drill(parser):
             raise ToolkitError(f"unknown drill {args.name!r}: 'all', 'list' or one of "
                                f"{', '.join(DRILLS)}")
         names = None if args.name == "all" else [args.name]
-        results = run_catalogue(names, progress=lambda r: print(
+        if args.strategy is not None:
+            from toolkit.runner.naive import resolve_strategy
+
+            resolve_strategy(args.strategy)  # a bad reference is one line, before any work
+        results = run_catalogue(names, strategy=args.strategy, progress=lambda r: print(
             f"  {r.drill.name}: {'as expected' if r.passed else 'UNEXPECTED'}", file=sys.stderr))
         rows = [result.row() for result in results]
         if args.json:

@@ -7,198 +7,36 @@ unknown), ``TransientError`` (a definite "not now" reply: nothing was done),
 ``PermanentError`` (poison, rejection). Nothing catches ``Exception``.
 
 Fault injectors plug in through ``hook(point, key, **context)``, called at
-the named points below; a hook may raise (a lost reply, a crash) or damage a
-file. The runner never imports ``toolkit.faults``.
+the named ``HOOK_POINTS``; a hook may raise (a lost reply, a crash) or damage
+a file. The runner never imports ``toolkit.faults``. The plumbing shared with
+every other strategy (keying, preflight, health, the loop) is ``Pipeline``.
 """
 
-import dataclasses
 import os
-import random
-import socket
-import sys
-import time
 from pathlib import Path
 
 from toolkit import documents
-from toolkit.errors import (KeyReuseError, LeaseHeldError, LedgerError, PermanentError,
-                            StaleTokenError, TransientError)
-from toolkit.identity import canonical_json, content_digest, idem_key, task_key
+from toolkit.errors import (KeyReuseError, LeaseHeldError, PermanentError, StaleTokenError,
+                            TransientError)
+from toolkit.identity import idem_key
 from toolkit.ledger import PERMANENT, TRANSIENT, Item, State
-from toolkit.provider import Contract, JobStatus, ProviderConflict
-from toolkit.runner.ops import mark_unhealthy, recover_abandoned, require_healthy
+from toolkit.provider import JobStatus, ProviderConflict
+from toolkit.runner.pipeline import (HOOK_POINTS, Pipeline, RetryPolicy, Snapshot, _Budget,
+                                     _fsync_dir, default_worker, resubmit_is_safe)
 
 S = State
-HOOK_POINTS = ("before_intent", "after_intent", "after_submit", "before_commit",
-               "during_fetch", "during_lookup")
 CONTINUE, REST = True, False
+__all__ = ["HOOK_POINTS", "CONTINUE", "REST", "Pipeline", "RetryPolicy", "Runner", "Snapshot",
+           "default_worker", "resubmit_is_safe"]
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    """Per-item, per-run budgets and the backoff between tries.
+class Runner(Pipeline):
+    """Drive a batch to rest with the safe strategy: reconcile, then act.
 
-    A budget spent leaves the item where it is (``failed(transient)``,
-    ``unknown``, ``submitted``) for a later run: the batch rests, it never spins.
-    """
-
-    submits: int = 4
-    lookups: int = 4
-    polls: int = 20
-    fetches: int = 3
-    base_delay: float = 0.05
-    max_delay: float = 2.0
-    seed: int = 0
-
-    def delay(self, tries: int, rng: random.Random) -> float:
-        """Exponential backoff with seeded jitter: half to all of ``base * 2**tries``."""
-        return min(self.max_delay, self.base_delay * 2 ** tries) * (0.5 + rng.random() / 2)
-
-
-@dataclasses.dataclass
-class _Budget:
-    submits: int = 0
-    lookups: int = 0
-    polls: int = 0
-    fetches: int = 0
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Snapshot:
-    """What an observer may see of a running batch (read-only)."""
-
-    counts: dict
-    current: str | None
-    stage: str | None
-    elapsed: float
-    lost_replies: int
-    reused: int
-
-
-def default_worker() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def _fsync_dir(path: Path):
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def resubmit_is_safe(contract: Contract) -> bool:
-    """A key the provider cannot find may be sent again only if it would dedupe.
-
-    That needs idempotent keys and a key that is surely still retained; with
-    a finite retention we cannot prove that, so we do not resubmit.
-    """
-    return contract.idempotent_keys and contract.key_retention is None
-
-
-class Runner:
-    """Drive a batch to rest with the safe strategy.
-
-    ``run(inputs)`` enqueues (preflight, intent-free ``pending``) and then
-    processes every item until it rests for this run. Run it again after any
-    crash: it reconciles what it finds.
+    Run it again after any crash: it reconciles what it finds.
     """
 
     name = "safe"
-
-    def __init__(self, ledger, provider, out_dir, *, options=None, policy=RetryPolicy(),
-                 worker=None, hook=None, sleep=time.sleep, lease_ttl=60.0, progress=False):
-        self.ledger, self.provider = ledger, provider
-        self.out_dir = Path(out_dir)
-        self.options = dict(options or {})
-        canonical_json(self.options)  # fail early on options that cannot be keyed
-        self.contract: Contract = provider.contract
-        self.policy = policy
-        self.worker = worker or default_worker()
-        self.hook = hook or (lambda point, key, **context: None)
-        self.sleep, self.lease_ttl, self.progress = sleep, lease_ttl, progress
-        self._rng = random.Random(policy.seed)
-        self._paths: dict[str, Path] = {}
-        self._current = self._stage = None
-        self._started = time.monotonic()
-        self.lost_replies = self.reused = 0
-        self.halted: str | None = None  # why the batch stopped taking work, if it did
-        self.unsettled = 0
-        self.recovered: list[str] = []  # keys taken over from dead owners at start
-
-    def close(self):
-        self.ledger.close()
-
-    # -- observer ----------------------------------------------------------------
-    def snapshot(self) -> Snapshot:
-        return Snapshot(self.ledger.counts(), self._current, self._stage,
-                        time.monotonic() - self._started, self.lost_replies, self.reused)
-
-    # -- the batch ---------------------------------------------------------------
-    def enqueue(self, inputs) -> list[str]:
-        """Key every input, record new ones ``pending``, quarantine poison at once.
-
-        Poison becomes ``failed(permanent, reason)`` before anything is
-        submitted, and never blocks the rest of the queue.
-        """
-        keys = []
-        for path in sorted(Path(p) for p in inputs):
-            digest = content_digest(path)
-            key = task_key(digest, self.options)
-            self._paths[key] = path
-            if key in keys:
-                continue  # same content twice in one batch is one unit of work
-            keys.append(key)
-            self.ledger.add(key, source=path.name, digest=digest)
-            item = self.ledger.get(key)
-            if item.state is S.PENDING:
-                check = documents.preflight(path)
-                if not check.ok:
-                    self._quarantine(item, check.reason)
-        return keys
-
-    def _quarantine(self, item: Item, reason: str):
-        try:
-            token = self.ledger.claim(item.key, self.worker, self.lease_ttl)
-        except LeaseHeldError:
-            return  # another worker has it; it will see the same poison
-        if self.ledger.get(item.key).state is S.PENDING:  # re-read: it may have moved meanwhile
-            self.ledger.move(item.key, S.PENDING, S.FAILED, token=token, worker=self.worker,
-                             failure=PERMANENT, reason=f"poison: {reason}")
-        self.ledger.release(item.key, token, self.worker)
-
-    def run(self, inputs) -> dict[str, int]:
-        """Enqueue ``inputs`` and process each item; return counts per state of this batch.
-
-        Raises:
-            ToolkitError: an earlier run failed closed and nobody cleared the ledger's health.
-        """
-        require_healthy(self.ledger.path)
-        self.halted, keys, bar = None, [], None
-        try:
-            self.recovered = recover_abandoned(self.ledger, self.worker)
-            keys = self.enqueue(inputs)
-            if self.progress:
-                from tqdm.auto import tqdm
-
-                bar = tqdm(total=len(keys), file=sys.stderr, unit="doc", leave=False)
-            for key in keys:
-                self.process(key)
-                if bar is not None:
-                    bar.update(1)
-        except LedgerError as exc:
-            # Fail closed: whatever we cannot record, we must not act upon.
-            self.halted = str(exc)
-            mark_unhealthy(self.ledger.path, self.halted)
-        if bar is not None:
-            bar.close()
-        self._current = self._stage = None
-        counts = {state.value: 0 for state in State}
-        self.unsettled = 0  # items a later run must pick up again
-        for key in keys:
-            item = self.ledger.get(key)
-            counts[item.state.value] += 1
-            self.unsettled += not item.resting
-        return counts
 
     def process(self, key: str) -> Item:
         """Advance one item until it rests for this run; return where it ended."""
