@@ -127,13 +127,21 @@ def apply_event(item: Item | None, event: Event) -> Item:
                                updated=event.ts, **fields)
 
 
+_OWN_START: dict[int, float | None] = {}  # this process's start time, read from /proc once
+
+
 def _process_start_time(pid: int) -> float | None:
+    if pid == os.getpid() and pid in _OWN_START:
+        return _OWN_START[pid]
     import psutil  # lazy: only leases need it
 
     try:
-        return psutil.Process(pid).create_time()
+        started = psutil.Process(pid).create_time()
     except psutil.Error:
         return None
+    if pid == os.getpid():
+        _OWN_START[pid] = started  # keyed by pid: a forked child reads its own
+    return started
 
 
 def owner_alive(item: Item) -> bool:

@@ -138,21 +138,21 @@ class Pipeline:
         Poison becomes ``failed(permanent, reason)`` before anything is
         submitted, and never blocks the rest of the queue.
         """
-        keys = []
+        keys = {}  # ordered, and O(1) membership: resume of a large batch stays linear
         for path in sorted(Path(p) for p in inputs):
             digest = content_digest(path)
             key = task_key(digest, self.options)
             self._paths[key] = path
             if key in keys:
                 continue  # same content twice in one batch is one unit of work
-            keys.append(key)
+            keys[key] = None
             self.ledger.add(key, source=path.name, digest=digest)
             item = self.ledger.get(key)
             if item.state is S.PENDING:
                 check = documents.preflight(path)
                 if not check.ok:
                     self._quarantine(item, check.reason)
-        return keys
+        return list(keys)
 
     def _quarantine(self, item: Item, reason: str):
         try:

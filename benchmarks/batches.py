@@ -1,0 +1,162 @@
+"""Whole-batch workloads: a resumed 99%-done batch, a stub-provider batch, the 30 documents.
+
+``resume_fixture`` builds, fast and without the runner, what a batch looks
+like after an earlier run finished 99% of it: one input file per item, the
+done items' artifacts, and a SQLite ledger holding each item's history
+(add, claim, intent, submitted, done, release). ``InstantProvider`` answers
+at once with the input itself as the artifact, so a 10,000-item run measures
+the runner and the ledger, not PDF rendering.
+"""
+
+import hashlib
+import json
+import os
+import shutil
+import sqlite3
+import time
+from pathlib import Path
+
+from toolkit.identity import task_key
+from toolkit.ledger.sqlite import ITEM_COLUMNS, SCHEMA
+from toolkit.provider import Contract, Job, JobStatus
+
+PERMANENT_REASON = "poison: not-pdf: no %PDF- header"
+
+
+def _content(number: int) -> bytes:
+    return f"%PDF-1.4\n% resume benchmark input {number:07d}\n%%EOF\n".encode()
+
+
+def resume_fixture(folder: Path, items: int, done_share: float = 0.99) -> tuple[Path, list[Path]]:
+    """Inputs, artifacts and a ledger with ``done_share`` of ``items`` done, the rest
+    ``failed(permanent)`` (quarantined poison): a batch with nothing left to execute.
+
+    Returns (ledger path, input paths).
+    """
+    inputs_dir, out_dir = folder / "inputs", folder / "out"
+    inputs_dir.mkdir(parents=True)
+    out_dir.mkdir()
+    done_count = round(items * done_share)
+    item_rows, event_rows, paths = [], [], []
+    ts = 1_700_000_000.0
+    for number in range(items):
+        data = _content(number)
+        path = inputs_dir / f"doc-{number:07d}.pdf"
+        path.write_bytes(data)
+        paths.append(path)
+        digest = hashlib.sha256(data).hexdigest()
+        key = task_key(digest, {})
+        source = path.name
+        row = dict.fromkeys(ITEM_COLUMNS)
+        row.update(key=key, source=source, attempt=1, token=1, updated=ts)
+        history = [("add", None, "pending", 0, 0, {"source": source, "digest": digest}),
+                   ("claim", "pending", "pending", 0, 1, {"lease_owner": "w"})]
+        if number < done_count:
+            artifact = out_dir / f"doc-{number:07d}.{key[:8]}.pdf"
+            artifact.write_bytes(data)  # the stub provider's artifact is the input itself
+            fields = {"job_id": f"job-{number:07d}", "artifact_path": str(artifact),
+                      "artifact_size": len(data), "artifact_sha256": digest}
+            row.update(state="done", **fields)
+            history += [("move", "pending", "unknown", 1, 1, {"note": "intent"}),
+                        ("move", "unknown", "submitted", 1, 1, {"job_id": fields["job_id"]}),
+                        ("move", "submitted", "done", 1, 1, fields)]
+        else:
+            row.update(state="failed", attempt=0, failure="permanent", reason=PERMANENT_REASON)
+            history += [("move", "pending", "failed", 0, 1,
+                         {"failure": "permanent", "reason": PERMANENT_REASON})]
+        history.append(("release", row["state"], row["state"], row["attempt"], 1,
+                        {"lease_owner": None}))
+        item_rows.append([row[name] for name in ITEM_COLUMNS])
+        for op, frm, to, attempt, token, detail in history:
+            event_rows.append((ts, op, key, frm, to, attempt, "w", token,
+                               json.dumps(detail, sort_keys=True)))
+    ledger = folder / "ledger.sqlite"
+    db = sqlite3.connect(ledger, isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("BEGIN")
+    for statement in SCHEMA.strip().split(";"):
+        if statement.strip():
+            db.execute(statement)
+    db.executemany(f"INSERT INTO items ({', '.join(ITEM_COLUMNS)}) VALUES "
+                   f"({', '.join('?' * len(ITEM_COLUMNS))})", item_rows)
+    db.executemany('INSERT INTO events (ts, op, key, frm, "to", attempt, worker, token, detail)'
+                   " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", event_rows)
+    db.execute("COMMIT")
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    db.close()
+    return ledger, paths
+
+
+class InstantProvider:
+    """The provider interface, answering at once: the artifact is the input's bytes.
+
+    Keeps one small ``Job`` per key in memory (counted in a run's peak memory).
+    """
+
+    def __init__(self):
+        self.contract = Contract()
+        self._jobs: dict[str, Job] = {}
+        self._by_id: dict[str, tuple[Job, Path]] = {}
+
+    def submit(self, key: str, document_path, options: dict, task_key: str | None = None) -> Job:
+        if key in self._jobs:
+            return self._jobs[key]
+        data = Path(document_path).read_bytes()
+        now = time.time()
+        job = Job(f"job-{len(self._jobs) + 1:07d}", key, key.rpartition(":")[0], "-",
+                  JobStatus.SUCCEEDED, None, None, str(document_path), len(data),
+                  hashlib.sha256(data).hexdigest(), now, now)
+        self._jobs[key] = job
+        self._by_id[job.job_id] = (job, Path(document_path))
+        return job
+
+    def lookup(self, key: str) -> Job | None:
+        return self._jobs.get(key)
+
+    def poll(self, job_id: str) -> Job:
+        return self._by_id[job_id][0]
+
+    def fetch(self, job_id: str, dest_path) -> Job:
+        job, source = self._by_id[job_id]
+        shutil.copyfile(source, dest_path)
+        return job
+
+    def close(self):
+        pass
+
+
+def tiny_pdfs(folder: Path, count: int) -> list[Path]:
+    """``count`` distinct one-page PDFs that pass preflight (one rendering, varied tails)."""
+    from toolkit import documents
+
+    folder.mkdir(parents=True, exist_ok=True)
+    base = documents.pdf_bytes(["Invoice 42: pump housing, delivery within 30 days."])
+    paths = []
+    for number in range(count):
+        path = folder / f"doc-{number:06d}.pdf"
+        path.write_bytes(base + f"%bench {number:06d}\n".encode())  # a comment after %%EOF
+        paths.append(path)
+    return paths
+
+
+def batch_seconds(ledger, provider, out_dir: Path, inputs: list[Path]) -> tuple[float, dict]:
+    """Run the safe runner over ``inputs``; return (seconds, counts)."""
+    from toolkit.runner import Runner
+
+    runner = Runner(ledger, provider, out_dir, sleep=lambda seconds: None)
+    start = time.perf_counter()
+    counts = runner.run(inputs)
+    elapsed = time.perf_counter() - start
+    runner.close()
+    return elapsed, counts
+
+
+def tmpfs(fallback: Path, files: int) -> Path:
+    """A tmpfs folder with room for ``files`` small files (creating 400,000 of them
+    on a disk is setup time, not what we measure), else ``fallback``."""
+    shm = Path("/dev/shm")
+    if shm.is_dir() and os.access(shm, os.W_OK):
+        free = os.statvfs(shm)
+        if free.f_bavail * free.f_frsize > files * 8192 + (64 << 20):
+            return shm
+    return fallback

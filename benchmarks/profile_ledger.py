@@ -1,0 +1,112 @@
+"""Where does a ledger transition spend its time? (a helper for section 1 of run.py)
+
+    python benchmarks/profile_ledger.py [--backend sqlite|jsonl] [--durable] [--items 500]
+
+Records ``--items`` lifecycles (6 transitions each, as the safe runner does)
+twice: once with every SQLite statement (or JSONL system call) timed, giving
+microseconds per transition by statement and the Python rest; once under
+cProfile, printing the functions with the most time of their own.
+"""
+
+import argparse
+import collections
+import cProfile
+import pstats
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
+
+import workloads  # noqa: E402
+
+from toolkit.ledger import open_ledger  # noqa: E402
+
+
+class TimedDb:
+    """Wraps an ``sqlite3.Connection``: time per statement kind (first words)."""
+
+    def __init__(self, db, spent):
+        self._db, self._spent = db, spent
+
+    def execute(self, sql, *args):
+        words = sql.split()
+        kind = " ".join(words[:3] if words[0] == "INSERT" else words[:2] if words[0] in (
+            "UPDATE", "BEGIN") else words[:1])
+        start = time.perf_counter()
+        try:
+            return self._db.execute(sql, *args)
+        finally:
+            self._spent[kind] += time.perf_counter() - start
+
+    def __getattr__(self, name):
+        return getattr(self._db, name)
+
+
+def _timed_os(spent):
+    """Time os.write / os.fsync / os.fstat as the JSONL backend calls them."""
+    import toolkit.ledger.jsonl as jsonl
+
+    real = jsonl.os
+
+    class TimedOs:
+        def __getattr__(self, name):
+            func = getattr(real, name)
+            if name not in ("write", "fsync", "fstat"):
+                return func
+
+            def timed(*args):
+                start = time.perf_counter()
+                try:
+                    return func(*args)
+                finally:
+                    spent[f"os.{name}"] += time.perf_counter() - start
+            return timed
+
+    jsonl.os = TimedOs()
+    return lambda: setattr(jsonl, "os", real)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", choices=("sqlite", "jsonl"), default="sqlite")
+    parser.add_argument("--durable", action="store_true", help="durable=True (fsync per commit)")
+    parser.add_argument("--items", type=int, default=500, help="lifecycles per pass")
+    parser.add_argument("--top", type=int, default=20)
+    args = parser.parse_args(argv)
+    transitions = args.items * workloads.LIFECYCLE
+    with tempfile.TemporaryDirectory(prefix="rt-profile-") as tmp:
+        path = Path(tmp) / f"ledger.{args.backend}"
+        spent = collections.Counter()
+        with open_ledger(path, durable=args.durable) as ledger:
+            restore = None
+            if args.backend == "sqlite":
+                ledger._db = TimedDb(ledger._db, spent)
+            else:
+                restore = _timed_os(spent)
+            start = time.perf_counter()
+            workloads.lifecycle(ledger, workloads.keys(args.items, "timed"))
+            total = time.perf_counter() - start
+            if args.backend == "sqlite":
+                ledger._db = ledger._db._db
+            else:
+                restore()
+            print(f"{args.backend}, durable={args.durable}: {transitions:,} transitions, "
+                  f"{total / transitions * 1e6:.1f} µs each ({transitions / total:,.0f}/s)")
+            for kind, seconds in spent.most_common():
+                print(f"  {kind:<22} {seconds / transitions * 1e6:7.1f} µs/transition")
+            rest = total - sum(spent.values())
+            print(f"  {'Python (the rest)':<22} {rest / transitions * 1e6:7.1f} µs/transition")
+            profile = cProfile.Profile()
+            profile.enable()
+            workloads.lifecycle(ledger, workloads.keys(args.items, "profiled"), first=args.items)
+            profile.disable()
+        print(f"\ncProfile of another {transitions:,} transitions (profiler overhead included):")
+        pstats.Stats(profile, stream=sys.stdout).sort_stats("tottime").print_stats(args.top)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
