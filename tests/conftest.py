@@ -1,10 +1,39 @@
+import contextlib
 import itertools
+import os
+import uuid
 
 import pytest
 
 from toolkit.ledger import open_ledger
 
-BACKENDS = ("sqlite", "jsonl")
+BACKENDS = ("sqlite", "jsonl", "postgres")
+# A PostgreSQL server to test against (CI starts one); each test gets its own schema in it.
+PG_URL = os.environ.get("TOOLKIT_TEST_PG")
+PG_MISSING = ("TOOLKIT_TEST_PG is not set: no PostgreSQL server to test against "
+              "(export TOOLKIT_TEST_PG=postgresql://user@127.0.0.1:PORT/DB to run these)")
+
+
+def require_pg():
+    """Skip without a server; in CI (CI set) a missing server is a failure, never a skip."""
+    if not PG_URL:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the PostgreSQL tests: {PG_MISSING}")
+        pytest.skip(PG_MISSING)
+
+
+@contextlib.contextmanager
+def pg_schema():
+    """A URL whose search_path is a new, empty schema; the schema is dropped afterwards."""
+    import psycopg
+
+    schema = f"t_{uuid.uuid4().hex[:16]}"
+    separator = "&" if "?" in PG_URL else "?"
+    try:
+        yield f"{PG_URL}{separator}options=-csearch_path%3D{schema}"
+    finally:
+        with psycopg.connect(PG_URL, autocommit=True) as admin:
+            admin.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
 
 class FakeClock:
@@ -26,8 +55,18 @@ def clock():
     return FakeClock()
 
 
+@pytest.fixture
+def pg_url():
+    """A PostgreSQL ledger URL in a fresh schema (skips, outside CI, without a server)."""
+    require_pg()
+    with pg_schema() as url:
+        yield url
+
+
 @pytest.fixture(params=BACKENDS)
 def ledger_path(request, tmp_path):
+    if request.param == "postgres":
+        return request.getfixturevalue("pg_url")
     return tmp_path / f"ledger.{request.param}"
 
 

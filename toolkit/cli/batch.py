@@ -47,6 +47,9 @@ def _run(parser):
     parser.add_argument("--seed", type=int, default=0, help="seeds the provider and the backoff")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="run N worker processes, each with its own ledger connection "
+                             "(an SQLite file or a postgresql:// URL)")
 
     def run(args):
         import dataclasses
@@ -70,6 +73,8 @@ def _run(parser):
                 changes["transient_rate"] = args.transient_rate
             contract = dataclasses.replace(contract, **changes)
             provider = provider_at(args.provider_db, contract)
+        if args.workers is not None:
+            return _run_workers(args, inputs, provider)
         runner = open_strategy(args.strategy, args.ledger, provider, args.out,
                                policy=RetryPolicy(seed=args.seed),
                                progress=not (args.json or args.no_progress))
@@ -112,3 +117,34 @@ def _service(args):
         raise ToolkitError(f"--contract {args.contract} differs from the service's contract "
                            f"{stated.describe()}")
     return provider
+
+
+def _run_workers(args, inputs, provider):
+    """``--workers N``: N processes, each opening its own ledger connection and provider."""
+    from toolkit.runner import RetryPolicy
+    from toolkit.runner.workers import run_workers
+
+    contract = provider.contract
+    provider.close()  # each worker opens its own
+    result = run_workers(args.ledger, args.provider_db, inputs, args.out, args.workers, contract,
+                         provider_url=args.provider_url, read_timeout=args.read_timeout,
+                         strategy=args.strategy, policy=RetryPolicy(seed=args.seed))
+    counts = result.counts or {}
+    items = sum(counts.values())
+    text = "  ".join(f"{state}={n}" for state, n in counts.items() if n) + \
+        f"  (items={items}, workers={args.workers})"
+    emit({"items": items, "by_state": counts, "workers": args.workers}, args.json, text)
+    for error in result.errors:
+        print(f"a worker failed: {error}", file=sys.stderr)
+    for reason in result.halted:
+        print(f"halted, no new work taken: {reason}", file=sys.stderr)
+    if result.halted and result.health_recorded is False:
+        print("the halt could not be recorded as the ledger's health: the ledger is unreachable",
+              file=sys.stderr)
+    if result.errors or result.halted or result.counts is None:
+        return 1
+    if result.unsettled:
+        print(f"{result.unsettled} item(s) not at rest: run the same command again",
+              file=sys.stderr)
+        return 1
+    return 0

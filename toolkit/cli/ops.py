@@ -35,8 +35,10 @@ def _cancel(parser):
         from toolkit.provider import provider_stats
         from toolkit.runner.ops import cancel
 
+        from toolkit.ledger.postgres import postgres_url
+
         for path, what in ((args.ledger, "ledger"), (args.provider_db, "provider database")):
-            if not Path(path).is_file():
+            if not (Path(path).is_file() or (what == "ledger" and postgres_url(path))):
                 raise ToolkitError(f"no {what} at {path!r}")
         provider_stats(args.provider_db)  # refuses a file that is not a provider database
         with open_ledger(args.ledger) as ledger, provider_at(args.provider_db) as provider:

@@ -336,11 +336,19 @@ class Ledger:
 
 
 def open_ledger(path, **options) -> Ledger:
-    """Open the ledger at ``path``, choosing the backend by suffix.
+    """Open the ledger at ``path``, choosing the backend by suffix or ``postgresql://`` URL.
 
     Raises:
-        LedgerError: unknown suffix, unreadable file, or (JSONL) a second writer.
+        LedgerError: unknown suffix, unreadable file, (JSONL) a second writer, or
+            (PostgreSQL) an unreachable server.
     """
+    from toolkit.ledger.postgres import postgres_url  # psycopg itself is imported on connect
+
+    url = postgres_url(path)
+    if url is not None:
+        from toolkit.ledger.postgres import PostgresLedger
+
+        return PostgresLedger(url, **options)
     suffix = Path(path).suffix.lower()
     if suffix in (".sqlite", ".db", ".sqlite3"):
         from toolkit.ledger.sqlite import SqliteLedger
@@ -350,7 +358,8 @@ def open_ledger(path, **options) -> Ledger:
         from toolkit.ledger.jsonl import JsonlLedger
 
         return JsonlLedger(path, **options)
-    raise LedgerError(f"unknown ledger type {str(path)!r}: use .sqlite, .db or .jsonl")
+    raise LedgerError(f"unknown ledger type {str(path)!r}: use .sqlite, .db, .jsonl "
+                      "or a postgresql:// URL")
 
 
 __all__ = ["State", "TRANSITIONS", "TERMINAL", "TRANSIENT", "PERMANENT", "Item", "Event",

@@ -10,9 +10,10 @@ import json
 import os
 from pathlib import Path
 
-from toolkit.errors import LedgerError, ToolkitError
+from toolkit.errors import LeaseHeldError, LedgerError, ToolkitError
 from toolkit.identity import idem_key
-from toolkit.ledger import TRANSITIONS, State, open_ledger, owner_alive
+from toolkit.ledger import TRANSITIONS, State, open_ledger, owner_alive, postgres_health
+from toolkit.ledger.postgres import postgres_url
 
 S = State
 
@@ -23,6 +24,8 @@ def health_marker(ledger_path) -> Path:
 
 def health(ledger_path) -> dict:
     """``{"ready": bool, "reason": str | None}`` for the ledger at ``ledger_path``."""
+    if postgres_url(ledger_path):  # a URL has no file beside it: a table in its schema
+        return postgres_health.health(ledger_path)
     marker = health_marker(ledger_path)
     if marker.exists():
         try:
@@ -37,6 +40,8 @@ def health(ledger_path) -> dict:
 
 def mark_unhealthy(ledger_path, reason: str) -> bool:
     """Record why the batch stopped; False if even that cannot be written (disk full)."""
+    if postgres_url(ledger_path):  # a URL has no file beside it: a table in its schema
+        return postgres_health.mark_unhealthy(ledger_path, reason)
     marker = health_marker(ledger_path)
     tmp = marker.with_name(marker.name + ".tmp")
     try:
@@ -53,6 +58,8 @@ def clear_health(ledger_path) -> dict:
     Raises:
         ToolkitError: the ledger still cannot be opened or written.
     """
+    if postgres_url(ledger_path):  # a URL has no file beside it: a table in its schema
+        return postgres_health.clear_health(ledger_path)
     try:
         with open_ledger(ledger_path) as ledger:
             probe = f"health-probe-{os.getpid()}"
@@ -66,6 +73,8 @@ def clear_health(ledger_path) -> dict:
 
 def require_healthy(ledger_path) -> None:
     """Raises ToolkitError when an earlier run failed closed and nobody cleared it."""
+    if postgres_url(ledger_path):  # a URL has no file beside it: a table in its schema
+        return postgres_health.require_healthy(ledger_path)
     state = health(ledger_path)
     if not state["ready"] and health_marker(ledger_path).exists():
         raise ToolkitError(f"ledger not ready ({state['reason']}); fix the cause, then run "
@@ -83,7 +92,10 @@ def recover_abandoned(ledger, worker: str) -> list[str]:
     for item in ledger.items():
         if item.lease_owner is None or item.resting or owner_alive(item):
             continue
-        token = ledger.claim(item.key, worker, ttl=60.0)
+        try:
+            token = ledger.claim(item.key, worker, ttl=60.0)
+        except LeaseHeldError:
+            continue  # another restarted worker got there first
         if item.state is S.SUBMITTED:
             ledger.move(item.key, S.SUBMITTED, S.UNKNOWN, token=token, worker=worker,
                         reason="owner_exited", note=f"owner {item.lease_owner} exited")

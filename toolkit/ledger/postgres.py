@@ -1,0 +1,383 @@
+"""PostgreSQL ledger: one ledger shared by many workers on many machines (psycopg 3).
+
+The tables are the SQLite backend's, in the schema that the URL's
+``search_path`` names (created if missing), so several batches can share a
+database::
+
+    postgresql://user@db.example/batches?options=-csearch_path%3Dinvoices_2024
+
+Every change is one short transaction, READ COMMITTED, no provider call inside:
+
+    BEGIN
+    SELECT ... FROM items WHERE key=$1 FOR UPDATE              _load: the row is ours until COMMIT
+    WITH moved AS (UPDATE items SET ... WHERE key=$1 AND state=$2 AND token=$3 RETURNING key)
+    INSERT INTO events (...) SELECT ... FROM moved RETURNING seq    _write: item and event together
+    COMMIT
+
+A missing row is serialized with a transaction-scoped advisory lock on the key,
+so two workers adding the same document cannot both insert it.
+
+What a lost connection means depends on when it is lost:
+  before BEGIN   nothing of the next change happened: reconnect once and go on
+                 (a server restart between two changes is invisible);
+  after BEGIN    the outcome is unknown (the COMMIT may have landed or not):
+                 ``LedgerError``; the runner stops and reconciles on its next run.
+A worker killed mid-transaction leaves nothing behind: the server rolls its
+transaction back, and its row locks go, when the connection drops.
+
+Health (``DESIGN.md`` rule 8) cannot be a file beside a URL: it is a one-row
+``health`` table in the same schema (``postgres_health`` has the functions of
+``toolkit.runner.ops`` for a URL).
+"""
+
+import contextlib
+import dataclasses
+import json
+import os
+import urllib.parse
+from pathlib import Path, PurePath
+
+from toolkit.errors import LedgerError, StateConflictError
+from toolkit.ledger import Event, Ledger
+from toolkit.ledger.sqlite import FORMAT, ITEM_COLUMNS, _event, _item
+
+SCHEMES = ("postgresql", "postgres")
+SETUP_LOCK = 7_305_011_962  # advisory lock id: one process at a time creates the tables
+SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS items (
+    key TEXT PRIMARY KEY, state TEXT NOT NULL, source TEXT, attempt BIGINT NOT NULL,
+    token BIGINT NOT NULL, job_id TEXT, failure TEXT, reason TEXT, artifact_path TEXT,
+    artifact_size BIGINT, artifact_sha256 TEXT, lease_owner TEXT, lease_pid BIGINT,
+    lease_started DOUBLE PRECISION, lease_expires DOUBLE PRECISION,
+    updated DOUBLE PRECISION NOT NULL);
+CREATE TABLE IF NOT EXISTS events (
+    seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, ts DOUBLE PRECISION NOT NULL,
+    op TEXT NOT NULL, key TEXT NOT NULL, frm TEXT, "to" TEXT NOT NULL,
+    attempt BIGINT NOT NULL, worker TEXT, token BIGINT NOT NULL, detail TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS health (
+    id INTEGER PRIMARY KEY CHECK (id = 1), reason TEXT NOT NULL, since DOUBLE PRECISION NOT NULL);
+INSERT INTO meta VALUES ('format', '{FORMAT}') ON CONFLICT DO NOTHING
+"""
+SELECT_ITEM = f"SELECT {', '.join(ITEM_COLUMNS)} FROM items"
+SELECT_EVENTS = 'SELECT seq, ts, op, key, frm, "to", attempt, worker, token, detail FROM events'
+# Typed placeholders: in INSERT ... SELECT the server cannot infer a parameter's type.
+_EVENT_INSERT = ('INSERT INTO events (ts, op, key, frm, "to", attempt, worker, token, detail) '
+                 "SELECT %s::float8, %s::text, %s::text, %s::text, %s::text, %s::bigint, "
+                 "%s::text, %s::bigint, %s::text FROM moved RETURNING seq")
+INSERT_ITEM = (f"WITH moved AS (INSERT INTO items ({', '.join(ITEM_COLUMNS)}) "
+               f"VALUES ({', '.join(['%s'] * len(ITEM_COLUMNS))}) "
+               f"ON CONFLICT (key) DO NOTHING RETURNING key) {_EVENT_INSERT}")
+UPDATE_ITEM = (f"WITH moved AS (UPDATE items SET {', '.join(f'{c}=%s' for c in ITEM_COLUMNS[1:])} "
+               f"WHERE key=%s AND state=%s AND token=%s RETURNING key) {_EVENT_INSERT}")
+# Work a worker may take: unowned, and not resting (done items are re-verified by the walk).
+PICK = ("SELECT key FROM items WHERE key = ANY(%s) AND lease_owner IS NULL "
+        "AND (state IN ('pending', 'unknown', 'submitted') "
+        "OR (state = 'failed' AND failure = 'transient')) "
+        "ORDER BY key LIMIT 1 FOR UPDATE SKIP LOCKED")
+
+
+def postgres_url(path) -> str | None:
+    """The PostgreSQL URL that ``path`` names, or None when it names a file.
+
+    Code that wraps every ledger location in ``Path()`` folds the URL's ``//``
+    into ``/``; a URL with a host and a database survives that and is restored.
+
+    Raises:
+        LedgerError: a folded URL without a host or database (it cannot be restored).
+    """
+    text = os.fspath(path) if isinstance(path, os.PathLike) else path
+    if not isinstance(text, str):
+        return None
+    scheme, sep, rest = text.partition(":/")
+    if scheme not in SCHEMES or not sep:
+        return None
+    if rest.startswith("/"):
+        return text
+    if isinstance(path, PurePath) and not Path(text).exists():
+        authority, slash, database = rest.partition("/")
+        if authority and slash and database:
+            return f"{scheme}://{rest}"
+        raise LedgerError(f"{redact(text)!r} looks like a PostgreSQL URL turned into a file path "
+                          "(its '//' is lost); pass it as a string, with a host and a database")
+    return None
+
+
+def redact(url: str) -> str:
+    """``url`` without its password (for messages and logs)."""
+    parts = urllib.parse.urlsplit(url)
+    netloc = parts.netloc
+    if parts.password is not None:
+        netloc = netloc.replace(f":{parts.password}@", ":***@", 1)
+    query = "&".join("password=***" if pair.startswith("password=") else pair
+                     for pair in parts.query.split("&")) if parts.query else ""
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
+def _first_schema(search_path: str) -> str | None:
+    """The first name in a ``search_path`` setting (None for ``"$user"`` or nothing)."""
+    first = search_path.split(",")[0].strip()
+    if first.startswith('"') and first.endswith('"') and len(first) > 1:
+        first = first[1:-1].replace('""', '"')
+    return first if first and first != "$user" else None
+
+
+class PostgresLedger(Ledger):
+    """The shared backend (``postgresql://`` URLs); one connection per ledger object.
+
+    ``path`` is the URL as given. ``lock_timeout`` bounds a wait for another
+    worker's row lock; the server ends a session idle inside a transaction
+    after ``idle_in_transaction`` seconds, so a hung worker cannot hold an item.
+    """
+
+    def __init__(self, url: str, *, connect_timeout: float = 10.0, lock_timeout: float = 30.0,
+                 idle_in_transaction: float = 60.0, **options):
+        self._listener = None
+        super().__init__(url, **options)
+        self.path = url  # a URL, not a file: Path() would fold its '//'
+        self.url = url
+        self._settings = {"connect_timeout": connect_timeout, "lock_timeout": lock_timeout,
+                          "idle_in_transaction": idle_in_transaction}
+        self._conn, self._closed = None, False
+        self._depth = 0  # > 0 inside _txn; nested _txn join the outer transaction
+        self._deferred: list[Event] = []
+        try:
+            with self._lock, self._txn():
+                self._setup()
+        except BaseException:
+            self.close()
+            raise
+
+    # -- connection ------------------------------------------------------------------
+    def _connect(self):
+        try:
+            import psycopg  # lazy: only PostgreSQL ledgers need it
+        except ImportError as exc:
+            raise LedgerError("PostgreSQL ledgers need psycopg: pip install 'psycopg[binary]'") \
+                from exc
+        settings = self._settings
+        try:
+            conn = psycopg.connect(self.url, autocommit=True,
+                                   connect_timeout=max(1, round(settings["connect_timeout"])),
+                                   application_name="resume-toolkit")
+            conn.execute(f"SET lock_timeout = {int(settings['lock_timeout'] * 1000)}")
+            conn.execute("SET idle_in_transaction_session_timeout = "
+                         f"{int(settings['idle_in_transaction'] * 1000)}")
+            # on: a commit survives a server crash; off: it may lose the last instant's commits.
+            conn.execute(f"SET synchronous_commit = {'on' if self.durable else 'off'}")
+        except psycopg.Error as exc:
+            raise LedgerError(f"cannot connect to PostgreSQL ledger {redact(self.url)!r}: "
+                              f"{_first_line(exc)}") from exc
+        return conn
+
+    def _connection(self):
+        """The open connection, or a new one if the old one is known to be dead."""
+        if self._closed:
+            raise LedgerError(f"the ledger {redact(self.url)!r} is closed")
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            self._drop()
+            self._conn = self._connect()
+        return self._conn
+
+    def _read(self, query, params=()):
+        """Run a read; outside a transaction, a connection that died idle is replaced once."""
+        import psycopg
+
+        for last in (bool(self._depth), True):
+            conn = self._conn if self._depth else self._connection()
+            try:
+                return conn.execute(query, params).fetchall()
+            except psycopg.OperationalError as exc:
+                if last or not conn.broken:
+                    raise LedgerError(f"cannot read the ledger: {_first_line(exc)}") from exc
+            except psycopg.Error as exc:
+                raise LedgerError(f"cannot read the ledger: {_first_line(exc)}") from exc
+
+    def _setup(self):
+        import psycopg
+
+        try:
+            self._create_tables(self._conn)
+        except psycopg.Error as exc:
+            raise LedgerError(f"cannot open PostgreSQL ledger {redact(self.url)!r}: "
+                              f"{_first_line(exc)}") from exc
+
+    def _create_tables(self, conn):
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", [SETUP_LOCK])
+        schema = conn.execute("SELECT current_schema()").fetchone()[0]
+        if schema is None:
+            wanted = _first_schema(conn.execute("SHOW search_path").fetchone()[0])
+            if wanted is None:
+                raise LedgerError(f"{redact(self.url)!r}: search_path names no schema to keep "
+                                  "the ledger in")
+            from psycopg import sql
+
+            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(wanted)))
+            schema = conn.execute("SELECT current_schema()").fetchone()[0]
+        tables = {row[0] for row in conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s", [schema])}
+        if tables and "meta" not in tables:  # refuse a foreign schema before changing anything
+            raise LedgerError(f"schema {schema!r} of {redact(self.url)!r} is not a resume-toolkit "
+                              f"ledger (tables: {', '.join(sorted(tables))})")
+        for statement in SCHEMA.strip().split(";"):
+            conn.execute(statement)
+        fmt = conn.execute("SELECT value FROM meta WHERE name='format'").fetchone()
+        if fmt is None or fmt[0] != FORMAT:
+            raise LedgerError(f"schema {schema!r} is not a resume-toolkit ledger ({fmt})")
+
+    # -- the primitives ----------------------------------------------------------------
+    @contextlib.contextmanager
+    def _txn(self):
+        if self._depth:  # joined: the outermost transaction commits or rolls back for all
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
+            return
+        import psycopg
+
+        conn = self._begin()
+        self._depth = 1
+        try:
+            yield
+        except BaseException:
+            self._depth, self._deferred = 0, []
+            try:
+                conn.execute("ROLLBACK")
+            except psycopg.Error:
+                self._drop()  # never reuse a connection whose transaction state is unclear
+            raise
+        self._depth, deferred, self._deferred = 0, self._deferred, []
+        try:
+            conn.execute("COMMIT")
+        except psycopg.Error as exc:
+            if conn.broken:  # the COMMIT may have landed before the connection went
+                raise LedgerError(f"commit outcome unknown: {_first_line(exc)}") from exc
+            raise LedgerError(f"commit failed: {_first_line(exc)}") from exc
+        for event in deferred:  # events of joined transactions, now durable
+            if self._listener is not None:
+                self._listener(event)
+
+    def _begin(self):
+        import psycopg
+
+        for last in (False, True):
+            conn = self._connection()
+            try:
+                conn.execute("BEGIN")
+                return conn
+            except psycopg.Error as exc:
+                # Nothing of this change has reached the server: a connection that died
+                # while idle (a restart, a terminated backend) is replaced once.
+                if last or not conn.broken:
+                    raise LedgerError(f"cannot begin a transaction: {_first_line(exc)}") from exc
+
+    def _load(self, key):
+        if not self._depth:
+            rows = self._read(f"{SELECT_ITEM} WHERE key=%s", [key])
+            return _item(rows[0]) if rows else None
+        import psycopg
+
+        try:
+            row = self._conn.execute(f"{SELECT_ITEM} WHERE key=%s FOR UPDATE", [key]).fetchone()
+            if row is None:  # no row to lock: serialize on the key until our COMMIT
+                self._conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [key])
+                row = self._conn.execute(f"{SELECT_ITEM} WHERE key=%s FOR UPDATE",
+                                         [key]).fetchone()
+        except psycopg.Error as exc:
+            raise LedgerError(f"cannot read item {key}: {_first_line(exc)}") from exc
+        return row and _item(row)
+
+    def _write(self, old, new, event):
+        import psycopg
+
+        values = [getattr(new, name) for name in ITEM_COLUMNS]
+        values[ITEM_COLUMNS.index("state")] = new.state.value
+        event_values = [event.ts, event.op, event.key, event.frm and event.frm.value,
+                        event.to.value, event.attempt, event.worker, event.token,
+                        json.dumps(event.detail, sort_keys=True)]
+        if old is None:
+            query, params = INSERT_ITEM, values + event_values
+        else:
+            query = UPDATE_ITEM
+            params = values[1:] + [old.key, old.state.value, old.token] + event_values
+        try:
+            row = self._conn.execute(query, params).fetchone()
+        except psycopg.Error as exc:
+            raise LedgerError(f"cannot record {event.op} of {event.key}: {_first_line(exc)}") \
+                from exc
+        if row is None:  # cannot happen under the row lock of _load; guard anyway
+            raise StateConflictError(event.key, old and old.state, "changed concurrently")
+        return dataclasses.replace(event, seq=row[0])
+
+    def _items(self):
+        return [_item(row) for row in self._read(SELECT_ITEM)]
+
+    def _events(self):
+        return [_event(row) for row in self._read(f"{SELECT_EVENTS} ORDER BY seq")]
+
+    def close(self):
+        self._drop()
+        self._closed = True
+
+    def _drop(self):
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    # -- events after commit, also for joined transactions ------------------------------
+    @property
+    def on_event(self):
+        return None if self._listener is None else self._emit
+
+    @on_event.setter
+    def on_event(self, listener):
+        self._listener = listener
+
+    def _emit(self, event):
+        if self._depth:  # the base emits after its own _txn; a joined one is not durable yet
+            self._deferred.append(event)
+        elif self._listener is not None:
+            self._listener(event)
+
+    # -- shared work ---------------------------------------------------------------------
+    def claim_next(self, keys, worker: str, ttl: float, *, pid: int | None = None):
+        """Claim the first of ``keys`` that nobody holds; ``(key, token)`` or None.
+
+        An item another worker is changing at this instant (its row locked) is
+        skipped, not waited for (``FOR UPDATE SKIP LOCKED``); the claim itself is
+        the base's ``claim``, in the same transaction, under the same row lock.
+        """
+        keys = list(keys)
+        if not keys:
+            return None
+        with self._lock, self._txn():
+            import psycopg
+
+            try:
+                row = self._conn.execute(PICK, [keys]).fetchone()
+            except psycopg.Error as exc:
+                raise LedgerError(f"cannot pick work: {_first_line(exc)}") from exc
+            if row is None:
+                return None
+            return row[0], self.claim(row[0], worker, ttl, pid=pid)
+
+    # -- health: rule 8, kept in the database ---------------------------------------------
+    def health(self) -> dict:
+        rows = self._read("SELECT reason FROM health WHERE id = 1")
+        return {"ready": not rows, "reason": rows[0][0] if rows else None}
+
+    def mark_unhealthy(self, reason: str) -> None:
+        with self._lock, self._txn():
+            self._conn.execute("INSERT INTO health VALUES (1, %s, %s) ON CONFLICT (id) DO UPDATE "
+                               "SET reason = EXCLUDED.reason, since = EXCLUDED.since",
+                               [reason, self.clock()])
+
+    def clear_health(self) -> None:
+        with self._lock, self._txn():  # a real write transaction: proves the ledger writable
+            self._conn.execute("DELETE FROM health")
+
+
+def _first_line(exc) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

@@ -1,0 +1,232 @@
+"""N worker processes on one shared ledger, each with its own connection (``run --workers N``).
+
+``run_workers`` starts N processes with "spawn" (nothing is inherited: no
+connection, lock, thread or open SQLite handle); each opens the ledger and the
+provider itself and runs its strategy over the same inputs. They meet only in
+the ledger: leases decide who advances an item, fencing tokens fence late writes.
+
+With a PostgreSQL ledger the safe strategy is ``QueueRunner``, which takes the
+next free item with ``FOR UPDATE SKIP LOCKED``; on SQLite the workers walk the
+batch in order and leases sort them out; JSONL has one writer, so one worker.
+
+Around the workers, the parent does what must happen once:
+
+    before   refuse if an earlier run failed closed (for a URL: the health table);
+             create the tables; take back the leases of dead owners (N workers
+             racing for the same orphan would trip over each other's claims)
+    after    a worker that stopped taking work (fail closed) has its reason
+             recorded as the ledger's health (for a URL: in the database)
+"""
+
+import dataclasses
+import multiprocessing
+from pathlib import Path
+
+from toolkit.errors import ToolkitError
+from toolkit.identity import file_task_key
+from toolkit.ledger import State, open_ledger
+from toolkit.ledger import postgres_health as pg_health
+from toolkit.ledger.postgres import postgres_url
+from toolkit.runner import RetryPolicy, Runner, default_worker
+from toolkit.runner.naive import STRATEGIES
+from toolkit.runner.ops import health_marker, recover_abandoned, require_healthy
+
+
+class QueueRunner(Runner):
+    """The safe runner taking work from a shared PostgreSQL ledger.
+
+    ``Runner.run`` walks the batch's keys in order. Here the walk's first step
+    drains the queue instead: claim the next item nobody holds and nobody is
+    changing at this instant (``claim_next``), advance it as ``Runner.process``
+    does, repeat. The rest of the walk then meets each remaining key once, as
+    usual: done items are re-verified, items held by live workers are skipped.
+    Each key is advanced at most once per run by this worker.
+    """
+
+    def enqueue(self, inputs):
+        keys = super().enqueue(inputs)
+        self._todo, self._picked = set(keys), {}
+        return keys
+
+    def process(self, key):
+        while (picked := self.ledger.claim_next(sorted(self._todo), self.worker,
+                                                self.lease_ttl)) is not None:
+            taken, token = picked
+            self._todo.discard(taken)
+            self._picked[taken] = token
+            super().process(taken)
+            if self._picked.pop(taken, None) is not None:  # it came to rest before our claim
+                self.ledger.release(taken, token, self.worker)  # was used: give the lease back
+        if key not in self._todo:
+            return self.ledger.get(key)
+        self._todo.discard(key)
+        return super().process(key)
+
+    def _claim(self, key):
+        token = self._picked.pop(key, None)
+        return super()._claim(key) if token is None else token
+
+
+@dataclasses.dataclass(frozen=True)
+class _Spec:
+    """What one worker process needs; picklable (spawn sends it to the child)."""
+
+    ledger: str
+    provider_db: str | None
+    provider_url: str | None
+    read_timeout: float
+    contract: object
+    inputs: tuple[str, ...]
+    out_dir: str
+    strategy: str
+    options: dict
+    policy: RetryPolicy
+    lease_ttl: float
+    hook: object
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WorkersResult:
+    """How a multi-process batch ended.
+
+    ``counts``: the batch's items per state, read after every worker exited
+    (None when the ledger could not be read then); ``workers``: one report per
+    process (``worker``, ``exitcode``, ``halted``, ``error``); ``health_recorded``:
+    whether a halt was recorded as the ledger's health (None: no halt).
+    """
+
+    counts: dict[str, int] | None
+    unsettled: int | None
+    workers: tuple[dict, ...]
+    health_recorded: bool | None
+
+    @property
+    def halted(self) -> list[str]:
+        return [report["halted"] for report in self.workers if report["halted"]]
+
+    @property
+    def errors(self) -> list[str]:
+        return [report["error"] for report in self.workers if report["error"]]
+
+
+def run_workers(ledger_url, provider_db, inputs, out_dir, workers: int, contract=None, *,
+                provider_url=None, read_timeout: float = 30.0, strategy: str = "safe",
+                options=None, policy: RetryPolicy = RetryPolicy(), lease_ttl: float = 60.0,
+                hook=None, start_method: str = "spawn") -> WorkersResult:
+    """Run the batch ``inputs`` with ``workers`` processes on the ledger at ``ledger_url``.
+
+    The provider is the fake one at ``provider_db`` (its jobs beside it, as
+    ``provider_at`` does) or the service at ``provider_url``. ``hook`` (picklable)
+    is each worker's runner hook. Rerun after any crash, as with one worker.
+
+    Raises:
+        ToolkitError: bad arguments, a ledger that failed closed and was not
+            cleared, or a ledger that cannot be opened.
+    """
+    if workers < 1:
+        raise ToolkitError("--workers must be at least 1")
+    if (provider_db is None) == (provider_url is None):
+        raise ToolkitError("give exactly one of provider_db and provider_url")
+    if strategy not in STRATEGIES or strategy == "rewrite-state":
+        raise ToolkitError(f"strategy {strategy!r} cannot run as workers on a shared ledger")
+    url = postgres_url(ledger_url)
+    location = url or str(ledger_url)
+    if url is None and Path(location).suffix.lower() == ".jsonl" and workers > 1:
+        raise ToolkitError("a JSONL ledger has one writer: use SQLite or PostgreSQL for "
+                           "--workers > 1")
+    (pg_health.require_healthy if url else require_healthy)(location)
+    with open_ledger(location) as ledger:  # tables once, before N processes would race to
+        recover_abandoned(ledger, default_worker())
+    spec = _Spec(location, provider_db and str(provider_db), provider_url, read_timeout,
+                 contract, tuple(str(path) for path in inputs), str(out_dir), strategy,
+                 dict(options or {}), policy, lease_ttl, hook)
+    reports = _run_processes(spec, workers, multiprocessing.get_context(start_method))
+    halted = [report["halted"] for report in reports if report["halted"]]
+    recorded = None
+    if halted and url:  # a worker's Runner marks a file ledger itself; a URL is marked here
+        recorded = pg_health.mark_unhealthy(url, halted[0])
+    elif halted:
+        recorded = health_marker(location).exists()
+    counts, unsettled = _batch_counts(location, inputs, spec.options)
+    return WorkersResult(counts, unsettled, tuple(reports), recorded)
+
+
+def _run_processes(spec, workers, context) -> list[dict]:
+    pipes, processes = [], []
+    for n in range(workers):
+        reader, writer = context.Pipe(duplex=False)
+        process = context.Process(target=_work, args=(spec, writer), name=f"toolkit-worker-{n + 1}")
+        process.start()
+        writer.close()  # the child holds its own end
+        pipes.append(reader)
+        processes.append(process)
+    reports = []
+    for reader, process in zip(pipes, processes):
+        report = None
+        try:
+            report = reader.recv()  # EOF when the worker died before it could report
+        except EOFError:
+            pass
+        process.join()
+        if report is None:
+            report = {"worker": process.name, "halted": None,
+                      "error": f"worker process died (exit code {process.exitcode})"}
+        reports.append({**report, "exitcode": process.exitcode})
+    return reports
+
+
+def _work(spec: _Spec, conn) -> None:
+    """One worker process: its own ledger connection and provider, one run of the batch."""
+    report = {"worker": default_worker(), "halted": None, "error": None}
+    runner = provider = None
+    try:
+        provider = _provider(spec)
+        ledger = open_ledger(spec.ledger)
+        cls = STRATEGIES[spec.strategy]
+        if cls is Runner and hasattr(ledger, "claim_next"):
+            cls = QueueRunner
+        runner = cls(ledger, provider, spec.out_dir, options=spec.options, policy=spec.policy,
+                     lease_ttl=spec.lease_ttl, hook=spec.hook, worker=report["worker"])
+        runner.run([Path(path) for path in spec.inputs])
+        report["halted"] = runner.halted
+    except ToolkitError as exc:
+        # A ledger lost for good stops the run, even while it counts after halting.
+        report["halted"] = str(exc)
+    except BaseException as exc:  # a bug or a crash: reported, then the traceback goes to stderr
+        report["error"] = f"{type(exc).__name__}: {exc}"
+        raise
+    finally:
+        for each in (runner, provider):
+            if each is not None:
+                try:
+                    each.close()
+                except ToolkitError:
+                    pass
+        conn.send(report)
+        conn.close()
+
+
+def _provider(spec: _Spec):
+    if spec.provider_url is not None:
+        from toolkit.provider.client import HttpProvider
+
+        return HttpProvider(spec.provider_url, read_timeout=spec.read_timeout)
+    from toolkit.provider import Contract, FakeProvider
+
+    db = Path(spec.provider_db)
+    return FakeProvider(db, db.with_name(db.stem + "-jobs"), spec.contract or Contract())
+
+
+def _batch_counts(location, inputs, options):
+    keys = {file_task_key(path, options) for path in inputs}
+    counts = {state.value: 0 for state in State}
+    unsettled = 0
+    try:
+        with open_ledger(location) as ledger:
+            for item in ledger.items():
+                if item.key in keys:
+                    counts[item.state.value] += 1
+                    unsettled += not item.resting
+    except ToolkitError:
+        return None, None
+    return counts, unsettled
