@@ -22,6 +22,9 @@ def doubles(executions) -> int:
 
 def count_row(result, label=None) -> dict:
     """One ``viz.submit_counts`` row for a DrillResult."""
+    strategy = result.drill.strategy
+    if label is None and not isinstance(strategy, str):  # a user's class: say whose run it was
+        label = f"{result.drill.name}\n{strategy.__qualname__}"
     return {"label": label or result.drill.name, "submit_calls": result.submit_calls,
             "executions": result.executions, "doubles": doubles(result.history.executions or ()),
             "docs": result.drill.docs}
@@ -38,7 +41,7 @@ def verdict(result) -> str:
 
 def verdict_table(results, title=None) -> Table:
     """Per drill: strategy, counts, how the batch ended, the checker's verdict and findings."""
-    rows = [{"drill": r.drill.name, "strategy": r.drill.strategy, "contract": r.drill.contract,
+    rows = [{"drill": r.drill.name, "strategy": r.row()["strategy"], "contract": r.drill.contract,
              "submits": r.submit_calls, "execs": r.executions,
              "doubles": doubles(r.history.executions or ()), "outcome": r.outcome,
              "verdict": verdict(r), "anomalies": ", ".join(sorted(r.verdict.anomalies)) or "-"}
