@@ -15,6 +15,7 @@ from toolkit.runner.naive import STRATEGIES, resolve_strategy
 ROOT = Path(__file__).resolve().parents[1]
 HOPEFUL = "examples.my_pipeline:HopefulPipeline"
 CAREFUL = "examples.my_pipeline:CarefulPipeline"
+TEAM = "examples.team_adapter:TeamAdapter"
 
 
 @pytest.fixture(autouse=True)
@@ -62,3 +63,10 @@ def test_bad_pipeline_reference_is_a_one_line_error(reference, message):
     result = cli("drill", "all", "--strategy", reference)
     assert result.returncode == 2 and result.stderr.count("\n") == 1
     assert message in result.stderr
+
+
+def test_team_batch_drilled_through_its_adapter_shows_its_double_execution_and_fake_done(tmp_path):
+    lost = run_drill(DRILLS["lost-reply"], tmp_path / "lost", strategy=TEAM)
+    assert {"double_execution", "unrecorded_execution"} <= set(lost.verdict.anomalies)
+    cut = run_drill(DRILLS["half-download"], tmp_path / "cut", strategy=TEAM)
+    assert "fake_done" in cut.verdict.anomalies
