@@ -152,6 +152,14 @@ def promise(spec: str) -> str:
     return f"{spec}: {keys}; {lookup}; {kept}."
 
 
+def _with_strategies(state, names):
+    """``state`` with the chosen strategies (in catalogue order) and no stale outcomes."""
+    if set(names) - set(STRATEGIES):
+        raise ValueError(f"unknown strategies in {names}; one of {list(STRATEGIES)}")
+    return dataclasses.replace(state, outcomes=(),
+                               strategies=tuple(s for s in STRATEGIES if s in names))
+
+
 def contract_step(state: ContractChoice, action, run=run_drill) -> ContractChoice:
     """``("idempotent", bool)``, ``("lookup", name)``, ``("expiring", bool)``,
     ``("strategies", names)`` or ``("run",)``; any change drops the results shown.
@@ -167,10 +175,7 @@ def contract_step(state: ContractChoice, action, run=run_drill) -> ContractChoic
             raise ValueError(f"unknown lookup {args[0]!r}; one of {LOOKUP_CHOICES}")
         return dataclasses.replace(state, lookup=args[0], outcomes=())
     if verb == "strategies":
-        if set(args[0]) - set(STRATEGIES):
-            raise ValueError(f"unknown strategies in {args[0]}; one of {list(STRATEGIES)}")
-        return dataclasses.replace(state, outcomes=(),
-                                   strategies=tuple(s for s in STRATEGIES if s in args[0]))
+        return _with_strategies(state, args[0])
     if verb == "run":
         base = DRILLS[CONTRACT_DRILL]
         drills = [dataclasses.replace(base, contract=state.spec, strategy=s,
@@ -217,10 +222,7 @@ def retry_step(state: RetryChoice, action, run=run_drill) -> RetryChoice:
         retry_drill(args[0])  # validates
         return dataclasses.replace(state, rate=round(float(args[0]), 2), outcomes=())
     if verb == "strategies":
-        if set(args[0]) - set(STRATEGIES):
-            raise ValueError(f"unknown strategies in {args[0]}; one of {list(STRATEGIES)}")
-        return dataclasses.replace(state, outcomes=(),
-                                   strategies=tuple(s for s in STRATEGIES if s in args[0]))
+        return _with_strategies(state, args[0])
     if verb == "run":
         return dataclasses.replace(state, outcomes=tuple(
             run_quietly(retry_drill(state.rate, s), run) for s in state.strategies))
