@@ -147,6 +147,11 @@ def test_connection_killed_mid_transition_is_an_unknown_outcome_reconciled_after
     assert provider.lookup(idem_key(victim, 1)) is not None  # ...while the job exists
 
     del ledger._write  # the fault is over
+    # Fail closed: the halt is recorded in the database; an operator clears it.
+    from toolkit.runner.ops import clear_health, health
+
+    assert health(pg_url)["ready"] is False
+    assert clear_health(pg_url)["ready"] is True
     second = Runner(ledger, provider, tmp_path / "out", policy=NO_WAIT, worker="w1",
                     sleep=lambda seconds: None)
     counts = second.run(small_corpus)

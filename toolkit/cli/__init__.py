@@ -76,4 +76,4 @@ def provider_at(db_path, contract=None):
 
 
 # Subcommand modules register themselves on import; their order is the --help order.
-from toolkit.cli import batch, drill, inspect, ops, serve  # noqa: E402,F401
+from toolkit.cli import batch, drill, explore, inspect, ops, serve  # noqa: E402,F401

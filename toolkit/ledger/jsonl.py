@@ -64,7 +64,10 @@ class JsonlLedger(Ledger):
             os.close(self._lock_fd)
             raise LedgerError(f"JSONL ledger {str(self.path)!r} is open in another writer") from None
         try:
+            created = not self.path.exists()
             self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+            if created and self.durable:
+                _fsync_dir(self.path.parent)  # the new file's name survives a power cut too
             self._replay()
         except (OSError, UnicodeError) as exc:
             self.close()

@@ -183,6 +183,8 @@ class Runner(Pipeline):
                 return REST
             self.hook("during_fetch", item.key, path=part)
             if documents.verify(part, job.artifact_size, job.artifact_sha256):
+                with open(part, "rb") as handle:  # the bytes on disk before the name points at them
+                    os.fsync(handle.fileno())
                 os.replace(part, final)
                 _fsync_dir(final.parent)
                 self.hook("before_commit", item.key, to=S.DONE)

@@ -1,0 +1,330 @@
+"""Systematic crash exploration: a real SIGKILL at every durable step of a batch.
+
+"A resume path that was never killed does not exist." In the spirit of ALICE
+and CrashMonkey, at the level of this protocol:
+
+1. run the batch once, uncrashed, in a forked child that reports its ordered
+   list of durable steps (``child.Tracer``: ledger commits, provider calls
+   and phases, artifact downloads and renames, naive state-file rewrites);
+2. for every step k: fork a fresh child that runs the same batch and sends
+   itself SIGKILL when it reaches step k (``tear+kill``: a download cut
+   halfway, then the kill; power-loss mode: the ledger cut back to its last
+   fsync after the kill, see ``powerloss``);
+3. rerun the batch in fresh forked processes until it rests (at most
+   ``plan.runs`` reruns), as an operator would after a crash;
+4. collect the whole history (both ledgers, the call logs, the disk) and
+   judge it with ``toolkit.checker.check``: the checker is the oracle.
+
+With ``pairs``, the first rerun is killed too, at each of its own durable
+steps (bounded by ``max_pairs``). Children are forked from a parent that has
+already imported everything (PyMuPDF, SQLite, psutil), so a crash point costs
+a few forks and the batch's own work; ``jobs`` points run side by side.
+
+Verdict of one crash point: ``valid`` (the checker found nothing and every
+item rests), ``parked`` (valid, with items left in ``needs_review`` for an
+operator), ``violation`` (an anomaly of the checker, a batch that does not
+rest after the reruns ``not_at_rest``, or in power-loss mode an acknowledged
+transition gone from the ledger ``lost_acknowledged``), ``undecided`` (the
+checker could not judge), ``not-reached`` or ``diverged`` (the run ended
+before step k, or step k was another step than in the baseline: the batch was
+not deterministic, which makes the exploration meaningless there).
+
+Each row also lists ``new``: the anomalies the crash caused, beyond those the
+design shows uncrashed (a naive design may violate an invariant on every run).
+"""
+
+import collections
+import dataclasses
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from toolkit.errors import ToolkitError
+from toolkit.explore.child import (KILL, TEAR, Paths, fork, fork_many, killed_by_sigkill,
+                                   run_batch)
+from toolkit.explore.powerloss import LEDGERS, drop_unsynced, lost_acknowledged, synced_size
+
+VERDICTS = ("valid", "parked", "violation", "undecided", "not-reached", "diverged")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Plan:
+    """What to explore: the batch (strategy, contract, documents, ledger) and how far."""
+
+    strategy: str = "safe"
+    contract: str = "non-idempotent"
+    docs: int = 10
+    ledger: str = "sqlite"  # a key of powerloss.LEDGERS
+    power_loss: bool = False  # after each kill, drop the ledger bytes not yet fsynced
+    every: int = 1  # explore every k-th step only (1: all of them)
+    pairs: bool = False  # also kill the first rerun, at each of its steps
+    max_pairs: int = 200
+    runs: int = 3  # reruns allowed for the batch to rest after the crash
+    seed: int = 0
+    jobs: int = 0  # crash points explored side by side (0: one per CPU)
+
+    def validate(self) -> "Plan":
+        """Raises ToolkitError naming the first bad field (one line, for the CLI)."""
+        from toolkit.runner.naive import resolve_strategy
+
+        resolve_strategy(self.strategy)  # a name or module:Class; one-line ToolkitError
+        self.contract_object()
+        if self.ledger not in LEDGERS:
+            raise ToolkitError(f"unknown ledger {self.ledger!r}; choose from {', '.join(LEDGERS)}")
+        if self.power_loss and (not LEDGERS[self.ledger].power_loss
+                                or self.strategy == "rewrite-state"):
+            raise ToolkitError("power loss is simulated for JSONL ledgers only: "
+                               "--ledger jsonl or --ledger jsonl-no-fsync")
+        for name, low in (("docs", 1), ("every", 1), ("max_pairs", 0), ("runs", 1), ("jobs", 0)):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < low:
+                raise ToolkitError(f"{name} must be an integer >= {low}")
+        return self
+
+    def contract_object(self):
+        from toolkit.provider import parse_contract
+
+        contract = parse_contract(self.contract)  # ToolkitError on a bad spec
+        return contract if "seed=" in self.contract else dataclasses.replace(contract,
+                                                                             seed=self.seed)
+
+    def ledger_options(self) -> dict:
+        return dict(LEDGERS[self.ledger].options)
+
+    def ledger_file(self) -> str:
+        return "state.json" if self.strategy == "rewrite-state" else \
+            f"ledger{LEDGERS[self.ledger].suffix}"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Point:
+    """Kill the first run at step ``k`` (None: not at all), the first rerun at step ``j``."""
+
+    k: int | None
+    how: str = KILL
+    j: int | None = None
+
+
+@dataclasses.dataclass
+class Exploration:
+    """Rows (one per crash point, as JSON-ready dicts), the uncrashed baseline, timing."""
+
+    plan: Plan
+    rows: list[dict]
+    baseline: dict
+    steps: list[dict]  # the durable steps of the uncrashed run, in order
+    seconds: float
+
+    def total(self) -> dict:
+        count = collections.Counter(row["verdict"] for row in self.rows)
+        total = {"points": len(self.rows), "violations": count["violation"],
+                 "parked": count["parked"],
+                 "points_per_s": round(len(self.rows) / self.seconds, 2) if self.seconds else 0.0}
+        total["caused_by_crash"] = sum(bool(row["new"]) for row in self.rows)
+        if self.plan.power_loss:
+            total["lost_acknowledged"] = sum(row["lost_acked"] for row in self.rows)
+        return total
+
+    def to_json(self) -> dict:
+        return {"rows": self.rows, "total": self.total()}
+
+    def violations(self) -> list[dict]:
+        return [row for row in self.rows if row["verdict"] == "violation"]
+
+
+def explore(plan: Plan, workdir=None, progress=None) -> Exploration:
+    """Kill the batch at every durable step (and pair of steps), rerun it, judge each history.
+
+    ``progress(done, total)`` is called as crash points finish.
+
+    Raises:
+        ToolkitError: a bad plan, or an uncrashed run that does not reach rest.
+    """
+    plan.validate()
+    if workdir is None:
+        with tempfile.TemporaryDirectory(prefix="explore-", dir=_scratch()) as tmp:
+            return explore(plan, tmp, progress)
+    from toolkit.documents import make_corpus
+    from toolkit.identity import file_task_key
+
+    root = Path(workdir)
+    inputs = make_corpus(root / "in", docs=plan.docs, poison=0, seed=plan.seed)
+    names = {file_task_key(path, {}): path.stem for path in inputs}
+    _warm(inputs)
+    jobs = plan.jobs or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                         else os.cpu_count() or 1)
+    started = time.monotonic()
+
+    body, args, kwargs = _call(plan, root, inputs, names, "baseline", Point(None),
+                               record_first=True)
+    baseline = _result(*fork(body, *args, **kwargs))
+    steps = baseline["first_steps"]
+    if baseline["row"]["verdict"] == "not-reached" or "not_at_rest" in baseline["row"]["anomalies"]:
+        raise ToolkitError(f"the uncrashed batch does not rest: {baseline['row']}")
+
+    singles = [Point(s["n"], how) for s in steps if (s["n"] - 1) % plan.every == 0
+               for how in (KILL, TEAR) if how == KILL or s["tearable"]]
+    done = [0]
+    expected = [len(singles)]
+
+    def tick(index, result):
+        done[0] += 1
+        if progress is not None:
+            progress(done[0], expected[0])
+
+    results = _explore_points(plan, root, inputs, names, singles, jobs, tick, record=plan.pairs)
+    # The label each crash point must die at: the baseline's, and for pairs the first rerun's.
+    expect = {(point.k, point.how, None): steps[point.k - 1]["label"] for point in singles}
+    if plan.pairs:
+        pairs = []
+        for point, result in zip(singles, results):
+            for s in result["recovery_steps"]:
+                pairs.append(Point(point.k, point.how, s["n"]))
+                expect[(point.k, point.how, s["n"])] = s["label"]
+        if len(pairs) > plan.max_pairs:  # evenly spread over all pairs, deterministic
+            pairs = [pairs[i * len(pairs) // plan.max_pairs] for i in range(plan.max_pairs)]
+        expected[0] += len(pairs)
+        results += _explore_points(plan, root, inputs, names, pairs, jobs, tick)
+    seconds = time.monotonic() - started
+    rows = [result["row"] for result in results]
+    for row in rows:
+        # what the crash caused, beyond what the design does uncrashed
+        row["new"] = sorted(set(row["anomalies"]) - set(baseline["row"]["anomalies"]))
+        died_at = row["step"] if row["recovery_point"] is None else row["recovery_step"]
+        if row["verdict"] != "not-reached" and died_at != expect[
+                (row["point"], row["how"], row["recovery_point"])]:
+            row["verdict"] = "diverged"  # not the step the baseline had: not deterministic
+    return Exploration(plan, rows, baseline["row"], steps, seconds)
+
+
+def _scratch() -> str | None:
+    """A RAM-backed folder if there is one (None: the system's default temporary folder).
+
+    A SIGKILL leaves the same files on tmpfs as on a disk (the page cache
+    outlives the process), and fsyncs there cost nothing. Power loss is
+    simulated (``powerloss``), never left to the medium.
+    """
+    shm = Path("/dev/shm")
+    return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
+
+
+def _warm(inputs) -> None:
+    """Import and load everything once, so that forked children start hot."""
+    import psutil
+
+    import toolkit.checker
+    import toolkit.drills
+    import toolkit.ledger.jsonl
+    import toolkit.ledger.sqlite
+    import toolkit.runner.naive  # noqa: F401
+    from toolkit import documents
+
+    documents.preflight(inputs[0])  # loads PyMuPDF
+    psutil.Process(os.getpid()).create_time()
+
+
+def _call(plan, root, inputs, names, label, point, record_first=False, record=False):
+    work = root / "points" / label
+    return (_explore_point, (plan, work, inputs, names, point),
+            {"record_first": record_first, "record_recovery": record})
+
+
+def _explore_points(plan, root, inputs, names, points, jobs, tick, record=False):
+    calls = [_call(plan, root, inputs, names, f"{point.k}-{point.how}-{point.j}", point,
+                   record=record) for point in points]
+    return [_result(*result) for result in fork_many(calls, jobs, tick)]
+
+
+def _result(messages, status) -> dict:
+    end = next((m for m in messages if m["t"] == "end"), None)
+    if end is None:
+        error = next((m for m in messages if m["t"] == "error"), {"traceback": f"status {status}"})
+        raise ToolkitError(f"crash-point supervisor failed: {error['traceback']}")
+    return end
+
+
+def _explore_point(fd, plan: Plan, work: Path, inputs, names, point: Point,
+                   record_first=False, record_recovery=False) -> dict:
+    """One crash point, in its own (forked) supervisor process: crash, rerun, judge."""
+    import shutil
+
+    shutil.rmtree(work, ignore_errors=True)  # a leftover of an interrupted exploration
+    work.mkdir(parents=True)
+    paths = Paths(work, work / plan.ledger_file())
+    row = {"point": point.k, "how": point.how, "step": None, "kind": None,
+           "recovery_point": point.j, "recovery_step": None, "runs": 0}
+    errors, lost, acked, reached = [], [], 0, True
+
+    messages, status = fork(run_batch, plan, paths, inputs, names, run=0, kill_at=point.k,
+                            how=point.how, record=record_first)
+    first_steps = [m for m in messages if m["t"] == "step"]
+    reached &= _note_kill(row, "step", messages, status, point.k)
+    errors += [m["error"] for m in messages if m["t"] == "error"]
+    if plan.power_loss and point.k is not None:  # the uncrashed baseline keeps its power
+        drop_unsynced(paths.ledger, synced_size(messages) or 0)
+        lost = lost_acknowledged(paths.ledger, messages)
+        acked = sum(m["t"] == "ack" for m in messages)
+    rested, recovery_steps = _rested(messages), []
+    while not rested and row["runs"] < plan.runs:
+        kill_at = point.j if row["runs"] == 0 else None
+        messages, status = fork(run_batch, plan, paths, inputs, names, run=row["runs"] + 1,
+                                kill_at=kill_at, record=record_recovery and row["runs"] == 0)
+        if row["runs"] == 0:
+            recovery_steps = [m for m in messages if m["t"] == "step"]
+            reached &= _note_kill(row, "recovery_step", messages, status, kill_at)
+        row["runs"] += 1
+        errors += [m["error"] for m in messages if m["t"] == "error"]
+        rested = _rested(messages)
+
+    row.update(_judge(plan, paths, inputs, rested, lost, reached))
+    row["errors"] = errors
+    if plan.power_loss:
+        row.update(acked=acked, lost_acked=len(lost))
+    shutil.rmtree(work, ignore_errors=True)
+    return {"row": row, "first_steps": first_steps, "recovery_steps": recovery_steps}
+
+
+def _note_kill(row, field, messages, status, kill_at) -> bool:
+    """Name the step where the child died; False when it should have died and did not."""
+    kill = next((m for m in messages if m["t"] == "kill"), None)
+    if kill is not None:
+        row[field] = kill["label"]
+        if field == "step":
+            row["kind"] = kill["kind"]
+    return kill_at is None or (kill is not None and killed_by_sigkill(status))
+
+
+def _rested(messages) -> bool:
+    end = next((m for m in messages if m["t"] == "end"), None)
+    return end is not None and not end["unsettled"] and not end["halted"]
+
+
+def _judge(plan, paths, inputs, rested, lost, reached) -> dict:
+    from toolkit.checker import check, explain
+    from toolkit.drills import collect_history
+    from toolkit.provider import FakeProvider
+
+    contract = plan.contract_object()
+    provider = FakeProvider(paths.provider_db, paths.provider_out, contract)
+    try:
+        history = collect_history(paths.ledger, provider, inputs, contract)
+        stats = provider.stats()
+    finally:
+        provider.close()
+    verdict = check(history)
+    by_state = collections.Counter(item.state.value for item in history.items.values())
+    anomalies = sorted(verdict.anomalies) + ["not_at_rest"] * (not rested) + \
+        ["lost_acknowledged"] * bool(lost)
+    first = next((found[0] for found in verdict.anomalies.values()), None)
+    detail = explain(first) if first else (
+        f"{len(lost)} acknowledged transition(s) gone after the power cut" if lost else
+        "the batch did not rest after the reruns" if not rested else "")
+    parked = by_state.get("needs_review", 0)
+    name = ("not-reached" if not reached else "violation" if anomalies else
+            "undecided" if verdict.valid is None else "parked" if parked else "valid")
+    return {"outcome": " ".join(f"{state}={n}" for state, n in sorted(by_state.items())),
+            "submits": stats["submit_calls"], "executions": stats["executions"],
+            "verdict": name, "anomalies": anomalies, "parked": parked, "detail": detail}
+
+
+__all__ = ["KILL", "LEDGERS", "TEAR", "VERDICTS", "Exploration", "Plan", "Point", "explore"]

@@ -1,0 +1,289 @@
+"""Inside a forked child: one run of the batch, counting its durable steps, dying at step k.
+
+A *durable step* is a moment after which something is on disk that was not
+before: a ledger commit (``on_event``), a provider call that returned (the
+provider's call log and job table changed), the provider accepting or
+finishing a job (``on_phase``), the client renaming an artifact into its
+output folder, a naive state file truncated for its rewrite, and (power-loss
+mode) a ledger line written but not yet fsynced. The ``Tracer`` numbers them
+1, 2, 3, ... in the order the run reaches them; the batch is deterministic
+(seeded, no sleeping), so step k of one run is step k of the next.
+
+At step ``kill_at`` the child sends the parent a ``kill`` message and then
+``os.kill(os.getpid(), SIGKILL)``: a real SIGKILL, no handler, no ``finally``,
+no flush. ``tear+kill`` first cuts the file just downloaded to half its bytes,
+as a kill in the middle of a multi-chunk copy would leave it.
+
+Messages are JSON lines on a pipe (one ``os.write`` each, below PIPE_BUF, so
+a kill never leaves half a message): ``step``, ``kill``, ``ack`` (a ledger
+commit that returned), ``sync`` (the ledger file's size at an fsync),
+``end``, ``error``. The parent reads them after the child is gone.
+"""
+
+import dataclasses
+import json
+import os
+import selectors
+import signal
+import sys
+import traceback
+from pathlib import Path
+
+KILL, TEAR = "kill", "tear+kill"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Paths:
+    """Where one crash point's batch lives (the inputs are shared and read-only)."""
+
+    root: Path
+    ledger: Path
+
+    @property
+    def provider_db(self) -> Path:
+        return self.root / "provider.db"
+
+    @property
+    def provider_out(self) -> Path:
+        return self.root / "provider-jobs"
+
+    @property
+    def out(self) -> Path:
+        return self.root / "out"
+
+
+def send(fd: int, **message) -> None:
+    data = (json.dumps(message, sort_keys=True) + "\n").encode()
+    while data:
+        data = data[os.write(fd, data):]
+
+
+class Tracer:
+    """Numbers the durable steps of one run; really dies at step ``kill_at``."""
+
+    def __init__(self, fd: int, names: dict, *, kill_at=None, how=KILL, record=False,
+                 acks=False):
+        self.fd, self.names = fd, names
+        self.kill_at, self.how, self.record, self.acks = kill_at, how, record, acks
+        self.n = 0
+
+    def name(self, key) -> str:
+        return self.names.get(key) or str(key)[:8]
+
+    def step(self, kind: str, label: str, path=None) -> None:
+        self.n += 1
+        if self.record:
+            send(self.fd, t="step", n=self.n, kind=kind, label=label, tearable=path is not None)
+        if self.n == self.kill_at:
+            if self.how == TEAR and path is not None:
+                _tear(Path(path))
+            send(self.fd, t="kill", n=self.n, kind=kind, label=label, how=self.how)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def on_event(self, event) -> None:
+        """The ledger's ``on_event``: the commit returned; acknowledge it, then count it."""
+        frm = f"{event.frm.value}->" if event.frm and event.frm != event.to else ""
+        if self.acks:
+            send(self.fd, t="ack", seq=event.seq, op=event.op, key=event.key, to=event.to.value)
+        self.step("ledger", f"commit {event.op} {self.name(event.key)} {frm}{event.to.value}")
+
+    def on_phase(self, phase: str, job_id: str) -> None:
+        """The fake provider's ``on_phase``: a job accepted (claimed) or executed (not committed)."""
+        what = {"claimed": "accepted, not executed yet",
+                "executed": "executed, result not committed"}.get(phase, phase)
+        self.step("provider", f"provider {job_id} {what}")
+
+    def hook(self, point, key, **context) -> None:
+        """The runner's hook: only the naive state-file rewrite is a step of its own."""
+        if point == "during_state_write":
+            self.step("state", "state file truncated, rewrite in progress")
+
+
+def _tear(path: Path) -> None:
+    os.truncate(path, path.stat().st_size // 2)  # what a kill mid-copy leaves behind
+
+
+class TracedProvider:
+    """The provider seen by the runner: each call that returns (or raises) is a step."""
+
+    def __init__(self, provider, tracer: Tracer):
+        self._provider, self._tracer = provider, tracer
+
+    def __getattr__(self, name):
+        return getattr(self._provider, name)
+
+    def _call(self, what: str, method, *args, path=None):
+        try:
+            job = method(*args)
+        except BaseException as exc:
+            self._tracer.step("provider", f"{what} raised {type(exc).__name__}")
+            raise
+        status = "not found" if job is None else f"{job.job_id} {job.status.value}"
+        self._tracer.step("provider" if path is None else "artifact",
+                          f"{what} returned {status}" + (
+                              f", artifact written to {Path(path).name}" if path else ""),
+                          path)
+        return job
+
+    def _task(self, idem_key: str) -> str:
+        task, _, attempt = idem_key.rpartition(":")
+        return f"{self._tracer.name(task)}#{attempt}"
+
+    def submit(self, idem_key, document_path, options, task_key=None):
+        return self._call(f"submit {self._task(idem_key)}", self._provider.submit, idem_key,
+                          document_path, options, task_key)
+
+    def lookup(self, idem_key):
+        return self._call(f"lookup {self._task(idem_key)}", self._provider.lookup, idem_key)
+
+    def poll(self, job_id):
+        return self._call(f"poll {job_id}", self._provider.poll, job_id)
+
+    def fetch(self, job_id, dest_path):
+        return self._call(f"fetch {job_id}", self._provider.fetch, job_id, dest_path,
+                          path=dest_path)
+
+    def cancel(self, job_id):
+        return self._call(f"cancel {job_id}", self._provider.cancel, job_id)
+
+
+def _watch_renames(tracer: Tracer, out_dir: Path) -> None:
+    """A rename into the client's output folder is a step (this process only: we are a fork)."""
+    real_replace = os.replace
+
+    def replace(src, dst, *args, **kwargs):
+        real_replace(src, dst, *args, **kwargs)
+        if Path(dst).parent == out_dir:
+            tracer.step("artifact", f"artifact renamed into place: {Path(dst).name}")
+    os.replace = replace
+
+
+def _watch_fsyncs(tracer: Tracer, ledger_path: Path) -> None:
+    """Power-loss mode: a ledger line written but not yet fsynced is a step; report synced sizes."""
+    real_fsync = os.fsync
+
+    def is_ledger(fd) -> bool:
+        try:
+            mine, theirs = os.fstat(fd), os.stat(ledger_path)
+        except OSError:
+            return False
+        return (mine.st_dev, mine.st_ino) == (theirs.st_dev, theirs.st_ino)
+
+    def fsync(fd):
+        if not is_ledger(fd):
+            return real_fsync(fd)
+        tracer.step("ledger", "ledger line written, fsync pending")
+        real_fsync(fd)
+        send(tracer.fd, t="sync", size=os.fstat(fd).st_size)
+    os.fsync = fsync
+    size = ledger_path.stat().st_size if ledger_path.exists() else 0
+    send(tracer.fd, t="sync", size=size)  # what earlier runs left is taken as durable
+
+
+def run_batch(fd: int, plan, paths: Paths, inputs, names, *, run: int, kill_at=None, how=KILL,
+              record=False) -> dict:
+    """One run of the batch in this (forked) process; returns how it ended."""
+    from toolkit.ledger import open_ledger
+    from toolkit.provider import FakeProvider
+    from toolkit.runner import RetryPolicy
+    from toolkit.runner.naive import open_strategy, resolve_strategy
+
+    power_loss = plan.power_loss and run == 0
+    tracer = Tracer(fd, names, kill_at=kill_at, how=how, record=record, acks=power_loss)
+    _watch_renames(tracer, paths.out)
+    if power_loss:
+        _watch_fsyncs(tracer, paths.ledger)
+    provider = FakeProvider(paths.provider_db, paths.provider_out, plan.contract_object(),
+                            on_phase=tracer.on_phase)
+    options = {"policy": RetryPolicy(base_delay=0.0, seed=run), "hook": tracer.hook,
+               "sleep": lambda seconds: None}
+    traced = TracedProvider(provider, tracer)
+    if plan.strategy == "rewrite-state":
+        runner = open_strategy(plan.strategy, paths.ledger, traced, paths.out, **options)
+    else:
+        ledger = open_ledger(paths.ledger, **plan.ledger_options())
+        runner = resolve_strategy(plan.strategy)(ledger, traced, paths.out, **options)
+    if hasattr(runner.ledger, "on_event"):
+        runner.ledger.on_event = tracer.on_event
+    try:
+        counts = runner.run(inputs)
+    finally:
+        runner.close()
+        provider.close()
+    return {"steps": tracer.n, "unsettled": runner.unsettled,
+            "halted": getattr(runner, "halted", None), "counts": counts}
+
+
+def _start(body, args, kwargs) -> tuple[int, int]:
+    """Fork; the child runs ``body(fd, *args, **kwargs)``. Returns (pid, read end of its pipe).
+
+    The child ends with ``os._exit`` (no atexit handler, no inherited buffer
+    flushed twice); what ``body`` returns arrives as the ``end`` message, an
+    exception as an ``error`` message.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child
+        code = 0
+        try:
+            os.close(read_fd)
+            send(write_fd, t="end", **body(write_fd, *args, **kwargs))
+        except BaseException as exc:  # whatever it is, the parent must hear of it
+            code = 70
+            try:
+                send(write_fd, t="error", error=f"{type(exc).__name__}: {exc}",
+                     traceback=traceback.format_exc()[-3000:])
+            except BaseException:
+                pass  # the parent sees exit status 70 with no message
+        finally:
+            os._exit(code)
+    os.close(write_fd)
+    return pid, read_fd
+
+
+def _messages(data: bytes) -> list[dict]:
+    return [json.loads(line) for line in data.splitlines() if line.strip()]
+
+
+def fork(body, *args, **kwargs) -> tuple[list[dict], int]:
+    """Run ``body`` in a forked child and wait; return its messages and its wait status."""
+    pid, read_fd = _start(body, args, kwargs)
+    with open(read_fd, "rb") as pipe:
+        data = pipe.read()  # until EOF: the child exited or was killed
+    _, status = os.waitpid(pid, 0)
+    return _messages(data), status
+
+
+def fork_many(calls, jobs: int, done=None) -> list[tuple[list[dict], int]]:
+    """Run ``(body, args, kwargs)`` calls in up to ``jobs`` forked children at once.
+
+    Results come back in the order of ``calls``; ``done(index, result)`` is
+    called as each child finishes.
+    """
+    results, pending, running = [None] * len(calls), list(enumerate(calls)), {}
+    with selectors.DefaultSelector() as selector:
+        while pending or running:
+            while pending and len(running) < max(1, jobs):
+                index, (body, args, kwargs) = pending.pop(0)
+                pid, read_fd = _start(body, args, kwargs)
+                running[read_fd] = (index, pid, [])
+                selector.register(read_fd, selectors.EVENT_READ)
+            for key, _ in selector.select():
+                chunk = os.read(key.fd, 1 << 16)
+                if chunk:
+                    running[key.fd][2].append(chunk)
+                    continue
+                selector.unregister(key.fd)
+                os.close(key.fd)
+                index, pid, chunks = running.pop(key.fd)
+                _, status = os.waitpid(pid, 0)
+                results[index] = (_messages(b"".join(chunks)), status)
+                if done is not None:
+                    done(index, results[index])
+    return results
+
+
+def killed_by_sigkill(status: int) -> bool:
+    return os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
