@@ -256,3 +256,23 @@ def test_backoff_is_bounded_exponential_and_seeded():
     assert delays == [policy.delay(n, random.Random(7)) for n in range(8)]
     assert all(0.05 * 2 ** n <= d <= 0.1 * 2 ** n for n, d in enumerate(delays[:3]))
     assert max(delays) <= 1.0
+
+
+def test_observer_snapshot_names_the_current_item_stage_and_counts_while_running(make,
+                                                                                 small_corpus):
+    runner, provider = make()
+    seen = []
+
+    def observe(point, key, **context):
+        if point == "after_submit":
+            seen.append(current.snapshot())
+
+    current = runner(hook=observe)
+    current.run(small_corpus)
+    at_rest = current.snapshot()
+    current.close()
+    first = seen[0]
+    assert first.stage == "submit" and first.current is not None
+    assert first.counts["unknown"] == 1 and first.counts["failed"] == 1  # intent recorded, poison out
+    assert seen[-1].counts["done"] == 3 and first.elapsed >= 0
+    assert at_rest.current is None and at_rest.counts["done"] == 4  # at rest: nothing in hand
