@@ -271,14 +271,18 @@ class Meet:
                 pass
 
 
+@pytest.mark.parametrize("backend", ["postgres", "sqlite"])
 @pytest.mark.parametrize("strategy, valid", [("no-lease", False), ("safe", True)])
 def test_workers_in_separate_processes_race_for_items_and_only_leases_prevent_double_execution(
-        pg_url, tmp_path, small_corpus, strategy, valid):
+        request, tmp_path, small_corpus, strategy, valid, backend):
     """Two worker processes, each with its own connection, reach their first intent together.
 
     Without leases both submit the same pending item and the provider executes
-    it twice; with leases (claimed by SKIP LOCKED) they work on different items.
+    it twice; with leases (claimed by SKIP LOCKED on PostgreSQL, by the guarded
+    claim on one SQLite file) they work on different items.
     """
+    pg_url = request.getfixturevalue("pg_url") if backend == "postgres" else \
+        str(tmp_path / "ledger.sqlite")
     barrier = multiprocessing.get_context("spawn").Barrier(2)
     result = run_workers(pg_url, tmp_path / "provider.db", small_corpus, tmp_path / "out", 2,
                          STRICT, strategy=strategy, policy=NO_WAIT, hook=Meet(barrier))
