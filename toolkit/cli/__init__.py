@@ -65,15 +65,5 @@ def table(rows: list[dict], columns: list[str]) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
-def provider_at(db_path, contract=None):
-    """The fake provider whose database is ``db_path``; its jobs live beside it."""
-    from pathlib import Path
-
-    from toolkit.provider import Contract, FakeProvider
-
-    db_path = Path(db_path)
-    return FakeProvider(db_path, db_path.with_name(db_path.stem + "-jobs"), contract or Contract())
-
-
 # Subcommand modules register themselves on import; their order is the --help order.
 from toolkit.cli import batch, drill, explore, inspect, ops, serve  # noqa: E402,F401

@@ -2,7 +2,7 @@
 
 import sys
 
-from toolkit.cli import command, emit, provider_at
+from toolkit.cli import command, emit
 from toolkit.errors import ToolkitError
 
 
@@ -55,7 +55,7 @@ def _run(parser):
         import dataclasses
         from pathlib import Path
 
-        from toolkit.provider import parse_contract
+        from toolkit.provider import parse_contract, provider_at
         from toolkit.runner import RetryPolicy
         from toolkit.runner.naive import open_strategy
 

@@ -3,7 +3,7 @@
 import sys
 from pathlib import Path
 
-from toolkit.cli import command, emit, provider_at
+from toolkit.cli import command, emit
 from toolkit.errors import ToolkitError
 
 
@@ -32,7 +32,7 @@ def _cancel(parser):
 
     def run(args):
         from toolkit.ledger import open_ledger
-        from toolkit.provider import provider_stats
+        from toolkit.provider import provider_at, provider_stats
         from toolkit.runner.ops import cancel
 
         from toolkit.ledger.postgres import postgres_url

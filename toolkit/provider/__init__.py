@@ -9,8 +9,9 @@ Importing this package loads neither PyMuPDF nor psutil.
 
 from .contract import (ACTIVE, CONTRACT_FORMS, LOOKUPS, Contract, Job, JobStatus,
                        ProviderConflict, parse_contract)
-from .fake import FakeProvider
+from .fake import FakeProvider, provider_at
 from .records import SCHEMA, provider_records, provider_stats
 
 __all__ = ["ACTIVE", "CONTRACT_FORMS", "LOOKUPS", "SCHEMA", "Contract", "FakeProvider", "Job",
-           "JobStatus", "ProviderConflict", "parse_contract", "provider_records", "provider_stats"]
+           "JobStatus", "ProviderConflict", "parse_contract", "provider_at", "provider_records",
+           "provider_stats"]

@@ -388,3 +388,12 @@ class FakeProvider:
     def executions(self) -> list[dict]:
         """Every finished execution, in order (fields of ``checker.Execution``)."""
         return self._query(records.executions)
+
+
+def provider_at(db_path, contract: Contract = Contract()) -> FakeProvider:
+    """The fake provider whose database is ``db_path``; its jobs live beside it (``<stem>-jobs``).
+
+    The one convention the CLI, worker processes and tests share for "a provider on disk".
+    """
+    db_path = Path(db_path)
+    return FakeProvider(db_path, db_path.with_name(db_path.stem + "-jobs"), contract)

@@ -211,10 +211,9 @@ def _provider(spec: _Spec):
         from toolkit.provider.client import HttpProvider
 
         return HttpProvider(spec.provider_url, read_timeout=spec.read_timeout)
-    from toolkit.provider import Contract, FakeProvider
+    from toolkit.provider import Contract, provider_at
 
-    db = Path(spec.provider_db)
-    return FakeProvider(db, db.with_name(db.stem + "-jobs"), spec.contract or Contract())
+    return provider_at(spec.provider_db, spec.contract or Contract())
 
 
 def _batch_counts(location, inputs, options):
