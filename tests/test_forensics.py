@@ -38,7 +38,7 @@ def load_make():
 
 def states(**counts):
     base = dict.fromkeys(("pending", "unknown", "submitted", "done", "failed", "needs_review",
-                          "cancelled"), 0)
+                          "cancelled", "partial"), 0)
     return {**base, **counts}
 
 
@@ -277,6 +277,9 @@ def test_render_text_escapes_control_characters_from_a_hostile_key(tmp_path):
     ("failed", None, set(), "review"),
     ("needs_review", None, set(), "review"),
     ("cancelled", None, set(), "skip"),
+    ("partial", None, set(), "run"),
+    ("partial", None, {"artifact_mismatch"}, "review"),
+    ("partial", None, {"stale_input"}, "review"),
     ("cancelled", None, {"duplicate_key"}, "review"),
     ("pending", None, {"illegal_transition"}, "review"),
     ("unknown", None, {"history_mismatch"}, "review"),

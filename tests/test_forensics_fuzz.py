@@ -14,7 +14,8 @@ from toolkit.forensics import KINDS, audit, lines, render_text
 from toolkit.ledger import open_ledger
 
 FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-STATES = ["pending", "unknown", "submitted", "done", "failed", "needs_review", "cancelled"]
+STATES = ["pending", "unknown", "submitted", "done", "failed", "needs_review", "cancelled",
+          "partial"]
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),

@@ -22,6 +22,7 @@ from toolkit.identity import file_task_key
 from toolkit.ledger import Item, State, open_ledger
 from toolkit.provider import FakeProvider, parse_contract
 from toolkit.runner import RetryPolicy
+from toolkit.runner.pipeline import routed_options
 from toolkit.runner.naive import open_strategy, resolve_strategy
 from toolkit.runner.ops import cancel, clear_health, health_marker
 
@@ -39,6 +40,8 @@ class Drill:
     ledger: str = "sqlite"
     docs: int = 4
     poison: int = 0
+    long_docs: int = 0  # documents of 6 pages, processed page by page
+    page_by_page_from: int | None = None  # documents with this many pages go page by page
     workers: int = 1
     runs: int = 2
     disk_full_after: int = 6  # ledger writes that succeed before the disk is "full"
@@ -183,6 +186,10 @@ CATALOGUE = [
     *_pair("identity-change", "the same files again with another target language",
            "output-exists", ("fake_done",), contract="idempotent",
            options=({"target": "de"}, {"target": "fr"})),
+    # A long document dies after its second page; pages are billed one by one.
+    *_pair("partial-resume", "a 6-page document: the process dies after page 2 is checkpointed",
+           "restart-long-docs", ("double_execution",), faults=("crash_after_checkpoint",),
+           docs=2, long_docs=2, page_by_page_from=5),
     *_matrix(),
 ]
 DRILLS = {drill.name: drill for drill in CATALOGUE}
@@ -220,7 +227,8 @@ def run_drill(drill: Drill, workdir=None, seed: int = 0, strategy=None) -> Drill
         with tempfile.TemporaryDirectory(prefix="drill-") as tmp:
             return run_drill(drill, tmp, seed)
     work = Path(workdir)
-    inputs = documents.make_corpus(work / "in", docs=drill.docs, poison=drill.poison, seed=seed)
+    inputs = documents.make_corpus(work / "in", docs=drill.docs, poison=drill.poison, seed=seed,
+                                   long_docs=drill.long_docs)
     contract = dataclasses.replace(parse_contract(drill.contract), seed=seed)
     provider = FakeProvider(work / "provider.db", work / "provider-jobs", contract)
     suffix = ".json" if drill.strategy == "rewrite-state" else f".{drill.ledger}"
@@ -232,7 +240,8 @@ def run_drill(drill: Drill, workdir=None, seed: int = 0, strategy=None) -> Drill
             if run and health_marker(ledger_path).exists():
                 clear_health(ledger_path)  # the operator freed the disk and cleared the marker
             _one_run(drill, run, faults, ledger_path, provider, work, inputs, steps, fired)
-        history = collect_history(ledger_path, provider, inputs, contract, drill.options)
+        history = collect_history(ledger_path, provider, inputs, contract, drill.options,
+                                  drill.page_by_page_from)
         stats = provider.stats()
     finally:
         provider.close()
@@ -255,7 +264,9 @@ def _one_run(drill, run, faults, ledger_path, provider, work, inputs, steps, fir
         runner = open_strategy(drill.strategy, ledger_path, provider, work / "out",
                                options=options, lease_ttl=0.3 if slow else 60.0,
                                policy=RetryPolicy(base_delay=0.0, seed=run), hook=hook,
-                               worker=f"worker-{n + 1}", sleep=lambda seconds: None)
+                               worker=f"worker-{n + 1}", sleep=lambda seconds: None,
+                               **({"page_by_page_from": drill.page_by_page_from}
+                                  if drill.page_by_page_from is not None else {}))
         if "torn_jsonl_write" in faults:
             tear_jsonl_writes(runner.ledger, nth=len(inputs) + 3)
         if "disk_full" in faults:
@@ -384,8 +395,13 @@ def _state_file_items(path) -> dict[str, Item]:
             for key, entry in state.items()}
 
 
-def collect_history(ledger_path, provider, inputs, contract, options_sets=({},)) -> History:
-    """Everything the checker judges: both ledgers, the call logs, what is on disk."""
+def collect_history(ledger_path, provider, inputs, contract, options_sets=({},),
+                    page_by_page_from=None) -> History:
+    """Everything the checker judges: both ledgers, the call logs, what is on disk.
+
+    The inputs are keyed as the runner keys them: with ``page_by_page_from``,
+    a long document's identity includes its page-by-page routing.
+    """
     ledger_path = Path(ledger_path)
     if ledger_path.suffix == ".json":
         events, items = (), _state_file_items(ledger_path)
@@ -399,13 +415,15 @@ def collect_history(ledger_path, provider, inputs, contract, options_sets=({},))
             found = documents.artifact_of(path) if path.is_file() else None
             artifacts[key] = ArtifactOnDisk(str(path), found is not None, found and found.size,
                                             found and found.sha256)
-    keyed = {file_task_key(path, options): path for path in inputs for options in options_sets}
+    checks = {path: documents.preflight(path) for path in inputs}
+    keyed = {file_task_key(path, routed_options(options, checks[path].pages, page_by_page_from)):
+             path for path in inputs for options in options_sets}
     return History(
         events=events, items=items,
         calls=tuple(Call(**row) for row in provider.calls()),
         executions=tuple(Execution(**row) for row in provider.executions()),
         artifacts=artifacts,
-        inputs={key: {"source": path.name, "poison": not documents.preflight(path).ok}
+        inputs={key: {"source": path.name, "poison": not checks[path].ok}
                 for key, path in keyed.items()},
         idempotent_keys=contract.idempotent_keys, key_retention=contract.key_retention)
 

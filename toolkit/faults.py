@@ -52,6 +52,8 @@ FAULTS = {fault.name: fault for fault in (
           summary="the process dies while rewriting its state file"),
     Fault("crash_at_second_commit", "before_commit", "crash", nth=2,
           summary="the process dies before committing its second reply"),
+    Fault("crash_after_checkpoint", "after_checkpoint", "crash", nth=2,
+          summary="the process dies after checkpointing page 2 of a long document"),
 )}
 
 # Faults that replace a ledger primitive rather than act at a hook point.

@@ -86,3 +86,22 @@ def idem_key(key: str, attempt: int) -> str:
     if attempt < 1:
         raise ValueError(f"attempt must be >= 1, got {attempt}")
     return f"{key}:{attempt}"
+
+
+PAGE_MARK = "#p"
+
+
+def page_key(key: str, page: int) -> str:
+    """The identity of one page (1-based) of a document processed page by page.
+
+    Each page is its own unit of billable work: ``idem_key(page_key(k, 3), 1)``
+    is ``k#p3:1``. ``document_of`` undoes it.
+    """
+    if page < 1:
+        raise ValueError(f"page must be >= 1, got {page}")
+    return f"{key}{PAGE_MARK}{page}"
+
+
+def document_of(unit: str) -> str:
+    """The document task key of a unit: itself, or the document a page key belongs to."""
+    return unit.partition(PAGE_MARK)[0]

@@ -11,20 +11,29 @@ def _fixtures(parser):
     parser.add_argument("dir", help="folder to write into (created if missing)")
     parser.add_argument("--docs", type=int, default=30, help="healthy documents (default 30)")
     parser.add_argument("--poison", type=int, default=3, help="poison files (default 3)")
+    parser.add_argument("--long-docs", type=int, default=0,
+                        help="long healthy documents, long-NNN.pdf (default 0)")
+    parser.add_argument("--long-pages", type=int, default=6,
+                        help="pages of each long document (default 6)")
     parser.add_argument("--seed", type=int, default=0)
 
     def run(args):
         from toolkit.documents import make_corpus
 
-        if args.docs < 0 or args.poison < 0:
-            raise ToolkitError("--docs and --poison must be >= 0")
-        paths = make_corpus(args.dir, docs=args.docs, poison=args.poison, seed=args.seed)
-        print(f"wrote {len(paths)} files ({args.docs} healthy, {args.poison} poison) to {args.dir}")
+        if args.docs < 0 or args.poison < 0 or args.long_docs < 0:
+            raise ToolkitError("--docs, --poison and --long-docs must be >= 0")
+        if args.long_pages < 1:
+            raise ToolkitError("--long-pages must be >= 1")
+        paths = make_corpus(args.dir, docs=args.docs, poison=args.poison, seed=args.seed,
+                            long_docs=args.long_docs, long_pages=args.long_pages)
+        print(f"wrote {len(paths)} files ({args.docs} healthy, {args.long_docs} long, "
+              f"{args.poison} poison) to {args.dir}")
     return run
 
 
 STRATEGY_NAMES = ("safe", "blind-retry", "output-exists", "batch-commit", "rewrite-state",
-                  "no-lease", "timeout-as-failed", "steal-expired", "ignore-write-errors")
+                  "no-lease", "timeout-as-failed", "steal-expired", "ignore-write-errors",
+                  "restart-long-docs")
 
 
 @command("run", "Run a batch: preflight, intent, submit, reconcile, fetch and verify. Safe to rerun "
@@ -50,6 +59,9 @@ def _run(parser):
     parser.add_argument("--workers", type=int, default=None,
                         help="run N worker processes, each with its own ledger connection "
                              "(an SQLite file or a postgresql:// URL)")
+    parser.add_argument("--page-by-page-from", type=int, default=None, metavar="PAGES",
+                        help="documents with at least PAGES pages are sent page by page, "
+                             "checkpointed after each page and resumed at the next one")
 
     def run(args):
         import dataclasses
@@ -62,6 +74,13 @@ def _run(parser):
         inputs = sorted(Path(args.inputs).glob("*.pdf")) if Path(args.inputs).is_dir() else None
         if not inputs:
             raise ToolkitError(f"no PDF files in {args.inputs!r}")
+        paging = {}
+        if args.page_by_page_from is not None:
+            if args.page_by_page_from < 1:
+                raise ToolkitError("--page-by-page-from must be >= 1")
+            if args.workers is not None:
+                raise ToolkitError("--page-by-page-from works with one worker; drop --workers")
+            paging["page_by_page_from"] = args.page_by_page_from
         if args.provider_url:
             provider = _service(args)
         else:
@@ -76,7 +95,7 @@ def _run(parser):
         if args.workers is not None:
             return _run_workers(args, inputs, provider)
         runner = open_strategy(args.strategy, args.ledger, provider, args.out,
-                               policy=RetryPolicy(seed=args.seed),
+                               policy=RetryPolicy(seed=args.seed), **paging,
                                progress=not (args.json or args.no_progress))
         try:
             counts = runner.run(inputs)

@@ -132,7 +132,7 @@ def check_items(items: dict, artifacts: str | None, inputs: str | None, now: flo
     found, digests = [], {}
     for item in items.values():
         state = item.state
-        if state == "done":
+        if state in ("done", "partial"):  # a partial item's artifact is its checkpoint
             found += check_artifact(item, artifacts)
         elif state == "unknown":
             found += check_stuck(item, now)
@@ -174,6 +174,10 @@ def plan_item(item, kinds: set) -> tuple[str, str]:
     changed = [why for kind, why in INPUT_CHANGED.items() if kind in kinds]
     if changed:
         return "review", "; ".join(changed) + ": its key no longer names this work"
+    if state == "partial":
+        if kinds & ARTIFACT_DAMAGE:
+            return "review", "checkpoint of the finished pages not verified: never resume on it"
+        return "run", "partial: resume at the next page from the checkpoint, never from page 1"
     if state == "pending":
         return "run", "pending: nothing was sent"
     if state in ("unknown", "submitted"):

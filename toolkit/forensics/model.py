@@ -28,7 +28,8 @@ KINDS = (
     "stuck_unknown",          # unknown with no reply recorded and no live lease
 )
 ACTIONS = ("skip", "reconcile", "retry", "review", "run")
-STATES = ("pending", "unknown", "submitted", "done", "failed", "needs_review", "cancelled")
+STATES = ("pending", "unknown", "submitted", "done", "failed", "needs_review", "cancelled",
+          "partial")
 
 # Event columns (``line`` is the 1-based line of a JSONL record, None in SQLite).
 EVENT_COLUMNS = ("seq", "ts", "op", "key", "frm", "to", "attempt", "worker", "token", "line")

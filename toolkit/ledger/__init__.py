@@ -23,6 +23,7 @@ from toolkit.errors import (
     StaleTokenError,
     StateConflictError,
 )
+from toolkit.identity import idem_key, page_key
 
 
 class State(str, enum.Enum):
@@ -33,6 +34,7 @@ class State(str, enum.Enum):
     FAILED = "failed"
     NEEDS_REVIEW = "needs_review"
     CANCELLED = "cancelled"
+    PARTIAL = "partial"
 
     def __str__(self):
         return self.value
@@ -45,7 +47,10 @@ TRANSITIONS: dict[State, frozenset[State]] = {
     # reconcile by lookup: found running -> submitted, found done -> done, ...
     S.UNKNOWN: frozenset({S.SUBMITTED, S.DONE, S.FAILED, S.NEEDS_REVIEW, S.CANCELLED}),
     # a dead owner's in-flight item goes back to unknown, to be looked up
-    S.SUBMITTED: frozenset({S.DONE, S.FAILED, S.UNKNOWN, S.NEEDS_REVIEW, S.CANCELLED}),
+    S.SUBMITTED: frozenset({S.DONE, S.FAILED, S.UNKNOWN, S.NEEDS_REVIEW, S.CANCELLED,
+                            S.PARTIAL}),
+    # page by page: some pages checkpointed, the next page's intent comes next
+    S.PARTIAL: frozenset({S.UNKNOWN, S.NEEDS_REVIEW, S.CANCELLED}),
     # done -> done: a damaged artifact re-fetched (never re-executed)
     S.DONE: frozenset({S.DONE, S.NEEDS_REVIEW}),
     # only a transient failure may go back (a new attempt); see Ledger.move
@@ -58,7 +63,8 @@ TERMINAL = frozenset({S.DONE, S.NEEDS_REVIEW, S.CANCELLED})
 TRANSIENT, PERMANENT = "transient", "permanent"
 
 # Item fields a transition may set; everything else is owned by the base.
-MUTABLE_FIELDS = ("job_id", "failure", "reason", "artifact_path", "artifact_size", "artifact_sha256")
+MUTABLE_FIELDS = ("job_id", "failure", "reason", "artifact_path", "artifact_size",
+                  "artifact_sha256", "pages_done")
 LEASE_FIELDS = ("lease_owner", "lease_pid", "lease_started", "lease_expires")
 
 
@@ -75,6 +81,7 @@ class Item:
     artifact_path: str | None = None
     artifact_size: int | None = None
     artifact_sha256: str | None = None
+    pages_done: int | None = None  # None: the document is one request; n: pages 1..n checkpointed
     lease_owner: str | None = None
     lease_pid: int | None = None
     lease_started: float | None = None
@@ -85,6 +92,12 @@ class Item:
     def resting(self) -> bool:
         """True when no automation will move the item again."""
         return self.state in TERMINAL or (self.state is S.FAILED and self.failure == PERMANENT)
+
+    @property
+    def request_key(self) -> str:
+        """The idempotency key of the request in flight: the document's, or its next page's."""
+        unit = self.key if self.pages_done is None else page_key(self.key, self.pages_done + 1)
+        return idem_key(unit, self.attempt)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -48,8 +48,8 @@ CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS items (
     key TEXT PRIMARY KEY, state TEXT NOT NULL, source TEXT, attempt BIGINT NOT NULL,
     token BIGINT NOT NULL, job_id TEXT, failure TEXT, reason TEXT, artifact_path TEXT,
-    artifact_size BIGINT, artifact_sha256 TEXT, lease_owner TEXT, lease_pid BIGINT,
-    lease_started DOUBLE PRECISION, lease_expires DOUBLE PRECISION,
+    artifact_size BIGINT, artifact_sha256 TEXT, pages_done BIGINT, lease_owner TEXT,
+    lease_pid BIGINT, lease_started DOUBLE PRECISION, lease_expires DOUBLE PRECISION,
     updated DOUBLE PRECISION NOT NULL);
 CREATE TABLE IF NOT EXISTS events (
     seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, ts DOUBLE PRECISION NOT NULL,
@@ -57,7 +57,8 @@ CREATE TABLE IF NOT EXISTS events (
     attempt BIGINT NOT NULL, worker TEXT, token BIGINT NOT NULL, detail TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS health (
     id INTEGER PRIMARY KEY CHECK (id = 1), reason TEXT NOT NULL, since DOUBLE PRECISION NOT NULL);
-INSERT INTO meta VALUES ('format', '{FORMAT}') ON CONFLICT DO NOTHING
+INSERT INTO meta VALUES ('format', '{FORMAT}') ON CONFLICT DO NOTHING;
+ALTER TABLE items ADD COLUMN IF NOT EXISTS pages_done BIGINT
 """
 SELECT_ITEM = f"SELECT {', '.join(ITEM_COLUMNS)} FROM items"
 SELECT_EVENTS = 'SELECT seq, ts, op, key, frm, "to", attempt, worker, token, detail FROM events'

@@ -20,14 +20,17 @@ CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS items (
     key TEXT PRIMARY KEY, state TEXT NOT NULL, source TEXT, attempt INTEGER NOT NULL,
     token INTEGER NOT NULL, job_id TEXT, failure TEXT, reason TEXT, artifact_path TEXT,
-    artifact_size INTEGER, artifact_sha256 TEXT, lease_owner TEXT, lease_pid INTEGER,
-    lease_started REAL, lease_expires REAL, updated REAL NOT NULL);
+    artifact_size INTEGER, artifact_sha256 TEXT, pages_done INTEGER, lease_owner TEXT,
+    lease_pid INTEGER, lease_started REAL, lease_expires REAL, updated REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS events (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL NOT NULL, op TEXT NOT NULL,
     key TEXT NOT NULL, frm TEXT, "to" TEXT NOT NULL, attempt INTEGER NOT NULL,
     worker TEXT, token INTEGER NOT NULL, detail TEXT NOT NULL);
 INSERT OR IGNORE INTO meta VALUES ('format', '{FORMAT}');
 """
+# Columns added after format 1 was first written: an older ledger gains them on open
+# (NULL for every existing item, which is what those items mean).
+ADDED_COLUMNS = {"pages_done": "INTEGER"}
 
 
 def _item(row) -> Item:
@@ -62,6 +65,10 @@ class SqliteLedger(Ledger):
                 for statement in SCHEMA.strip().split(";"):
                     if statement.strip():
                         self._db.execute(statement)
+                have = {row[1] for row in self._db.execute("PRAGMA table_info(items)")}
+                for name, kind in ADDED_COLUMNS.items():
+                    if name not in have:
+                        self._db.execute(f"ALTER TABLE items ADD COLUMN {name} {kind}")
             fmt = self._db.execute("SELECT value FROM meta WHERE name='format'").fetchone()
         except sqlite3.Error as exc:
             raise LedgerError(f"cannot open SQLite ledger {str(self.path)!r}: {exc}") from exc

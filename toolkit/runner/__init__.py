@@ -10,6 +10,13 @@ Fault injectors plug in through ``hook(point, key, **context)``, called at
 the named ``HOOK_POINTS``; a hook may raise (a lost reply, a crash) or damage
 a file. The runner never imports ``toolkit.faults``. The plumbing shared with
 every other strategy (keying, preflight, health, the loop) is ``Pipeline``.
+
+A long document (``page_by_page_from``) is a chain of page requests, each
+with its own key (``<task>#p<n>:<attempt>``). After each verified page the
+runner appends it to a checkpoint file and commits ``partial`` with the
+page count, size and SHA-256; a later run resumes at the next page, never
+at page 1, and only an intact checkpoint is resumed. The last page turns
+the checkpoint into the output and commits ``done``.
 """
 
 import os
@@ -18,7 +25,6 @@ from pathlib import Path
 from toolkit import documents
 from toolkit.errors import (KeyReuseError, LeaseHeldError, PermanentError, StaleTokenError,
                             TransientError)
-from toolkit.identity import idem_key
 from toolkit.ledger import PERMANENT, TRANSIENT, Item, State
 from toolkit.provider import JobStatus, ProviderConflict
 from toolkit.runner.pipeline import (HOOK_POINTS, Pipeline, RetryPolicy, Snapshot, _Budget,
@@ -70,7 +76,7 @@ class Runner(Pipeline):
     def _steps(self):
         return {(S.PENDING, None): self._pending, (S.UNKNOWN, None): self._unknown,
                 (S.SUBMITTED, None): self._submitted, (S.DONE, None): self._done,
-                (S.FAILED, TRANSIENT): self._failed_transient}
+                (S.FAILED, TRANSIENT): self._failed_transient, (S.PARTIAL, None): self._partial}
 
     # -- one step per state --------------------------------------------------------
     def _move(self, item, to, token, **fields) -> Item:
@@ -80,10 +86,23 @@ class Runner(Pipeline):
         self.sleep(self.policy.delay(tries, self._rng))
 
     def _pending(self, item, token, budget):
+        return self._intent(item, token, budget, **({"pages_done": 0} if self._paged(item) else {}))
+
+    def _intent(self, item, token, budget, **fields):
         self.hook("before_intent", item.key)
-        item = self._move(item, S.UNKNOWN, token, note="intent")  # intent before side effect
+        item = self._move(item, S.UNKNOWN, token, note="intent", **fields)  # before the side effect
         self.hook("after_intent", item.key)
         return self._submit(item, token, budget)
+
+    def _paged(self, item) -> bool:
+        return item.key in self._pages
+
+    def _request(self, item) -> tuple[str, dict]:
+        """The idempotency key and options of the request in flight: the document or a page."""
+        options = self._options.get(item.key, self.options)
+        if item.pages_done is not None:
+            options = {**options, "page": item.pages_done + 1}
+        return item.request_key, options
 
     def _submit(self, item, token, budget):
         """Submit the current attempt's key; the item is ``unknown`` while we wait."""
@@ -91,9 +110,9 @@ class Runner(Pipeline):
             return REST
         budget.submits += 1
         self._stage = "submit"
-        key = idem_key(item.key, item.attempt)
+        key, options = self._request(item)
         try:
-            job = self.provider.submit(key, self._paths[item.key], self.options)
+            job = self.provider.submit(key, self._paths[item.key], options)
             self.hook("after_submit", item.key, job=job)
         except TimeoutError:
             self.lost_replies += 1
@@ -116,7 +135,7 @@ class Runner(Pipeline):
     def _unknown(self, item, token, budget):
         """Query before resubmitting: the provider's answer, then its contract, decide."""
         self._stage = "lookup"
-        key = idem_key(item.key, item.attempt)
+        key = item.request_key
         misses = 0
         limit = max(self.policy.lookups, self.contract.lag + 1)
         while True:
@@ -183,6 +202,8 @@ class Runner(Pipeline):
                 return REST
             self.hook("during_fetch", item.key, path=part)
             if documents.verify(part, job.artifact_size, job.artifact_sha256):
+                if self._paged(item):
+                    return self._checkpoint(item, job, part, token, budget)
                 with open(part, "rb") as handle:  # the bytes on disk before the name points at them
                     os.fsync(handle.fileno())
                 os.replace(part, final)
@@ -194,6 +215,50 @@ class Runner(Pipeline):
             part.unlink(missing_ok=True)  # a half download is never done
         return REST
 
+    def _checkpoint_path(self, item, pages: int) -> Path:
+        return self.out_dir / ".checkpoints" / f"{item.key}.{pages:04d}.pdf"
+
+    def _checkpoint(self, item, job, part, token, budget):
+        """Append a verified page to the checkpoint; commit ``partial``, or ``done`` at the end.
+
+        Each checkpoint is a new file named by its page count, so the one the
+        ledger points at is never overwritten: a crash between writing the
+        next one and committing it leaves the committed checkpoint intact.
+        """
+        page, total = item.pages_done + 1, self._pages[item.key]
+        earlier = [item.artifact_path] if item.pages_done else []
+        if earlier and not self._artifact_intact(item):
+            self._move(item, S.NEEDS_REVIEW, token, reason="checkpoint damaged before page "
+                       f"{page}: the finished pages are not proven")
+            return REST
+        last = page == total
+        target = self._output_path(item) if last else self._checkpoint_path(item, page)
+        made = documents.concat([*earlier, part], target)  # temp file, fsync, rename
+        part.unlink(missing_ok=True)
+        to = S.DONE if last else S.PARTIAL
+        self.hook("before_commit", item.key, to=to)
+        self._move(item, to, token, job_id=job.job_id, pages_done=page, artifact_path=made.path,
+                   artifact_size=made.size, artifact_sha256=made.sha256)
+        if earlier:
+            Path(earlier[0]).unlink(missing_ok=True)  # superseded by the one just committed
+        if last:
+            return REST
+        self.hook("after_checkpoint", item.key, page=page)
+        budget.reset()  # the next page is a new request
+        return CONTINUE
+
+    def _resume_pages(self, item) -> int | None:
+        """Pages kept when a long document goes on: all that are checkpointed."""
+        return item.pages_done
+
+    def _partial(self, item, token, budget):
+        """Resume a long document at its next page, from an intact checkpoint only."""
+        if not self._artifact_intact(item):
+            self._move(item, S.NEEDS_REVIEW, token, reason="checkpoint of the finished pages "
+                       "is damaged or missing")
+            return REST
+        return self._intent(item, token, budget, pages_done=self._resume_pages(item))
+
     def _artifact_intact(self, item) -> bool:
         return bool(item.artifact_path) and documents.verify(
             item.artifact_path, item.artifact_size, item.artifact_sha256)
@@ -202,6 +267,9 @@ class Runner(Pipeline):
         """A done item whose artifact is damaged is re-fetched, never re-executed."""
         if self._artifact_intact(item):
             self.reused += 1
+            return REST
+        if item.pages_done is not None:  # assembled from many page jobs: no one job to re-fetch
+            self._move(item, S.NEEDS_REVIEW, token, reason="assembled artifact damaged")
             return REST
         try:
             job = self.provider.poll(item.job_id) if item.job_id else None
@@ -216,5 +284,12 @@ class Runner(Pipeline):
         if budget.submits >= self.policy.submits:
             return REST  # budget spent: a later run retries
         self._backoff(budget.submits)
-        item = self._move(item, S.UNKNOWN, token, note="retry")  # new attempt, new key
+        fields = {}
+        if item.pages_done is not None:  # a long document goes on where its checkpoint ends
+            fields["pages_done"] = self._resume_pages(item)
+        item = self._move(item, S.UNKNOWN, token, note="retry", **fields)  # new attempt, new key
+        if fields and item.pages_done and not self._artifact_intact(item):
+            self._move(item, S.NEEDS_REVIEW, token, reason="checkpoint of the finished pages "
+                       "is damaged or missing")
+            return REST
         return self._submit(item, token, budget)

@@ -212,6 +212,32 @@ class IgnoreWriteErrors(Runner):
                                        **fields)
 
 
+class RestartLongDocs(Runner):
+    """A long document that stopped halfway starts over at page 1.
+
+    The finished pages are thrown away, so every page before the failure is
+    sent again under a new request: each re-sent page is billed twice (the
+    checker sees a page executed twice), and a 300-page document that fails
+    near its end costs nearly double.
+    """
+
+    name = "restart-long-docs"
+
+    def __init__(self, *args, **options):
+        super().__init__(*args, **options)
+        self._started: set[str] = set()  # documents this run has begun (from page 1)
+
+    def _resume_pages(self, item):
+        if item.pages_done is None or item.key in self._started:
+            return item.pages_done  # within one run it goes page after page
+        self._started.add(item.key)
+        return 0
+
+    def _pending(self, item, token, budget):
+        self._started.add(item.key)
+        return super()._pending(item, token, budget)
+
+
 class JsonStateFile:
     """The whole state as one JSON object, rewritten in place after every change.
 
@@ -297,7 +323,7 @@ class RewriteState(Runner):
 STRATEGIES = {"safe": Runner, "blind-retry": BlindRetry, "output-exists": OutputExists,
               "batch-commit": BatchCommit, "rewrite-state": RewriteState, "no-lease": NoLease,
               "timeout-as-failed": TimeoutAsFailed, "steal-expired": StealExpired,
-              "ignore-write-errors": IgnoreWriteErrors}
+              "ignore-write-errors": IgnoreWriteErrors, "restart-long-docs": RestartLongDocs}
 
 
 def resolve_strategy(name):

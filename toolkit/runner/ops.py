@@ -11,7 +11,6 @@ import os
 from pathlib import Path
 
 from toolkit.errors import LeaseHeldError, LedgerError, ToolkitError
-from toolkit.identity import idem_key
 from toolkit.ledger import TRANSITIONS, State, open_ledger, owner_alive, postgres_health
 from toolkit.ledger.postgres import postgres_url
 
@@ -121,14 +120,15 @@ def cancel(ledger, provider, key: str, worker: str = "operator") -> State:
     if S.CANCELLED not in TRANSITIONS[item.state]:
         raise ToolkitError(f"item {item.key[:12]} is {item.state.value}: nothing to cancel")
     token = ledger.claim(item.key, worker, ttl=60.0)
-    job_id = item.job_id
+    # A partial item has nothing in flight: its job id is the last finished page's.
+    job_id = None if item.state is S.PARTIAL else item.job_id
     if job_id is None and item.state is S.UNKNOWN:
-        found = provider.lookup(idem_key(item.key, item.attempt))
+        found = provider.lookup(item.request_key)  # the document's key, or its next page's
         job_id = found and found.job_id
     if job_id is not None:
         provider.cancel(job_id)  # only this job: never "everything with this key"
     ledger.move(item.key, item.state, S.CANCELLED, token=token, worker=worker,
-                job_id=job_id, reason="cancelled by operator")
+                reason="cancelled by operator", **({"job_id": job_id} if job_id else {}))
     ledger.release(item.key, token, worker)
     return S.CANCELLED
 

@@ -23,7 +23,19 @@ from toolkit.runner.ops import mark_unhealthy, recover_abandoned, require_health
 
 S = State
 HOOK_POINTS = ("before_intent", "after_intent", "after_submit", "before_commit",
-               "during_fetch", "during_lookup")
+               "during_fetch", "during_lookup", "after_checkpoint")
+PAGE_BY_PAGE = "page_by_page"  # the routing option: part of a long document's identity
+
+
+def routed_options(options: dict, pages: int, page_by_page_from: int | None) -> dict:
+    """The request options of a document: a long one is routed page by page.
+
+    The routing changes how the result is made, so it is part of the identity:
+    the same file under another routing is another request, never a reuse.
+    """
+    if page_by_page_from is not None and pages >= page_by_page_from:
+        return {**options, PAGE_BY_PAGE: True}
+    return options
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -53,6 +65,10 @@ class _Budget:
     lookups: int = 0
     polls: int = 0
     fetches: int = 0
+
+    def reset(self):
+        """A new request (the next page of a long document) starts with fresh budgets."""
+        self.submits = self.lookups = self.polls = self.fetches = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -99,12 +115,15 @@ class Pipeline:
     faults can be injected there; ``self._paths[key]`` is the input file.
     Construct it as ``Cls(ledger, provider, out_dir, **options)``; drills and
     the crash exploration run any such class (``--strategy module:Name``).
+    With ``page_by_page_from=n``, documents of n pages or more are keyed with
+    the page-by-page routing and ``self._pages[key]`` holds their page count.
     """
 
     name = "pipeline"
 
     def __init__(self, ledger, provider, out_dir, *, options=None, policy=RetryPolicy(),
-                 worker=None, hook=None, sleep=time.sleep, lease_ttl=60.0, progress=False):
+                 worker=None, hook=None, sleep=time.sleep, lease_ttl=60.0, progress=False,
+                 page_by_page_from: int | None = None):
         self.ledger, self.provider = ledger, provider
         self.out_dir = Path(out_dir)
         self.options = dict(options or {})
@@ -115,7 +134,12 @@ class Pipeline:
         self.hook = hook or (lambda point, key, **context: None)
         self.sleep, self.lease_ttl, self.progress = sleep, lease_ttl, progress
         self._rng = random.Random(policy.seed)
+        if page_by_page_from is not None and page_by_page_from < 1:
+            raise ValueError(f"page_by_page_from must be >= 1, got {page_by_page_from}")
+        self.page_by_page_from = page_by_page_from
         self._paths: dict[str, Path] = {}
+        self._pages: dict[str, int] = {}  # page count of each document routed page by page
+        self._options: dict[str, dict] = {}  # request options per key (the routing included)
         self._current = self._stage = None
         self._started = time.monotonic()
         self.lost_replies = self.reused = 0
@@ -141,15 +165,22 @@ class Pipeline:
         keys = {}  # ordered, and O(1) membership: resume of a large batch stays linear
         for path in sorted(Path(p) for p in inputs):
             digest = content_digest(path)
-            key = task_key(digest, self.options)
-            self._paths[key] = path
+            check = None
+            options = self.options
+            if self.page_by_page_from is not None:  # the routing needs the page count first
+                check = documents.preflight(path)
+                options = routed_options(self.options, check.pages, self.page_by_page_from)
+            key = task_key(digest, options)
+            self._paths[key], self._options[key] = path, options
+            if PAGE_BY_PAGE in options:
+                self._pages[key] = check.pages
             if key in keys:
                 continue  # same content twice in one batch is one unit of work
             keys[key] = None
             self.ledger.add(key, source=path.name, digest=digest)
             item = self.ledger.get(key)
             if item.state is S.PENDING:
-                check = documents.preflight(path)
+                check = check or documents.preflight(path)
                 if not check.ok:
                     self._quarantine(item, check.reason)
         return list(keys)

@@ -21,10 +21,11 @@ POSITIONS = {
     "done": (5.1, 2.0),
     "failed": (1.7, 0.5),
     "needs_review": (3.4, 0.5),
+    "partial": (2.55, 1.2),  # between the pages of a long document: back to unknown for the next
 }
 # Edges that would run straight through a node bend further out.
 BEND = {("unknown", "done"): 0.24, ("needs_review", "cancelled"): -0.3,
-        ("pending", "cancelled"): -0.12}
+        ("pending", "cancelled"): -0.12, ("partial", "cancelled"): 0.25}
 CURRENT = "#d62728"
 
 

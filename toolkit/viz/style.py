@@ -10,6 +10,7 @@ STATE_COLOURS = {
     "failed": "#d9534f",
     "needs_review": "#9467bd",
     "cancelled": "#7f7f7f",
+    "partial": "#a6d96a",
 }
 VERDICT_COLOURS = {"valid": "#4caf50", "parked": "#9467bd", "violation": "#d9534f",
                    "undecided": "#c7c7c7"}

@@ -80,8 +80,8 @@ def items_table(result) -> Table:
 # -- crash points ------------------------------------------------------------------
 # Where an item's path can be cut, in the order an item meets them. Ledger faults
 # (they replace a ledger write) have no hook point of their own: named here.
-PATH = ("after_intent", "after_submit", "before_commit", "during_fetch", "ledger_write",
-        "during_state_write")
+PATH = ("after_intent", "after_submit", "before_commit", "during_fetch", "after_checkpoint",
+        "ledger_write", "during_state_write")
 LEDGER_FAULT_POINTS = {"torn_jsonl_write": "ledger_write", "disk_full": "ledger_write"}
 CRASHES = frozenset({"crash", "truncate_crash"})
 
@@ -139,6 +139,7 @@ CHECKLIST = (
     ("A cancelled item is never retried", "cancel"),
     ("When the ledger cannot record, no new work is taken", "health-fail-closed"),
     ("Other options are other work: an old output is never reused for them", "identity-change"),
+    ("A long document resumes at its next page, never at page 1", "partial-resume"),
 )
 
 

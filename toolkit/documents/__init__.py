@@ -15,7 +15,6 @@ purpose so tests exercise that check honestly. Option keys other than
 
 import hashlib
 import os
-import random
 import re
 import tempfile
 import textwrap
@@ -23,7 +22,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import PermanentError
+from toolkit.errors import PermanentError
 
 GLOSSARIES = {
     "de": {"invoice": "Rechnung", "contract": "Vertrag", "customer": "Kunde", "supplier": "Lieferant",
@@ -45,8 +44,6 @@ _PROTECTED = re.compile(r"\b[A-Z]{1,6}-\d[0-9A-Z]*(?:-[0-9A-Z]+)*\b|\d+(?:[.,/:-
 _CODE = re.compile(r"[A-Z]{1,6}-\d")
 _WORD = re.compile(r"[^\W\d_]+")
 
-POISON_KINDS = ("truncated", "blank-page", "not-pdf", "spliced")
-"""Poison file ``poison-NNN.pdf`` has kind ``POISON_KINDS[NNN % 4]``."""
 
 _TAIL = 1024  # bytes searched for %%EOF / startxref, as PDF readers do
 _LINE_WIDTH, _LINES_PER_PAGE, _FONT_SIZE, _LEADING = 90, 52, 10, 13
@@ -260,17 +257,24 @@ def render(texts: list[str], out_path) -> Artifact:
 def process(input_path, output_path, options: dict) -> Artifact:
     """Preflight, extract, translate, check protected tokens, render atomically.
 
-    Nothing is written unless every check passed; a failed call leaves
-    ``output_path`` as it was.
+    With ``options["page"] = n`` only page n (1-based) is processed: one unit
+    of a document processed page by page. Nothing is written unless every
+    check passed; a failed call leaves ``output_path`` as it was.
 
     Raises:
-        PermanentError: poison input (with the preflight reason), unsupported
-            target, or a translation/rendering that lost protected tokens.
+        PermanentError: poison input (with the preflight reason), a page the
+            document does not have, unsupported target, or a translation or
+            rendering that lost protected tokens.
     """
     verdict = preflight(input_path)
     if not verdict.ok:
         raise PermanentError(f"poison input: {verdict.reason}")
     source = page_texts(input_path)
+    page = options.get("page")
+    if page is not None:
+        if not isinstance(page, int) or not 1 <= page <= len(source):
+            raise PermanentError(f"no page {page!r}: the document has {len(source)} pages")
+        source = source[page - 1:page]
     translated = [translate(text, options) for text in source]
     lost = lost_tokens("\n".join(source), "\n".join(translated))
     if lost:
@@ -283,6 +287,22 @@ def process(input_path, output_path, options: dict) -> Artifact:
         raise PermanentError(f"rendered output lost protected tokens: {_show(lost)}")
     write_atomic(data, output_path)
     return Artifact(str(output_path), len(data), hashlib.sha256(data).hexdigest())
+
+
+def concat(parts, out_path) -> Artifact:
+    """Join PDFs in order into ``out_path`` (atomically); same parts, same bytes."""
+    pymupdf = _mupdf()
+    doc = pymupdf.open()
+    try:
+        for part in parts:
+            with pymupdf.open(part, filetype="pdf") as src:
+                doc.insert_pdf(src)
+        doc.set_metadata({})
+        data = doc.tobytes(garbage=4, deflate=True, no_new_id=True)
+    finally:
+        doc.close()
+    write_atomic(data, out_path)
+    return Artifact(str(out_path), len(data), hashlib.sha256(data).hexdigest())
 
 
 def _show(counter: Counter) -> str:
@@ -313,93 +333,5 @@ def verify(path, size: int, sha256: str) -> bool:
         return False
 
 
-# --- deterministic corpus -------------------------------------------------
-
-_CUSTOMERS = ("Acme Industrial GmbH", "Borealis Trading Ltd", "Nordlicht Werke AG",
-              "Harbor Logistics Inc", "Castell Medical SE", "Vireo Systems BV")
-_PARTS = ("pump housing", "control board", "drive belt", "sensor array", "valve kit",
-          "cooling fan", "power supply", "service hours")
-_CLAUSES = ("Delivery within {d} days of the order date.",
-            "Payment terms net {d} days, amount due in EUR.",
-            "Warranty for model {code} is {m} months from delivery.",
-            "The supplier provides spare parts for model {code} for {y} years.",
-            "Service rate {p} EUR per hour, invoice monthly.")
-
-
-def _code(rng):
-    return f"{rng.choice('ABKMRSTX')}{rng.choice('BCKLRTX')}-{rng.randint(100, 9999)}"
-
-
-def _money(rng):
-    cents = rng.randint(100, 4_800_000)
-    return f"{cents // 100:,}.{cents % 100:02d}"
-
-
-def _invoice_pages(rng, pages):
-    number, customer = f"INV-{rng.randint(1, 99999):05d}", rng.choice(_CUSTOMERS)
-    date = f"2024-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
-    out = []
-    for page in range(1, pages + 1):
-        lines = [f"Invoice {number}  page {page} of {pages}", f"Customer: {customer}", f"Date: {date}", ""]
-        for item in range(rng.randint(3, 9)):
-            lines.append(f"Item {item + 1}: model {_code(rng)} {rng.choice(_PARTS)}, "
-                         f"quantity {rng.randint(1, 40)}, unit price {_money(rng)} EUR")
-        lines += ["", f"Total amount due: {_money(rng)} EUR"]
-        out.append("\n".join(lines))
-    return out
-
-
-def _contract_pages(rng, pages):
-    number = f"CTR-{rng.randint(1, 9999):04d}"
-    a, b = rng.sample(_CUSTOMERS, 2)
-    out = []
-    for page in range(1, pages + 1):
-        lines = [f"Contract {number}  page {page} of {pages}", f"Between {a} and {b}", ""]
-        for clause in range(rng.randint(3, 7)):
-            text = rng.choice(_CLAUSES).format(d=rng.choice((14, 30, 45, 60)), code=_code(rng),
-                                               m=rng.choice((12, 24, 36)), y=rng.randint(2, 10),
-                                               p=_money(rng))
-            lines.append(f"{page}.{clause + 1} {text}")
-        out.append("\n".join(lines))
-    return out
-
-
-def _healthy_texts(rng):
-    pages = rng.randint(1, 4)
-    return (_invoice_pages if rng.random() < 0.5 else _contract_pages)(rng, pages)
-
-
-def _poison_bytes(kind, rng):
-    data = pdf_bytes(_healthy_texts(rng))
-    if kind == "truncated":  # cut in half: MuPDF would silently repair it
-        return data[: len(data) // 2]
-    if kind == "spliced":  # middle third gone, head and tail intact: passes the tail check
-        third = len(data) // 3
-        return data[:third] + data[2 * third:]
-    if kind == "blank-page":  # a valid PDF whose second page has no text
-        texts = _healthy_texts(rng)
-        return pdf_bytes(texts[:1] + [""] + texts[1:])
-    return b"<html><body><h1>502 Bad Gateway</h1></body></html>\n"  # not-pdf
-
-
-def make_corpus(out_dir, docs: int = 30, poison: int = 3, seed: int = 0) -> list[Path]:
-    """Write ``doc-NNN.pdf`` (healthy, 1-4 pages) and ``poison-NNN.pdf`` files.
-
-    Same arguments, same bytes (and the same MuPDF version). Poison kinds
-    cycle through ``POISON_KINDS``. Only these names are written; other
-    files in ``out_dir`` are left alone. Returns healthy paths, then poison.
-    """
-    if docs < 0 or poison < 0:
-        raise ValueError("docs and poison must be >= 0")
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    rng, paths = random.Random(seed), []
-    for index in range(docs):
-        path = out_dir / f"doc-{index:03d}.pdf"
-        path.write_bytes(pdf_bytes(_healthy_texts(rng)))
-        paths.append(path)
-    for index in range(poison):
-        path = out_dir / f"poison-{index:03d}.pdf"
-        path.write_bytes(_poison_bytes(POISON_KINDS[index % len(POISON_KINDS)], rng))
-        paths.append(path)
-    return paths
+# The corpus generator needs pdf_bytes above; it is re-exported here for callers.
+from toolkit.documents.corpus import POISON_KINDS, make_corpus  # noqa: E402

@@ -6,15 +6,19 @@ provider's call log and executions and what is on disk, and returns a
 anomalies by kind with the witnesses that prove them; ``explain`` says one in
 a sentence. It never raises on an odd history. Events and calls are each
 ordered by ``seq`` and meet by ``ts``; at equal ``ts`` a call counts first.
-The JSONL fixture format (``fixtures/histories``) is ``load_history``'s.
+The JSONL fixture format (``fixtures/histories``) is ``load_history``'s
+(``checker.fixtures``).
+
+A document processed page by page is many units of work, one per page
+(``<task>#p<n>``, ``identity.page_key``): execution and submit rules count
+per unit, ledger rules per document, and its ``done`` must be backed by a
+succeeded execution of every page it records.
 """
 
 import collections
 import dataclasses
-import json
-from pathlib import Path
 
-from toolkit.errors import ToolkitError
+from toolkit.identity import document_of, page_key
 from toolkit.ledger import TRANSIENT, TRANSITIONS, Event, Item, State, apply_event
 
 S = State
@@ -147,6 +151,16 @@ def _calls_by_task(h: History) -> dict[str, list[Call]]:
     return _group(h.calls, task)
 
 
+def _calls_by_item(h: History) -> dict[str, list[Call]]:
+    """Calls per ledger item: the pages of a document count as the document's."""
+    grouped = collections.defaultdict(list)
+    for unit, calls in _calls_by_task(h).items():
+        grouped[unit if unit is None else document_of(unit)].extend(calls)
+    for calls in grouped.values():
+        calls.sort(key=lambda c: c.seq)
+    return grouped
+
+
 def _sorted(grouped: dict):
     return sorted(grouped.items(), key=lambda kv: str(kv[0]))
 
@@ -163,7 +177,7 @@ def _double_execution(h: History):
 
 def _submit_after_done(h: History):
     """Once done, no submit and no new intent -- unless an operator released it from review."""
-    events, calls = _group(h.events, lambda e: e.key), _calls_by_task(h)
+    events, calls = _group(h.events, lambda e: e.key), _calls_by_item(h)
     for key in sorted(k for k in set(events) | set(calls) if k is not None):
         # at equal ts a call ranks before an event: "after done" means strictly later
         timeline = sorted([(c.ts, 0, i, c) for i, c in enumerate(calls[key]) if c.op == "submit"]
@@ -202,7 +216,12 @@ def _fake_done(h: History):
                 reasons.append("the SHA-256 on disk differs from the recorded one")
             if art.size != item.artifact_size:
                 reasons.append(f"{art.size} bytes on disk but {item.artifact_size} recorded")
-        if made is not None and item.artifact_sha256 not in {
+        if made is not None and isinstance(item.pages_done, int):  # assembled from its pages
+            missing = [n for n in range(1, item.pages_done + 1) if not made[page_key(key, n)]]
+            if missing or not item.pages_done:
+                reasons.append(f"page(s) {missing or [1]} of {item.pages_done} have no "
+                               "succeeded execution")
+        elif made is not None and item.artifact_sha256 not in {
                 x.artifact_sha256 for x in made[key] if x.artifact_sha256}:
             reasons.append("the recorded SHA-256 matches no succeeded execution")
         if reasons:
@@ -214,7 +233,7 @@ def _fake_done(h: History):
 
 def _inputs(h: History):
     """Every input ends as an item (any state, parked included); poison is never submitted."""
-    calls, xs = _calls_by_task(h), _group(h.executions, lambda x: x.task_key)
+    calls, xs = _calls_by_item(h), _group(h.executions, lambda x: document_of(x.task_key))
     for key, info in sorted(h.inputs.items()):
         info = info or {}
         if key not in h.items:
@@ -230,10 +249,13 @@ def _unrecorded_execution(h: History):
     """Intent before side effect: an execution needs an earlier move to unknown in the ledger."""
     if not h.events or h.executions is None:
         return  # a strategy without a ledger cannot be judged on it
-    intents = collections.defaultdict(list)
-    for e in h.events:
-        if e.op == "move" and _is(e.to, S.UNKNOWN):
-            intents[e.key].append(e.ts)
+    intents, pages = collections.defaultdict(list), {}
+    for e in sorted(h.events, key=lambda e: e.seq):
+        if isinstance(e.detail, dict) and "pages_done" in e.detail:
+            pages[e.key] = e.detail["pages_done"]
+        if e.op == "move" and _is(e.to, S.UNKNOWN):  # the intent of the document or its next page
+            done = pages.get(e.key)
+            intents[e.key if done is None else page_key(e.key, done + 1)].append(e.ts)
     calls = _calls_by_task(h)
     for task, xs in _sorted(_group(h.executions, lambda x: x.task_key)):
         first = min((c for c in calls[task] if c.op == "submit"), key=lambda c: c.ts, default=None)
@@ -268,7 +290,8 @@ def _blind_resubmit(h: History):
     exempt = h.idempotent_keys and h.key_retention is None
     events = _group(h.events, lambda e: e.key)
     for task, calls in _sorted(_calls_by_task(h)):
-        jobs = [(e.ts, e.detail.get("job_id")) for e in events[task] if isinstance(e.detail, dict)]
+        jobs = [(e.ts, e.detail.get("job_id")) for e in events[document_of(str(task))]
+                if isinstance(e.detail, dict)]
         submits = [i for i, c in enumerate(calls) if c.op == "submit"]
         for n, j in enumerate(submits):
             open_ = [i for i in submits[:n] if calls[i].outcome not in TURNED_AWAY]
@@ -375,71 +398,5 @@ def explain(anomaly: Anomaly) -> str:
     return head.format(key=anomaly.key) + (f" ({detail})." if detail else ".")
 
 
-# -- the fixture format ------------------------------------------------------------------
-def _item(obj: dict) -> Item:
-    names = {f.name for f in dataclasses.fields(Item)} - {"state"}
-    return Item(**{k: v for k, v in obj.items() if k in names}, state=State(obj["state"]))
-
-
-# keyed kinds pop their key first (left to right), then build from the rest
-_READ = {"event": Event.from_json, "call": lambda o: Call(**o), "item": _item,
-         "execution": lambda o: Execution(**o),
-         "artifact": lambda o: (str(o.pop("key")), ArtifactOnDisk(**o)),
-         "input": lambda o: (str(o.pop("key")), {"source": o.get("source"),
-                                                 "poison": bool(o.get("poison"))})}
-
-
-def load_history(path) -> History:
-    """Read a JSONL history: one object per line with a ``kind``.
-
-    Kinds: contract (``idempotent_keys``, ``key_retention``, ``calls`` or
-    ``executions`` = "unavailable"), input, event (``Event.to_json()`` keys),
-    call, execution, artifact, item, note (ignored; so is a ``note`` field).
-    Without item lines the items are the fold of the events.
-
-    Raises:
-        ToolkitError: unreadable file, or a malformed line (naming its number).
-    """
-    parts, contract = collections.defaultdict(list), {}
-    try:
-        lines = Path(path).read_text().splitlines()
-    except OSError as exc:
-        raise ToolkitError(f"cannot read history {path}: {exc}") from exc
-    for number, line in enumerate(lines, 1):
-        try:
-            obj = json.loads(line) if line.strip() else {"kind": "note"}
-            kind = obj.pop("kind")
-            obj.pop("note", None)
-            if kind == "contract":
-                contract.update(obj)
-            elif kind != "note":
-                parts[kind].append(_READ[kind](obj))
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise ToolkitError(f"{path}:{number}: bad history line: {exc!r}") from exc
-    events = tuple(parts["event"])
-    items = {i.key: i for i in parts["item"]}
-    for e in () if items else sorted(events, key=lambda e: e.seq):
-        if e.op == "add" or e.key in items:
-            items[e.key] = apply_event(items.get(e.key), e)
-    unavailable = {name for name in ("calls", "executions") if contract.get(name) == "unavailable"}
-    return History(events, items,
-                   None if "calls" in unavailable else tuple(parts["call"]),
-                   None if "executions" in unavailable else tuple(parts["execution"]),
-                   dict(parts["artifact"]), dict(parts["input"]),
-                   bool(contract.get("idempotent_keys", True)), contract.get("key_retention"))
-
-
-def dump_history(history: History, path) -> None:
-    """Write ``history`` as JSONL that ``load_history`` reads back equal."""
-    unavailable = {name: "unavailable" for name in ("calls", "executions")
-                   if getattr(history, name) is None}
-    rows = [{"kind": "contract", "idempotent_keys": history.idempotent_keys,
-             "key_retention": history.key_retention, **unavailable}]
-    rows += [{"kind": "input", "key": k, **v} for k, v in history.inputs.items()]
-    rows += [{"kind": "event", **e.to_json()} for e in history.events]
-    rows += [{"kind": kind, **dataclasses.asdict(r)} for kind, records in (
-        ("call", history.calls or ()), ("execution", history.executions or ()),
-        ("item", history.items.values())) for r in records]
-    rows += [{"kind": "artifact", "key": k, **dataclasses.asdict(a)}
-             for k, a in history.artifacts.items()]
-    Path(path).write_text("".join(json.dumps(row) + "\n" for row in rows))
+# The fixture format reads and writes the types above; re-exported for callers.
+from toolkit.checker.fixtures import dump_history, load_history  # noqa: E402

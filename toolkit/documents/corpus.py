@@ -1,0 +1,111 @@
+"""A deterministic test corpus: healthy invoices and contracts, long documents, poison.
+
+Same arguments, same bytes (for the same MuPDF version): every value comes
+from a seeded ``random.Random`` and ``pdf_bytes`` writes no dates or ids.
+"""
+
+import random
+from pathlib import Path
+
+from toolkit.documents import pdf_bytes
+
+POISON_KINDS = ("truncated", "blank-page", "not-pdf", "spliced")
+"""Poison file ``poison-NNN.pdf`` has kind ``POISON_KINDS[NNN % 4]``."""
+
+_CUSTOMERS = ("Acme Industrial GmbH", "Borealis Trading Ltd", "Nordlicht Werke AG",
+              "Harbor Logistics Inc", "Castell Medical SE", "Vireo Systems BV")
+_PARTS = ("pump housing", "control board", "drive belt", "sensor array", "valve kit",
+          "cooling fan", "power supply", "service hours")
+_CLAUSES = ("Delivery within {d} days of the order date.",
+            "Payment terms net {d} days, amount due in EUR.",
+            "Warranty for model {code} is {m} months from delivery.",
+            "The supplier provides spare parts for model {code} for {y} years.",
+            "Service rate {p} EUR per hour, invoice monthly.")
+
+
+def _code(rng):
+    return f"{rng.choice('ABKMRSTX')}{rng.choice('BCKLRTX')}-{rng.randint(100, 9999)}"
+
+
+def _money(rng):
+    cents = rng.randint(100, 4_800_000)
+    return f"{cents // 100:,}.{cents % 100:02d}"
+
+
+def _invoice_pages(rng, pages):
+    number, customer = f"INV-{rng.randint(1, 99999):05d}", rng.choice(_CUSTOMERS)
+    date = f"2024-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
+    out = []
+    for page in range(1, pages + 1):
+        lines = [f"Invoice {number}  page {page} of {pages}", f"Customer: {customer}", f"Date: {date}", ""]
+        for item in range(rng.randint(3, 9)):
+            lines.append(f"Item {item + 1}: model {_code(rng)} {rng.choice(_PARTS)}, "
+                         f"quantity {rng.randint(1, 40)}, unit price {_money(rng)} EUR")
+        lines += ["", f"Total amount due: {_money(rng)} EUR"]
+        out.append("\n".join(lines))
+    return out
+
+
+def _contract_pages(rng, pages):
+    number = f"CTR-{rng.randint(1, 9999):04d}"
+    a, b = rng.sample(_CUSTOMERS, 2)
+    out = []
+    for page in range(1, pages + 1):
+        lines = [f"Contract {number}  page {page} of {pages}", f"Between {a} and {b}", ""]
+        for clause in range(rng.randint(3, 7)):
+            text = rng.choice(_CLAUSES).format(d=rng.choice((14, 30, 45, 60)), code=_code(rng),
+                                               m=rng.choice((12, 24, 36)), y=rng.randint(2, 10),
+                                               p=_money(rng))
+            lines.append(f"{page}.{clause + 1} {text}")
+        out.append("\n".join(lines))
+    return out
+
+
+def _healthy_texts(rng):
+    pages = rng.randint(1, 4)
+    return (_invoice_pages if rng.random() < 0.5 else _contract_pages)(rng, pages)
+
+
+def _poison_bytes(kind, rng):
+    data = pdf_bytes(_healthy_texts(rng))
+    if kind == "truncated":  # cut in half: MuPDF would silently repair it
+        return data[: len(data) // 2]
+    if kind == "spliced":  # middle third gone, head and tail intact: passes the tail check
+        third = len(data) // 3
+        return data[:third] + data[2 * third:]
+    if kind == "blank-page":  # a valid PDF whose second page has no text
+        texts = _healthy_texts(rng)
+        return pdf_bytes(texts[:1] + [""] + texts[1:])
+    return b"<html><body><h1>502 Bad Gateway</h1></body></html>\n"  # not-pdf
+
+
+def make_corpus(out_dir, docs: int = 30, poison: int = 3, seed: int = 0, *,
+                long_docs: int = 0, long_pages: int = 6) -> list[Path]:
+    """Write ``doc-NNN.pdf`` (healthy, 1-4 pages), ``long-NNN.pdf`` and ``poison-NNN.pdf``.
+
+    Same arguments, same bytes (and the same MuPDF version). Long documents
+    are healthy, with ``long_pages`` pages each, drawn from their own seeded
+    stream so that adding them changes no other file. Poison kinds cycle
+    through ``POISON_KINDS``. Only these names are written; other files in
+    ``out_dir`` are left alone. Returns healthy paths, then long, then poison.
+    """
+    if docs < 0 or poison < 0 or long_docs < 0 or long_pages < 1:
+        raise ValueError("docs, poison and long_docs must be >= 0, long_pages >= 1")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rng, paths = random.Random(seed), []
+    for index in range(docs):
+        path = out_dir / f"doc-{index:03d}.pdf"
+        path.write_bytes(pdf_bytes(_healthy_texts(rng)))
+        paths.append(path)
+    long_rng = random.Random(f"long-{seed}")
+    for index in range(long_docs):
+        path = out_dir / f"long-{index:03d}.pdf"
+        make = _invoice_pages if index % 2 == 0 else _contract_pages
+        path.write_bytes(pdf_bytes(make(long_rng, long_pages)))
+        paths.append(path)
+    for index in range(poison):
+        path = out_dir / f"poison-{index:03d}.pdf"
+        path.write_bytes(_poison_bytes(POISON_KINDS[index % len(POISON_KINDS)], rng))
+        paths.append(path)
+    return paths
