@@ -145,3 +145,37 @@ def test_every_child_killed_by_the_exploration_is_reaped():
     assert result.rows
     after = me.children(recursive=True)
     assert {child.pid for child in after} == before
+
+
+@pytest.mark.parametrize("contract", ["idempotent", "non-idempotent"])
+def test_sigkill_at_every_step_of_a_page_by_page_document_resumes_without_violation(contract):
+    """A 5-page document sent page by page, killed at each durable step, then rerun.
+
+    Steps include every page's checkpoint rename and ``partial`` commit. No
+    crash point executes a page twice; under the non-idempotent contract the
+    only parked points are an intent (document or next page) with nothing sent.
+    """
+    result = explore(Plan(contract=contract, docs=1, long_docs=1, long_pages=5))
+    labels = [step["label"] for step in result.steps]
+    assert sum(label.startswith("checkpoint of long-000") for label in labels) == 4
+    assert sum(label.endswith("submitted->partial") for label in labels) == 4
+    assert {row["verdict"] for row in result.rows} <= {"valid", "parked"}, result.violations()
+    assert all(row["errors"] == [] for row in result.rows)
+    parked = [row for row in result.rows if row["verdict"] == "parked"]
+    if contract == "idempotent":
+        assert parked == [] and {row["executions"] for row in result.rows} == {1 + 5}
+    else:
+        assert len(parked) == 1 + 5  # one intent of the short document, one per page
+        assert all(row["step"].endswith(("pending->unknown", "partial->unknown"))
+                   for row in parked)
+
+
+def test_restart_from_page_one_is_caught_at_crash_points_inside_a_long_document():
+    """The same exploration of the naive restart: uncrashed it is valid, crashed it bills twice."""
+    result = explore(Plan(strategy="restart-long-docs", contract="non-idempotent", docs=1,
+                          long_docs=1, long_pages=5))
+    assert result.baseline["verdict"] == "valid"
+    bad = result.violations()
+    assert len(bad) >= 10
+    assert all("double_execution" in row["new"] for row in bad
+               if "partial" in row["step"] or "checkpoint" in row["step"])

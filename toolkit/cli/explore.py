@@ -14,6 +14,10 @@ def _explore(parser):
     parser.add_argument("--contract", default="non-idempotent",
                         help="provider contract (default non-idempotent), e.g. idempotent")
     parser.add_argument("--docs", type=int, default=10, help="documents in the batch (default 10)")
+    parser.add_argument("--long-docs", type=int, default=0,
+                        help="add N long documents, sent page by page with a checkpoint per page")
+    parser.add_argument("--long-pages", type=int, default=5,
+                        help="pages of each long document (default 5, at least 5)")
     parser.add_argument("--ledger", default="sqlite",
                         help="sqlite (default), jsonl, or jsonl-no-fsync (appends, never fsyncs)")
     parser.add_argument("--power-loss", action="store_true",
@@ -33,6 +37,7 @@ def _explore(parser):
         from toolkit.explore import Plan, explore
 
         plan = Plan(strategy=args.strategy, contract=args.contract, docs=args.docs,
+                    long_docs=args.long_docs, long_pages=args.long_pages,
                     ledger=args.ledger, power_loss=args.power_loss, every=args.every,
                     pairs=args.pairs, max_pairs=args.max_pairs, seed=args.seed,
                     jobs=args.jobs).validate()
@@ -51,7 +56,8 @@ def _progress(done, total):
 
 def _text(result) -> str:
     base = result.baseline
-    lines = [f"{result.plan.strategy} / {result.plan.contract} / {result.plan.docs} docs / "
+    long = f" + {result.plan.long_docs} long" if result.plan.long_docs else ""
+    lines = [f"{result.plan.strategy} / {result.plan.contract} / {result.plan.docs} docs{long} / "
              f"{result.plan.ledger}{' + power loss' if result.plan.power_loss else ''}: "
              f"the uncrashed run has {len(result.steps)} durable steps and is {base['verdict']}"
              + (f" ({', '.join(base['anomalies'])})" if base["anomalies"] else "")

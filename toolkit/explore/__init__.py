@@ -55,6 +55,8 @@ class Plan:
     strategy: str = "safe"
     contract: str = "non-idempotent"
     docs: int = 10
+    long_docs: int = 0  # documents of ``long_pages`` pages, sent page by page
+    long_pages: int = 5
     ledger: str = "sqlite"  # a key of powerloss.LEDGERS
     power_loss: bool = False  # after each kill, drop the ledger bytes not yet fsynced
     every: int = 1  # explore every k-th step only (1: all of them)
@@ -76,7 +78,8 @@ class Plan:
                                 or self.strategy == "rewrite-state"):
             raise ToolkitError("power loss is simulated for JSONL ledgers only: "
                                "--ledger jsonl or --ledger jsonl-no-fsync")
-        for name, low in (("docs", 1), ("every", 1), ("max_pairs", 0), ("runs", 1), ("jobs", 0)):
+        for name, low in (("docs", 1), ("every", 1), ("max_pairs", 0), ("runs", 1), ("jobs", 0),
+                          ("long_docs", 0), ("long_pages", 5)):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < low:
                 raise ToolkitError(f"{name} must be an integer >= {low}")
         return self
@@ -87,6 +90,11 @@ class Plan:
         contract = parse_contract(self.contract)  # ToolkitError on a bad spec
         return contract if "seed=" in self.contract else dataclasses.replace(contract,
                                                                              seed=self.seed)
+
+    @property
+    def page_by_page_from(self) -> int | None:
+        """Long documents go page by page; the short ones (1-4 pages) stay whole."""
+        return self.long_pages if self.long_docs else None
 
     def ledger_options(self) -> dict:
         return dict(LEDGERS[self.ledger].options)
@@ -144,12 +152,16 @@ def explore(plan: Plan, workdir=None, progress=None) -> Exploration:
     if workdir is None:
         with tempfile.TemporaryDirectory(prefix="explore-", dir=_scratch()) as tmp:
             return explore(plan, tmp, progress)
-    from toolkit.documents import make_corpus
+    from toolkit.documents import make_corpus, preflight
     from toolkit.identity import file_task_key
+    from toolkit.runner.pipeline import routed_options
 
     root = Path(workdir)
-    inputs = make_corpus(root / "in", docs=plan.docs, poison=0, seed=plan.seed)
-    names = {file_task_key(path, {}): path.stem for path in inputs}
+    inputs = make_corpus(root / "in", docs=plan.docs, poison=0, seed=plan.seed,
+                         long_docs=plan.long_docs, long_pages=plan.long_pages)
+    names = {file_task_key(path, routed_options({}, preflight(path).pages,
+                                                plan.page_by_page_from)): path.stem
+             for path in inputs}
     _warm(inputs)
     jobs = plan.jobs or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                          else os.cpu_count() or 1)
@@ -307,7 +319,8 @@ def _judge(plan, paths, inputs, rested, lost, reached) -> dict:
     contract = plan.contract_object()
     provider = FakeProvider(paths.provider_db, paths.provider_out, contract)
     try:
-        history = collect_history(paths.ledger, provider, inputs, contract)
+        history = collect_history(paths.ledger, provider, inputs, contract, ({},),
+                                  plan.page_by_page_from)
         stats = provider.stats()
     finally:
         provider.close()

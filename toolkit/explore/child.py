@@ -29,6 +29,8 @@ import sys
 import traceback
 from pathlib import Path
 
+from toolkit.identity import PAGE_MARK
+
 KILL, TEAR = "kill", "tear+kill"
 
 
@@ -68,7 +70,8 @@ class Tracer:
         self.n = 0
 
     def name(self, key) -> str:
-        return self.names.get(key) or str(key)[:8]
+        document, mark, page = str(key).partition(PAGE_MARK)  # a page: "doc-003#p2"
+        return (self.names.get(document) or document[:8]) + mark + page
 
     def step(self, kind: str, label: str, path=None) -> None:
         self.n += 1
@@ -148,13 +151,19 @@ class TracedProvider:
 
 
 def _watch_renames(tracer: Tracer, out_dir: Path) -> None:
-    """A rename into the client's output folder is a step (this process only: we are a fork)."""
+    """A rename into the client's output (or checkpoint) folder is a step (this process only:
+    we are a fork)."""
     real_replace = os.replace
 
     def replace(src, dst, *args, **kwargs):
         real_replace(src, dst, *args, **kwargs)
-        if Path(dst).parent == out_dir:
-            tracer.step("artifact", f"artifact renamed into place: {Path(dst).name}")
+        dst = Path(dst)
+        if dst.parent == out_dir:
+            tracer.step("artifact", f"artifact renamed into place: {dst.name}")
+        elif dst.parent == out_dir / ".checkpoints":  # <task key>.<pages>.pdf
+            key, _, pages = dst.stem.rpartition(".")
+            tracer.step("artifact", f"checkpoint of {tracer.name(key)} renamed into place: "
+                                    f"{int(pages)} page(s)")
     os.replace = replace
 
 
@@ -197,6 +206,8 @@ def run_batch(fd: int, plan, paths: Paths, inputs, names, *, run: int, kill_at=N
                             on_phase=tracer.on_phase)
     options = {"policy": RetryPolicy(base_delay=0.0, seed=run), "hook": tracer.hook,
                "sleep": lambda seconds: None}
+    if plan.page_by_page_from is not None:
+        options["page_by_page_from"] = plan.page_by_page_from
     traced = TracedProvider(provider, tracer)
     if plan.strategy == "rewrite-state":
         runner = open_strategy(plan.strategy, paths.ledger, traced, paths.out, **options)

@@ -215,10 +215,11 @@ class IgnoreWriteErrors(Runner):
 class RestartLongDocs(Runner):
     """A long document that stopped halfway starts over at page 1.
 
-    The finished pages are thrown away, so every page before the failure is
-    sent again under a new request: each re-sent page is billed twice (the
-    checker sees a page executed twice), and a 300-page document that fails
-    near its end costs nearly double.
+    The finished pages are thrown away and every page before the failure is
+    sent again. A provider that dedupes the page keys hands back the old
+    jobs; any other bills each re-sent page twice (the checker sees a page
+    executed twice), so a 300-page document that fails near its end costs
+    nearly double.
     """
 
     name = "restart-long-docs"
