@@ -24,6 +24,7 @@ sys.path.insert(0, str(HERE))  # measure, workloads, sections, batches, audit_js
 sys.path.insert(1, str(HERE.parent))  # toolkit, when run from a checkout
 
 import measure  # noqa: E402
+import pages  # noqa: E402
 import sections  # noqa: E402
 
 
@@ -45,6 +46,7 @@ class Config:
     forks: int
     batch_docs: tuple  # (healthy, poison)
     run_items: int
+    long_pages: int  # pages of the long document (section 8)
 
 
 CONFIGS = {
@@ -52,14 +54,14 @@ CONFIGS = {
                    rewrite_sizes=(500, 1_000, 2_000), atomic_size=250, audit_lines=1_000_000,
                    resume_sizes=(5_000, 20_000, 200_000), resume_budget=60.0,
                    explore_docs=2, explore_every=1, forks=300, batch_docs=(27, 3),
-                   run_items=10_000),
+                   run_items=10_000, long_pages=40),
     "quick": Config(reps=2, heavy_reps=2, huge_reps=2, blocks=2, block_items=2, fast_scale=2,
                     rewrite_sizes=(25, 50, 100), atomic_size=25, audit_lines=5_000,
                     resume_sizes=(150, 600), resume_budget=3.0,
                     explore_docs=1, explore_every=4, forks=30, batch_docs=(2, 1),
-                    run_items=60),
+                    run_items=60, long_pages=8),
 }
-SECTIONS = ("1", "2", "3", "4", "5", "6", "7")
+SECTIONS = ("1", "2", "3", "4", "5", "6", "7", "8")
 
 
 def main(argv=None) -> int:
@@ -106,6 +108,8 @@ def main(argv=None) -> int:
             rows += sections.real_batch(cfg, folder)
         if "7" in only:
             rows += memory + sections.big_run(cfg, folder)
+        if "8" in only:
+            rows += pages.long_documents(cfg, folder)
         reps = f"{cfg.reps}/{cfg.heavy_reps}/{cfg.huge_reps}"
         print("\n".join(measure.header(folder, mode, reps)))
     print()

@@ -76,8 +76,11 @@ def _mupdf():
     return pymupdf
 
 
-def preflight(path) -> Preflight:
+def preflight(path, page: int | None = None) -> Preflight:
     """Tell a healthy PDF from poison, cheaply, before the item is enqueued.
+
+    With ``page`` (1-based), only that page's text is checked: the check of
+    one page request, which must not cost a read of the whole document.
 
     Checks, in order: missing, empty, not-pdf (no ``%PDF-`` head), truncated
     (no ``%%EOF``/``startxref`` in the tail), unreadable, repaired (MuPDF had
@@ -119,7 +122,9 @@ def preflight(path) -> Preflight:
         pages = doc.page_count
         if pages == 0:
             return Preflight(False, "zero-pages: the document has no pages", 0)
-        for number in range(1, pages + 1):
+        for number in range(1, pages + 1) if page is None else (page,):
+            if not 1 <= number <= pages:
+                return Preflight(False, f"no-page: no page {number} in {pages} pages", pages)
             try:
                 text = doc[number - 1].get_text()
             except Exception as exc:  # a page MuPDF cannot interpret: poison, not a crash
@@ -129,8 +134,8 @@ def preflight(path) -> Preflight:
     return Preflight(True, None, pages)
 
 
-def page_texts(path) -> list[str]:
-    """The text of each page, in order.
+def page_texts(path, page: int | None = None) -> list[str]:
+    """The text of each page, in order (with ``page``, of that 1-based page only).
 
     Raises:
         PermanentError: MuPDF cannot open the file or read a page.
@@ -138,7 +143,9 @@ def page_texts(path) -> list[str]:
     pymupdf = _mupdf()
     try:
         with pymupdf.open(path, filetype="pdf") as doc:
-            return [page.get_text() for page in doc]
+            if page is not None:
+                return [doc[page - 1].get_text()]
+            return [each.get_text() for each in doc]
     except Exception as exc:  # FileDataError, a page MuPDF cannot interpret, ...
         raise PermanentError(f"cannot read {Path(path).name}: {exc}") from exc
 
@@ -266,15 +273,14 @@ def process(input_path, output_path, options: dict) -> Artifact:
             document does not have, unsupported target, or a translation or
             rendering that lost protected tokens.
     """
-    verdict = preflight(input_path)
-    if not verdict.ok:
-        raise PermanentError(f"poison input: {verdict.reason}")
-    source = page_texts(input_path)
     page = options.get("page")
-    if page is not None:
-        if not isinstance(page, int) or not 1 <= page <= len(source):
-            raise PermanentError(f"no page {page!r}: the document has {len(source)} pages")
-        source = source[page - 1:page]
+    if page is not None and (not isinstance(page, int) or isinstance(page, bool) or page < 1):
+        raise PermanentError(f"no page {page!r}: pages are numbered from 1")
+    verdict = preflight(input_path, page)
+    if not verdict.ok:  # a page the document lacks is a bad request, not poison
+        raise PermanentError(verdict.reason if verdict.reason.startswith("no-page")
+                             else f"poison input: {verdict.reason}")
+    source = page_texts(input_path, page)
     translated = [translate(text, options) for text in source]
     lost = lost_tokens("\n".join(source), "\n".join(translated))
     if lost:
