@@ -7,6 +7,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -183,16 +184,34 @@ def test_partial_item_is_cancelled_locally_without_cancelling_a_finished_page_jo
                    for c in provider.calls())
 
 
-def test_done_assembled_from_pages_without_their_executions_is_fake_done(tmp_path, batch):
+def test_done_short_of_pages_or_missing_a_page_execution_is_fake_done(tmp_path, batch):
+    inputs, run, provider = batch
+    run()
+    h = history(tmp_path, provider, inputs)
+    assert check(h).valid is True
+    key = ledger_items(tmp_path)["long-000.pdf"].key
+    short = {**h.items, key: dataclasses.replace(h.items[key], pages_done=2)}
+    verdict = check(dataclasses.replace(h, items=short))  # "done" after page 2 of 6
+    assert [a.key for a in verdict.anomalies["fake_done"]] == [key]
+    assert f"done after page 2 of {PAGES}" in verdict.anomalies["fake_done"][0].detail
+    without_page_3 = tuple(x for x in h.executions if x.task_key != page_key(key, 3))
+    verdict = check(dataclasses.replace(h, executions=without_page_3))
+    assert [a.key for a in verdict.anomalies["fake_done"]] == [key]
+    assert "page(s) [3]" in verdict.anomalies["fake_done"][0].detail
+
+
+def test_each_page_needs_its_own_intent_before_it_executes(tmp_path, batch):
+    """Moving page 3's intent after page 3's submit is caught, though pages 1-2 had intents."""
     inputs, run, provider = batch
     run()
     h = history(tmp_path, provider, inputs)
     key = ledger_items(tmp_path)["long-000.pdf"].key
-    forged = {**h.items, key: dataclasses.replace(h.items[key], pages_done=PAGES + 1)}
-    verdict = check(dataclasses.replace(h, items=forged))
-    assert verdict.valid is False
-    assert [a.key for a in verdict.anomalies["fake_done"]] == [key]
-    assert f"[{PAGES + 1}]" in verdict.anomalies["fake_done"][0].detail
+    submit = next(c for c in h.calls if c.op == "submit" and c.task_key == page_key(key, 3))
+    intent = next(e for e in h.events if e.key == key and e.op == "move"
+                  and e.to is S.UNKNOWN and e.detail.get("pages_done") == 2)
+    late = tuple(dataclasses.replace(e, ts=submit.ts + 1) if e is intent else e for e in h.events)
+    verdict = check(dataclasses.replace(h, events=late))
+    assert [a.key for a in verdict.anomalies["unrecorded_execution"]] == [page_key(key, 3)]
 
 
 def test_process_one_page_and_reject_a_page_the_document_lacks(tmp_path):
@@ -250,7 +269,7 @@ def test_sigkill_mid_document_then_rerun_executes_every_page_at_most_once(tmp_pa
             return provider_stats(db)["executions"]
         except ToolkitError:
             return 0  # not created yet
-    kills = 0
+    kills = mid_document = 0
     for kill_after in (3, 7, 12):  # inside the first long document, then inside the second
         child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 60
@@ -260,7 +279,11 @@ def test_sigkill_mid_document_then_rerun_executes_every_page_at_most_once(tmp_pa
             child.kill()  # SIGKILL: no handler, no finally, no flush
             kills += 1
         child.wait()
-    assert kills >= 2
+        if (tmp_path / "ledger.sqlite").exists():
+            with open_ledger(tmp_path / "ledger.sqlite") as ledger:
+                mid_document += any(item.pages_done is not None and item.state is not S.DONE
+                                    for item in ledger.items())
+    assert kills >= 2 and mid_document >= 1  # at least one kill cut a long document
     for _ in range(3):
         final = subprocess.run(command, capture_output=True, text=True)
         if final.returncode == 0:
@@ -309,3 +332,73 @@ def test_old_postgres_ledger_gains_the_pages_column_and_keeps_its_items(pg_url):
         assert ledger.get("k1").state is S.PENDING and ledger.get("k1").pages_done is None
         ledger.move("k1", S.PENDING, S.UNKNOWN, pages_done=0)
         assert ledger.get("k1").request_key == f"{page_key('k1', 1)}:1"
+
+
+def test_cancel_between_pages_cancels_the_page_in_flight_not_a_finished_page(tmp_path):
+    inputs = documents.make_corpus(tmp_path / "in", docs=0, poison=0, long_docs=1,
+                                   long_pages=PAGES)
+    provider = FakeProvider(tmp_path / "provider.db", tmp_path / "jobs",
+                            Contract(idempotent_keys=False, run_polls=3))
+
+    def die_after_page_3_submit(point, key, **context):
+        if point == "after_submit" and context["job"].idem_key.endswith("#p3:1"):
+            raise Crash()
+    runner = Runner(open_ledger(tmp_path / "ledger.sqlite"), provider, tmp_path / "out",
+                    policy=RetryPolicy(base_delay=0.0), sleep=lambda s: None, lease_ttl=0.0,
+                    hook=die_after_page_3_submit, page_by_page_from=FROM)
+    with pytest.raises(Crash):
+        runner.run(inputs)
+    runner.close()
+    with open_ledger(tmp_path / "ledger.sqlite") as ledger:
+        item = ledger.items()[0]
+        assert item.state is S.UNKNOWN and item.pages_done == 2 and item.job_id  # page 2's job
+        cancel(ledger, provider, item.key)
+    jobs = {job.idem_key: job.status.value for job in provider.jobs()}
+    assert jobs[f"{page_key(item.key, 3)}:1"] == "cancelled"
+    assert jobs[f"{page_key(item.key, 2)}:1"] == "succeeded"
+    provider.close()
+
+
+def test_failed_page_is_not_sent_again_on_a_damaged_checkpoint(tmp_path, batch, monkeypatch):
+    inputs, run, provider = batch
+    real = documents.process
+
+    def page_4_fails(source, output, options):
+        if options.get("page") == 4:
+            raise OSError(28, "No space left on device")
+        return real(source, output, options)
+    monkeypatch.setattr("toolkit.provider.fake.documents.process", page_4_fails)
+    run()  # page 4 fails on every attempt of this run: the budget is spent
+    item = ledger_items(tmp_path)["long-000.pdf"]
+    assert (item.state, item.failure, item.pages_done) == (S.FAILED, "transient", 3)
+    monkeypatch.setattr("toolkit.provider.fake.documents.process", real)
+    with open(item.artifact_path, "r+b") as handle:
+        handle.truncate(100)
+    sent = len(provider.calls())
+    run()
+    item = ledger_items(tmp_path)["long-000.pdf"]
+    assert item.state is S.NEEDS_REVIEW and "checkpoint" in item.reason
+    assert not [c for c in provider.calls()[sent:]
+                if c["op"] == "submit" and document_of(c["task_key"]) == item.key]
+
+
+def test_damaged_page_by_page_output_is_assembled_again_from_its_pages_never_re_executed(
+        tmp_path, batch):
+    inputs, run, provider = batch
+    run()
+    item = ledger_items(tmp_path)["long-000.pdf"]
+    executed = provider.stats()["executions"]
+    with open(item.artifact_path, "r+b") as handle:
+        handle.truncate(200)
+    run()
+    again = ledger_items(tmp_path)["long-000.pdf"]
+    assert again.state is S.DONE and again.artifact_sha256 == item.artifact_sha256
+    assert documents.verify(again.artifact_path, again.artifact_size, again.artifact_sha256)
+    assert provider.stats()["executions"] == executed
+    for job in provider.jobs():  # the provider lost its results: nothing to assemble from
+        if document_of(job.task_key) == item.key:
+            Path(job.artifact_path).unlink()
+    Path(item.artifact_path).unlink()
+    run()
+    assert ledger_items(tmp_path)["long-000.pdf"].state is S.NEEDS_REVIEW
+    assert provider.stats()["executions"] == executed

@@ -22,7 +22,7 @@ from toolkit.identity import file_task_key
 from toolkit.ledger import Item, State, open_ledger
 from toolkit.provider import FakeProvider, parse_contract
 from toolkit.runner import RetryPolicy
-from toolkit.runner.pipeline import routed_options
+from toolkit.runner.pipeline import PAGE_BY_PAGE, routed_options
 from toolkit.runner.naive import open_strategy, resolve_strategy
 from toolkit.runner.ops import cancel, clear_health, health_marker
 
@@ -416,15 +416,20 @@ def collect_history(ledger_path, provider, inputs, contract, options_sets=({},),
             artifacts[key] = ArtifactOnDisk(str(path), found is not None, found and found.size,
                                             found and found.sha256)
     checks = {path: documents.preflight(path) for path in inputs}
-    keyed = {file_task_key(path, routed_options(options, checks[path].pages, page_by_page_from)):
-             path for path in inputs for options in options_sets}
+    keyed = {}  # task key -> (path, page count when the document goes page by page)
+    for path in inputs:
+        for options in options_sets:
+            routed = routed_options(options, checks[path].pages, page_by_page_from)
+            keyed[file_task_key(path, routed)] = (path, checks[path].pages
+                                                  if PAGE_BY_PAGE in routed else None)
     return History(
         events=events, items=items,
         calls=tuple(Call(**row) for row in provider.calls()),
         executions=tuple(Execution(**row) for row in provider.executions()),
         artifacts=artifacts,
-        inputs={key: {"source": path.name, "poison": not checks[path].ok}
-                for key, path in keyed.items()},
+        inputs={key: {"source": path.name, "poison": not checks[path].ok,
+                      **({"pages": pages} if pages else {})}
+                for key, (path, pages) in keyed.items()},
         idempotent_keys=contract.idempotent_keys, key_retention=contract.key_retention)
 
 

@@ -77,7 +77,7 @@ class History:
     calls: tuple[Call, ...] | None
     executions: tuple[Execution, ...] | None
     artifacts: dict[str, ArtifactOnDisk]
-    inputs: dict[str, dict]  # task key -> {"source": name, "poison": bool}
+    inputs: dict[str, dict]  # task key -> {"source", "poison": bool[, "pages": n if by page]}
     idempotent_keys: bool = True
     key_retention: float | None = None
 
@@ -218,9 +218,14 @@ def _fake_done(h: History):
                 reasons.append(f"{art.size} bytes on disk but {item.artifact_size} recorded")
         if made is not None and isinstance(item.pages_done, int):  # assembled from its pages
             missing = [n for n in range(1, item.pages_done + 1) if not made[page_key(key, n)]]
-            if missing or not item.pages_done:
-                reasons.append(f"page(s) {missing or [1]} of {item.pages_done} have no "
-                               "succeeded execution")
+            pages = (h.inputs.get(key) or {}).get("pages")
+            if not item.pages_done:
+                reasons.append("done by pages, but no finished page is recorded")
+            elif pages is not None and item.pages_done != pages:
+                reasons.append(f"done after page {item.pages_done} of {pages}")
+            elif missing:
+                reasons.append(f"page(s) {missing} of {item.pages_done} have no succeeded "
+                               "execution")
         elif made is not None and item.artifact_sha256 not in {
                 x.artifact_sha256 for x in made[key] if x.artifact_sha256}:
             reasons.append("the recorded SHA-256 matches no succeeded execution")

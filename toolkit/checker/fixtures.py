@@ -20,7 +20,9 @@ _READ = {"event": Event.from_json, "call": lambda o: Call(**o), "item": _item,
          "execution": lambda o: Execution(**o),
          "artifact": lambda o: (str(o.pop("key")), ArtifactOnDisk(**o)),
          "input": lambda o: (str(o.pop("key")), {"source": o.get("source"),
-                                                 "poison": bool(o.get("poison"))})}
+                                                 "poison": bool(o.get("poison")),
+                                                 **({"pages": int(o["pages"])} if "pages" in o
+                                                    else {})})}
 
 
 def load_history(path) -> History:

@@ -69,7 +69,7 @@ def _run(parser):
 
         from toolkit.provider import parse_contract, provider_at
         from toolkit.runner import RetryPolicy
-        from toolkit.runner.naive import open_strategy
+        from toolkit.runner.naive import open_strategy, resolve_strategy
 
         inputs = sorted(Path(args.inputs).glob("*.pdf")) if Path(args.inputs).is_dir() else None
         if not inputs:
@@ -80,6 +80,9 @@ def _run(parser):
                 raise ToolkitError("--page-by-page-from must be >= 1")
             if args.workers is not None:
                 raise ToolkitError("--page-by-page-from works with one worker; drop --workers")
+            if not getattr(resolve_strategy(args.strategy), "sends_pages", False):
+                raise ToolkitError(f"--strategy {args.strategy} does not send long documents "
+                                   "page by page")
             paging["page_by_page_from"] = args.page_by_page_from
         if args.provider_url:
             provider = _service(args)

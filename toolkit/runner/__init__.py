@@ -9,14 +9,8 @@ unknown), ``TransientError`` (a definite "not now" reply: nothing was done),
 Fault injectors plug in through ``hook(point, key, **context)``, called at
 the named ``HOOK_POINTS``; a hook may raise (a lost reply, a crash) or damage
 a file. The runner never imports ``toolkit.faults``. The plumbing shared with
-every other strategy (keying, preflight, health, the loop) is ``Pipeline``.
-
-A long document (``page_by_page_from``) is a chain of page requests, each
-with its own key (``<task>#p<n>:<attempt>``). After each verified page the
-runner appends it to a checkpoint file and commits ``partial`` with the
-page count, size and SHA-256; a later run resumes at the next page, never
-at page 1, and only an intact checkpoint is resumed. The last page turns
-the checkpoint into the output and commits ``done``.
+every other strategy (keying, preflight, health, the loop) is ``Pipeline``;
+long documents page by page (checkpoints, ``partial``, resume) are ``PageByPage``.
 """
 
 import os
@@ -27,6 +21,7 @@ from toolkit.errors import (KeyReuseError, LeaseHeldError, PermanentError, Stale
                             TransientError)
 from toolkit.ledger import PERMANENT, TRANSIENT, Item, State
 from toolkit.provider import JobStatus, ProviderConflict
+from toolkit.runner.pages import PageByPage
 from toolkit.runner.pipeline import (HOOK_POINTS, Pipeline, RetryPolicy, Snapshot, _Budget,
                                      _fsync_dir, default_worker, resubmit_is_safe)
 
@@ -36,13 +31,14 @@ __all__ = ["HOOK_POINTS", "CONTINUE", "REST", "Pipeline", "RetryPolicy", "Runner
            "default_worker", "resubmit_is_safe"]
 
 
-class Runner(Pipeline):
+class Runner(PageByPage, Pipeline):
     """Drive a batch to rest with the safe strategy: reconcile, then act.
 
     Run it again after any crash: it reconciles what it finds.
     """
 
     name = "safe"
+    sends_pages = True  # long documents page by page (``PageByPage``)
 
     def process(self, key: str) -> Item:
         """Advance one item until it rests for this run; return where it ended."""
@@ -94,19 +90,13 @@ class Runner(Pipeline):
         self.hook("after_intent", item.key)
         return self._submit(item, token, budget)
 
-    def _paged(self, item) -> bool:
-        return item.key in self._pages
-
-    def _request(self, item) -> tuple[str, dict]:
-        """The idempotency key and options of the request in flight: the document or a page."""
-        options = self._options.get(item.key, self.options)
-        if item.pages_done is not None:
-            options = {**options, "page": item.pages_done + 1}
-        return item.request_key, options
-
     def _submit(self, item, token, budget):
         """Submit the current attempt's key; the item is ``unknown`` while we wait."""
         if budget.submits >= self.policy.submits:
+            return REST
+        why = self._unsendable(item)  # a page goes out only on an intact checkpoint
+        if why is not None:
+            self._move(item, S.NEEDS_REVIEW, token, reason=why)
             return REST
         budget.submits += 1
         self._stage = "submit"
@@ -215,50 +205,6 @@ class Runner(Pipeline):
             part.unlink(missing_ok=True)  # a half download is never done
         return REST
 
-    def _checkpoint_path(self, item, pages: int) -> Path:
-        return self.out_dir / ".checkpoints" / f"{item.key}.{pages:04d}.pdf"
-
-    def _checkpoint(self, item, job, part, token, budget):
-        """Append a verified page to the checkpoint; commit ``partial``, or ``done`` at the end.
-
-        Each checkpoint is a new file named by its page count, so the one the
-        ledger points at is never overwritten: a crash between writing the
-        next one and committing it leaves the committed checkpoint intact.
-        """
-        page, total = item.pages_done + 1, self._pages[item.key]
-        earlier = [item.artifact_path] if item.pages_done else []
-        if earlier and not self._artifact_intact(item):
-            self._move(item, S.NEEDS_REVIEW, token, reason="checkpoint damaged before page "
-                       f"{page}: the finished pages are not proven")
-            return REST
-        last = page == total
-        target = self._output_path(item) if last else self._checkpoint_path(item, page)
-        made = documents.concat([*earlier, part], target)  # temp file, fsync, rename
-        part.unlink(missing_ok=True)
-        to = S.DONE if last else S.PARTIAL
-        self.hook("before_commit", item.key, to=to)
-        self._move(item, to, token, job_id=job.job_id, pages_done=page, artifact_path=made.path,
-                   artifact_size=made.size, artifact_sha256=made.sha256)
-        if earlier:
-            Path(earlier[0]).unlink(missing_ok=True)  # superseded by the one just committed
-        if last:
-            return REST
-        self.hook("after_checkpoint", item.key, page=page)
-        budget.reset()  # the next page is a new request
-        return CONTINUE
-
-    def _resume_pages(self, item) -> int | None:
-        """Pages kept when a long document goes on: all that are checkpointed."""
-        return item.pages_done
-
-    def _partial(self, item, token, budget):
-        """Resume a long document at its next page, from an intact checkpoint only."""
-        if not self._artifact_intact(item):
-            self._move(item, S.NEEDS_REVIEW, token, reason="checkpoint of the finished pages "
-                       "is damaged or missing")
-            return REST
-        return self._intent(item, token, budget, pages_done=self._resume_pages(item))
-
     def _artifact_intact(self, item) -> bool:
         return bool(item.artifact_path) and documents.verify(
             item.artifact_path, item.artifact_size, item.artifact_sha256)
@@ -268,9 +214,8 @@ class Runner(Pipeline):
         if self._artifact_intact(item):
             self.reused += 1
             return REST
-        if item.pages_done is not None:  # assembled from many page jobs: no one job to re-fetch
-            self._move(item, S.NEEDS_REVIEW, token, reason="assembled artifact damaged")
-            return REST
+        if item.pages_done is not None:  # assembled from many page jobs
+            return self._reassemble(item, token)
         try:
             job = self.provider.poll(item.job_id) if item.job_id else None
         except (TransientError, TimeoutError):
@@ -288,8 +233,4 @@ class Runner(Pipeline):
         if item.pages_done is not None:  # a long document goes on where its checkpoint ends
             fields["pages_done"] = self._resume_pages(item)
         item = self._move(item, S.UNKNOWN, token, note="retry", **fields)  # new attempt, new key
-        if fields and item.pages_done and not self._artifact_intact(item):
-            self._move(item, S.NEEDS_REVIEW, token, reason="checkpoint of the finished pages "
-                       "is damaged or missing")
-            return REST
         return self._submit(item, token, budget)

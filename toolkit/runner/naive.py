@@ -44,6 +44,7 @@ class OutputExists(Runner):
     """
 
     name = "output-exists"
+    sends_pages = False  # it sends whole documents its own way
 
     def _output_path(self, item):
         # The usual naive name: the input's name, not the request's identity.
@@ -81,6 +82,7 @@ class NoLease(Runner):
     """
 
     name = "no-lease"
+    sends_pages = False  # it sends whole documents its own way
 
     def process(self, key):
         item = self.ledger.get(key)
@@ -110,6 +112,7 @@ class BatchCommit(Runner):
     """
 
     name = "batch-commit"
+    sends_pages = False  # it sends whole documents its own way
     every = 5
 
     def run(self, inputs):
@@ -273,6 +276,7 @@ class RewriteState(Runner):
     """
 
     name = "rewrite-state"
+    sends_pages = False  # it sends whole documents its own way
 
     def __init__(self, ledger_path, provider, out_dir, **options):
         super().__init__(None, provider, out_dir, **options)
@@ -365,6 +369,9 @@ def open_strategy(name, ledger_path, provider, out_dir, **options) -> Runner:
     ``name``: a CLI name, a ``module:Name`` reference or a ``Pipeline`` class.
     """
     cls = resolve_strategy(name)
+    if options.get("page_by_page_from") is not None and not getattr(cls, "sends_pages", False):
+        raise ToolkitError(f"strategy {getattr(cls, 'name', name)!r} does not send long "
+                           "documents page by page")
     if cls is RewriteState:
         if Path(ledger_path).suffix != ".json":
             raise ToolkitError("rewrite-state keeps its progress in a .json file: "

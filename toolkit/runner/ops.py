@@ -120,9 +120,10 @@ def cancel(ledger, provider, key: str, worker: str = "operator") -> State:
     if S.CANCELLED not in TRANSITIONS[item.state]:
         raise ToolkitError(f"item {item.key[:12]} is {item.state.value}: nothing to cancel")
     token = ledger.claim(item.key, worker, ttl=60.0)
-    # A partial item has nothing in flight: its job id is the last finished page's.
-    job_id = None if item.state is S.PARTIAL else item.job_id
-    if job_id is None and item.state is S.UNKNOWN:
+    # Only a submitted item's job id is the job in flight: an unknown one may still
+    # carry an earlier attempt's or an earlier page's, a partial one a finished page's.
+    job_id = item.job_id if item.state is S.SUBMITTED else None
+    if item.state is S.UNKNOWN:
         found = provider.lookup(item.request_key)  # the document's key, or its next page's
         job_id = found and found.job_id
     if job_id is not None:

@@ -120,6 +120,7 @@ class Pipeline:
     """
 
     name = "pipeline"
+    sends_pages = False  # True: routes long documents page by page (the safe ``Runner``)
 
     def __init__(self, ledger, provider, out_dir, *, options=None, policy=RetryPolicy(),
                  worker=None, hook=None, sleep=time.sleep, lease_ttl=60.0, progress=False,
@@ -134,8 +135,9 @@ class Pipeline:
         self.hook = hook or (lambda point, key, **context: None)
         self.sleep, self.lease_ttl, self.progress = sleep, lease_ttl, progress
         self._rng = random.Random(policy.seed)
-        if page_by_page_from is not None and page_by_page_from < 1:
-            raise ValueError(f"page_by_page_from must be >= 1, got {page_by_page_from}")
+        if page_by_page_from is not None and (page_by_page_from < 1 or not self.sends_pages):
+            raise ValueError(f"page_by_page_from={page_by_page_from}: needs a strategy that "
+                             "sends pages (the safe Runner) and a value >= 1")
         self.page_by_page_from = page_by_page_from
         self._paths: dict[str, Path] = {}
         self._pages: dict[str, int] = {}  # page count of each document routed page by page

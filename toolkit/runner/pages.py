@@ -1,0 +1,144 @@
+"""Long documents page by page: the half of the safe runner that checkpoints and resumes.
+
+A document routed page by page (``page_by_page_from``) is a chain of page
+requests, each with its own key (``<task>#p<n>:<attempt>``) and the same
+intent → submit → lookup → fetch-and-verify path as a whole document. After
+each verified page the runner appends it to a checkpoint and commits
+``partial`` with the page count, the checkpoint's size and SHA-256; a later
+run resumes at the next page, never at page 1. The last page turns the
+checkpoint into the output and commits ``done``.
+
+Order, and why it is crash-safe:
+
+    fetch page n to a temp file, verify it against the job
+    write checkpoint n (a new file: <key>.<n>.pdf; temp, fsync, rename)
+    commit partial(n) pointing at checkpoint n    <- a crash before: checkpoint n-1 intact
+    delete the other checkpoints of this key      <- a crash before: a stale file, no harm
+
+A page is sent only on an intact checkpoint of the pages before it; a
+damaged one parks the item (the finished pages are no longer proven).
+"""
+
+import os
+from pathlib import Path
+
+from toolkit import documents
+from toolkit.errors import PermanentError, TransientError
+from toolkit.identity import idem_key, page_key
+from toolkit.ledger import State
+from toolkit.provider import JobStatus
+from toolkit.runner.pipeline import _fsync_dir
+
+S = State
+CONTINUE, REST = True, False
+
+
+class PageByPage:
+    """Mixed into ``Runner``: it uses the runner's ``_move``, ``_intent`` and ``_output_path``."""
+
+    def _paged(self, item) -> bool:
+        return item.key in self._pages
+
+    def _request(self, item) -> tuple[str, dict]:
+        """The idempotency key and options of the request in flight: the document or a page."""
+        options = self._options.get(item.key, self.options)
+        if item.pages_done is not None:
+            options = {**options, "page": item.pages_done + 1}
+        return item.request_key, options
+
+    def _unsendable(self, item) -> str | None:
+        """Why the next page of a long document must not be sent (None: send it)."""
+        if item.pages_done is None:
+            return None  # a whole document
+        if item.pages_done and not self._artifact_intact(item):
+            return "checkpoint of the finished pages is damaged or missing"
+        if item.pages_done >= self._pages.get(item.key, 0):
+            return "no page left to send: the pages are done, their assembly is not verified"
+        return None
+
+    def _resume_pages(self, item) -> int | None:
+        """Pages kept when a long document goes on: all that are checkpointed."""
+        return item.pages_done
+
+    def _partial(self, item, token, budget):
+        """Resume a long document at its next page, from an intact checkpoint only."""
+        why = self._unsendable(item)
+        if why is not None:
+            self._move(item, S.NEEDS_REVIEW, token, reason=why)
+            return REST
+        return self._intent(item, token, budget, pages_done=self._resume_pages(item))
+
+    def _checkpoint_dir(self, item) -> Path:
+        return self.out_dir / ".checkpoints"
+
+    def _checkpoint(self, item, job, part, token, budget):
+        """Append a verified page to the checkpoint; commit ``partial``, or ``done`` at the end."""
+        page, total = item.pages_done + 1, self._pages[item.key]
+        if item.pages_done and not self._artifact_intact(item):
+            self._move(item, S.NEEDS_REVIEW, token, reason="checkpoint damaged before page "
+                       f"{page}: the finished pages are not proven")
+            return REST
+        last = page == total
+        target = self._output_path(item) if last else \
+            self._checkpoint_dir(item) / f"{item.key}.{page:04d}.pdf"
+        earlier = [item.artifact_path] if item.pages_done else []
+        made = documents.concat([*earlier, part], target)  # temp file, fsync, rename
+        part.unlink(missing_ok=True)
+        to = S.DONE if last else S.PARTIAL
+        self.hook("before_commit", item.key, to=to)
+        self._move(item, to, token, job_id=job.job_id, pages_done=page, artifact_path=made.path,
+                   artifact_size=made.size, artifact_sha256=made.sha256)
+        self._drop_checkpoints(item, keep=None if last else made.path)
+        if last:
+            return REST
+        self.hook("after_checkpoint", item.key, page=page)
+        budget.reset()  # the next page is a new request
+        return CONTINUE
+
+    def _drop_checkpoints(self, item, keep: str | None) -> None:
+        """Delete this document's checkpoints but the one the ledger points at (after the commit)."""
+        for path in self._checkpoint_dir(item).glob(f"{item.key}.*.pdf"):
+            if str(path) != keep:
+                path.unlink(missing_ok=True)
+
+    def _reassemble(self, item, token):
+        """A page-by-page ``done`` whose file is damaged: fetch every page again, join them
+        as the checkpoints did, and accept only the recorded SHA-256. Never re-executed."""
+        final = self._output_path(item)
+        folder = self._checkpoint_dir(item)
+        folder.mkdir(parents=True, exist_ok=True)
+        joined = folder / f"{item.key}.joined.pdf"
+        try:
+            for page in range(1, item.pages_done + 1):
+                job = self._finished_page(item, page)
+                if job is None:
+                    raise PermanentError(f"page {page} has no finished job to fetch")
+                part = folder / f"{item.key}.p{page:04d}.part"
+                self.provider.fetch(job.job_id, part)
+                if not documents.verify(part, job.artifact_size, job.artifact_sha256):
+                    raise PermanentError(f"page {page} fetched damaged")
+                # joined page after page, exactly as the checkpoints were: the same bytes
+                documents.concat([joined, part] if page > 1 else [part], joined)
+                part.unlink()
+        except (TransientError, TimeoutError):
+            return REST  # try again in a later run
+        except PermanentError as exc:
+            self._move(item, S.NEEDS_REVIEW, token, reason=f"assembled artifact damaged: {exc}")
+            return REST
+        if not documents.verify(joined, item.artifact_size, item.artifact_sha256):
+            Path(joined).unlink(missing_ok=True)
+            self._move(item, S.NEEDS_REVIEW, token, reason="assembled artifact damaged and its "
+                       "pages join to other bytes")
+            return REST
+        os.replace(joined, final)  # concat fsynced the file; now the name
+        _fsync_dir(final.parent)
+        self._move(item, S.DONE, token, note="assembled again from its pages' jobs")
+        return REST
+
+    def _finished_page(self, item, page: int):
+        """The succeeded job of one page: its key under the newest attempt that has one."""
+        for attempt in range(item.attempt, 0, -1):
+            job = self.provider.lookup(idem_key(page_key(item.key, page), attempt))
+            if job is not None and job.status is JobStatus.SUCCEEDED:
+                return job
+        return None
