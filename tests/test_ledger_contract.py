@@ -222,3 +222,26 @@ def test_lease_of_a_dead_owner_process_is_taken_over_but_a_live_one_is_not(ledge
     child.wait()
     token = ledger.claim("k1", "me", ttl=60)  # the owner is gone: the lease is orphaned
     assert ledger.get("k1").lease_owner == "me" and token == 2
+
+
+def test_owner_on_another_host_keeps_its_lease_until_expiry_whatever_its_pid_looks_like_here(
+        ledger, clock):
+    """Another machine's pid means nothing in this process table: only expiry frees it."""
+    ledger.clock = clock
+    ledger.add("k1")
+    gone_here = 2 ** 22 + 12_345  # above any pid this machine hands out
+    first = ledger.claim("k1", "worker-on-b", ttl=30, pid=gone_here, host="host-b")
+    assert ledger.get("k1").lease_host == "host-b"
+    with pytest.raises(LeaseHeldError):
+        ledger.claim("k1", "me", ttl=60)  # a dead-looking pid on another host proves nothing
+    clock.advance(31)
+    token = ledger.claim("k1", "me", ttl=60)  # expired: taken over, fenced
+    assert token == first + 1 and ledger.get("k1").lease_host not in (None, "host-b")
+    with pytest.raises(StaleTokenError):
+        ledger.move("k1", S.PENDING, S.UNKNOWN, token=first, worker="worker-on-b")
+
+
+def test_same_dead_pid_on_this_host_is_taken_over_at_once(ledger):
+    ledger.add("k1")
+    ledger.claim("k1", "ghost", ttl=3600, pid=2 ** 22 + 12_345)  # this host, no such process
+    assert ledger.claim("k1", "me", ttl=60) == 2

@@ -115,6 +115,20 @@ def test_dead_owner_item_goes_back_to_unknown_and_a_live_slow_owner_keeps_it(tmp
             child.wait()
 
 
+def test_recovery_at_start_leaves_an_owner_on_another_host_alone(tmp_path):
+    """Its pid is not in our process table; it is not dead for that: no owner_exited move."""
+    path = tmp_path / "l.sqlite"
+    with open_ledger(path) as ledger:
+        ledger.add("remote")
+        ledger.move("remote", S.PENDING, S.UNKNOWN)
+        ledger.move("remote", S.UNKNOWN, S.SUBMITTED, job_id="job-remote")
+        ledger.claim("remote", "worker-on-b", ttl=0.0, pid=2 ** 22 + 12_345, host="host-b")
+        assert recover_abandoned(ledger, "restarted") == []
+        item = ledger.get("remote")
+    assert (item.state, item.lease_owner, item.lease_host) == (S.SUBMITTED, "worker-on-b",
+                                                                "host-b")
+
+
 def test_runner_recovers_a_killed_runs_lease_and_reconciles_by_lookup(tmp_path, small_corpus):
     """A real run is SIGKILLed holding a lease; the next run takes it over and looks it up."""
     provider_db = tmp_path / "p.db"

@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import enum
 import os
+import socket
 import threading
 import time
 from pathlib import Path
@@ -65,7 +66,8 @@ TRANSIENT, PERMANENT = "transient", "permanent"
 # Item fields a transition may set; everything else is owned by the base.
 MUTABLE_FIELDS = ("job_id", "failure", "reason", "artifact_path", "artifact_size",
                   "artifact_sha256", "pages_done")
-LEASE_FIELDS = ("lease_owner", "lease_pid", "lease_started", "lease_expires")
+LEASE_FIELDS = ("lease_owner", "lease_host", "lease_pid", "lease_started", "lease_expires")
+HOST = socket.gethostname()  # where this process runs: a lease names its owner's host
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -83,6 +85,7 @@ class Item:
     artifact_sha256: str | None = None
     pages_done: int | None = None  # None: the document is one request; n: pages 1..n checkpointed
     lease_owner: str | None = None
+    lease_host: str | None = None  # None: recorded before hosts were (taken as this host)
     lease_pid: int | None = None
     lease_started: float | None = None
     lease_expires: float | None = None
@@ -157,8 +160,14 @@ def _process_start_time(pid: int) -> float | None:
     return started
 
 
-def owner_alive(item: Item) -> bool:
-    """Is the lease owner's process still the one that claimed? (a reused pid is not)"""
+def owner_alive(item: Item) -> bool | None:
+    """Is the lease owner's process still the one that claimed? (a reused pid is not)
+
+    None when the owner runs on another host: its process table is not ours to
+    read, so only the lease's expiry can tell (and fencing guards a slow owner).
+    """
+    if item.lease_host is not None and item.lease_host != HOST:
+        return None
     if item.lease_pid is None:
         return False
     started = _process_start_time(item.lease_pid)
@@ -274,16 +283,17 @@ class Ledger:
             return commit(item, "move", key, frm, to, attempt, worker, token, fields)
 
     def claim(self, key: str, worker: str, ttl: float, *, pid: int | None = None,
-              respect_live_owner: bool = True) -> int:
+              host: str | None = None, respect_live_owner: bool = True) -> int:
         """Take the item's lease for ``ttl`` seconds; return the new fencing token.
 
         Claim succeeds when the lease is
           unowned   -- nobody holds it (never claimed, or released), or
           mine      -- ``worker`` already holds it (renewal; the token still advances), or
-          orphaned  -- its owner's process is gone (pid and start time: a reused pid
-                       is another process), or
+          orphaned  -- its owner's process on this host is gone (pid and start time: a
+                       reused pid is another process), or
           expired   -- lease_expires <= now, and the owner is not another live process
-                       (a worker thread of this process, or an owner we cannot check).
+                       (a worker thread of this process, or an owner we cannot check:
+                       one on another host, whose liveness only its expiry tells).
         Otherwise ``LeaseHeldError``: a live process is never robbed of its lease just
         because it is slow. ``respect_live_owner=False`` drops that last condition,
         as naive lease code does (the ``steal-expired`` strategy shows the cost).
@@ -301,13 +311,14 @@ class Ledger:
             unowned = item.lease_owner is None
             mine = item.lease_owner == worker
             if not (unowned or mine):
-                orphaned = not owner_alive(item)
+                alive = owner_alive(item)  # True, False, or None: another host's process
+                orphaned = alive is False
                 expired = item.lease_expires is not None and item.lease_expires <= now
-                other_live_process = (respect_live_owner and not orphaned
+                other_live_process = (respect_live_owner and alive is True
                                       and item.lease_pid not in (None, os.getpid()))
                 if not (orphaned or (expired and not other_live_process)):
                     raise LeaseHeldError(key, item.lease_owner, item.lease_expires)
-            lease = {"lease_owner": worker, "lease_pid": pid,
+            lease = {"lease_owner": worker, "lease_host": host or HOST, "lease_pid": pid,
                      "lease_started": _process_start_time(pid), "lease_expires": now + ttl}
             commit(item, "claim", key, item.state, item.state, item.attempt, worker,
                    item.token + 1, lease)

@@ -49,7 +49,7 @@ CREATE TABLE IF NOT EXISTS items (
     key TEXT PRIMARY KEY, state TEXT NOT NULL, source TEXT, attempt BIGINT NOT NULL,
     token BIGINT NOT NULL, job_id TEXT, failure TEXT, reason TEXT, artifact_path TEXT,
     artifact_size BIGINT, artifact_sha256 TEXT, pages_done BIGINT, lease_owner TEXT,
-    lease_pid BIGINT, lease_started DOUBLE PRECISION, lease_expires DOUBLE PRECISION,
+    lease_host TEXT, lease_pid BIGINT, lease_started DOUBLE PRECISION, lease_expires DOUBLE PRECISION,
     updated DOUBLE PRECISION NOT NULL);
 CREATE TABLE IF NOT EXISTS events (
     seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, ts DOUBLE PRECISION NOT NULL,
@@ -58,7 +58,8 @@ CREATE TABLE IF NOT EXISTS events (
 CREATE TABLE IF NOT EXISTS health (
     id INTEGER PRIMARY KEY CHECK (id = 1), reason TEXT NOT NULL, since DOUBLE PRECISION NOT NULL);
 INSERT INTO meta VALUES ('format', '{FORMAT}') ON CONFLICT DO NOTHING;
-ALTER TABLE items ADD COLUMN IF NOT EXISTS pages_done BIGINT
+ALTER TABLE items ADD COLUMN IF NOT EXISTS pages_done BIGINT;
+ALTER TABLE items ADD COLUMN IF NOT EXISTS lease_host TEXT
 """
 SELECT_ITEM = f"SELECT {', '.join(ITEM_COLUMNS)} FROM items"
 SELECT_EVENTS = 'SELECT seq, ts, op, key, frm, "to", attempt, worker, token, detail FROM events'
@@ -73,7 +74,7 @@ UPDATE_ITEM = (f"WITH moved AS (UPDATE items SET {', '.join(f'{c}=%s' for c in I
                f"WHERE key=%s AND state=%s AND token=%s RETURNING key) {_EVENT_INSERT}")
 # Work a worker may take: unowned, and not resting (done items are re-verified by the walk).
 PICK = ("SELECT key FROM items WHERE key = ANY(%s) AND lease_owner IS NULL "
-        "AND (state IN ('pending', 'unknown', 'submitted') "
+        "AND (state IN ('pending', 'unknown', 'submitted', 'partial') "
         "OR (state = 'failed' AND failure = 'transient')) "
         "ORDER BY key LIMIT 1 FOR UPDATE SKIP LOCKED")
 

@@ -21,7 +21,7 @@ CREATE TABLE IF NOT EXISTS items (
     key TEXT PRIMARY KEY, state TEXT NOT NULL, source TEXT, attempt INTEGER NOT NULL,
     token INTEGER NOT NULL, job_id TEXT, failure TEXT, reason TEXT, artifact_path TEXT,
     artifact_size INTEGER, artifact_sha256 TEXT, pages_done INTEGER, lease_owner TEXT,
-    lease_pid INTEGER, lease_started REAL, lease_expires REAL, updated REAL NOT NULL);
+    lease_host TEXT, lease_pid INTEGER, lease_started REAL, lease_expires REAL, updated REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS events (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL NOT NULL, op TEXT NOT NULL,
     key TEXT NOT NULL, frm TEXT, "to" TEXT NOT NULL, attempt INTEGER NOT NULL,
@@ -30,7 +30,7 @@ INSERT OR IGNORE INTO meta VALUES ('format', '{FORMAT}');
 """
 # Columns added after format 1 was first written: an older ledger gains them on open
 # (NULL for every existing item, which is what those items mean).
-ADDED_COLUMNS = {"pages_done": "INTEGER"}
+ADDED_COLUMNS = {"pages_done": "INTEGER", "lease_host": "TEXT"}
 
 
 def _item(row) -> Item:

@@ -83,13 +83,14 @@ def require_healthy(ledger_path) -> None:
 def recover_abandoned(ledger, worker: str) -> list[str]:
     """Take over the leases of dead owners; their in-flight items go back to ``unknown``.
 
-    Only an owner whose process is gone (pid and start time) counts as dead;
-    a slow live owner keeps its lease. The item is reconciled by lookup next,
+    Only an owner on this host whose process is gone (pid and start time)
+    counts as dead; a slow live owner keeps its lease, and an owner on another
+    host keeps it until it expires (then a claim takes it, fenced). The item is reconciled by lookup next,
     never re-run blindly. Returns the recovered keys.
     """
     recovered = []
     for item in ledger.items():
-        if item.lease_owner is None or item.resting or owner_alive(item):
+        if item.lease_owner is None or item.resting or owner_alive(item) is not False:
             continue
         try:
             token = ledger.claim(item.key, worker, ttl=60.0)
