@@ -248,7 +248,8 @@ def test_cli_page_by_page_bad_values_are_one_line_errors(tmp_path):
             "--ledger", str(tmp_path / "l.sqlite"), "--provider-db", str(tmp_path / "p.db"),
             "--out", str(tmp_path / "out")]
     for extra, message in ((["--page-by-page-from", "0"], "must be >= 1"),
-                           (["--page-by-page-from", "3", "--workers", "2"], "one worker")):
+                           (["--page-by-page-from", "3", "--strategy", "no-lease"],
+                            "does not send long documents page by page")):
         done = subprocess.run(base + extra, capture_output=True, text=True)
         assert done.returncode != 0 and message in done.stderr
         assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
@@ -402,3 +403,22 @@ def test_damaged_page_by_page_output_is_assembled_again_from_its_pages_never_re_
     run()
     assert ledger_items(tmp_path)["long-000.pdf"].state is S.NEEDS_REVIEW
     assert provider.stats()["executions"] == executed
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_two_worker_processes_send_each_page_of_each_long_document_once(tmp_path, backend,
+                                                                         request):
+    from toolkit.runner.workers import run_workers
+
+    ledger = tmp_path / "ledger.sqlite" if backend == "sqlite" else \
+        request.getfixturevalue("pg_url")
+    inputs = documents.make_corpus(tmp_path / "in", docs=2, poison=0, long_docs=3,
+                                   long_pages=PAGES)
+    result = run_workers(ledger, tmp_path / "provider.db", inputs, tmp_path / "out", 2,
+                         Contract(idempotent_keys=False), policy=RetryPolicy(base_delay=0.0),
+                         page_by_page_from=FROM)
+    assert result.errors == [] and result.counts["done"] == 5 and result.unsettled == 0
+    stats = provider_stats(tmp_path / "provider.db")
+    units = [unit for unit in stats["per_task"] if "#p" in unit]
+    assert len(units) == 3 * PAGES and stats["succeeded"] == 2 + 3 * PAGES
+    assert all(row["submit_calls"] == 1 for row in stats["per_task"].values())

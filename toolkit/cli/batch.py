@@ -78,8 +78,6 @@ def _run(parser):
         if args.page_by_page_from is not None:
             if args.page_by_page_from < 1:
                 raise ToolkitError("--page-by-page-from must be >= 1")
-            if args.workers is not None:
-                raise ToolkitError("--page-by-page-from works with one worker; drop --workers")
             if not getattr(resolve_strategy(args.strategy), "sends_pages", False):
                 raise ToolkitError(f"--strategy {args.strategy} does not send long documents "
                                    "page by page")
@@ -150,7 +148,8 @@ def _run_workers(args, inputs, provider):
     provider.close()  # each worker opens its own
     result = run_workers(args.ledger, args.provider_db, inputs, args.out, args.workers, contract,
                          provider_url=args.provider_url, read_timeout=args.read_timeout,
-                         strategy=args.strategy, policy=RetryPolicy(seed=args.seed))
+                         strategy=args.strategy, policy=RetryPolicy(seed=args.seed),
+                         page_by_page_from=args.page_by_page_from)
     counts = result.counts or {}
     items = sum(counts.values())
     text = "  ".join(f"{state}={n}" for state, n in counts.items() if n) + \

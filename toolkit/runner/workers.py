@@ -22,6 +22,7 @@ import dataclasses
 import multiprocessing
 from pathlib import Path
 
+from toolkit.documents import preflight
 from toolkit.errors import ToolkitError
 from toolkit.identity import file_task_key
 from toolkit.ledger import State, open_ledger
@@ -30,6 +31,7 @@ from toolkit.ledger.postgres import postgres_url
 from toolkit.runner import RetryPolicy, Runner, default_worker
 from toolkit.runner.naive import STRATEGIES
 from toolkit.runner.ops import health_marker, recover_abandoned, require_healthy
+from toolkit.runner.pipeline import routed_options
 
 
 class QueueRunner(Runner):
@@ -83,6 +85,7 @@ class _Spec:
     policy: RetryPolicy
     lease_ttl: float
     hook: object
+    page_by_page_from: int | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -112,7 +115,8 @@ class WorkersResult:
 def run_workers(ledger_url, provider_db, inputs, out_dir, workers: int, contract=None, *,
                 provider_url=None, read_timeout: float = 30.0, strategy: str = "safe",
                 options=None, policy: RetryPolicy = RetryPolicy(), lease_ttl: float = 60.0,
-                hook=None, start_method: str = "spawn") -> WorkersResult:
+                hook=None, start_method: str = "spawn",
+                page_by_page_from: int | None = None) -> WorkersResult:
     """Run the batch ``inputs`` with ``workers`` processes on the ledger at ``ledger_url``.
 
     The provider is the fake one at ``provider_db`` (its jobs beside it, as
@@ -129,6 +133,8 @@ def run_workers(ledger_url, provider_db, inputs, out_dir, workers: int, contract
         raise ToolkitError("give exactly one of provider_db and provider_url")
     if strategy not in STRATEGIES or strategy == "rewrite-state":
         raise ToolkitError(f"strategy {strategy!r} cannot run as workers on a shared ledger")
+    if page_by_page_from is not None and not STRATEGIES[strategy].sends_pages:
+        raise ToolkitError(f"strategy {strategy!r} does not send long documents page by page")
     url = postgres_url(ledger_url)
     location = url or str(ledger_url)
     if url is None and Path(location).suffix.lower() == ".jsonl" and workers > 1:
@@ -139,7 +145,7 @@ def run_workers(ledger_url, provider_db, inputs, out_dir, workers: int, contract
         recover_abandoned(ledger, default_worker())
     spec = _Spec(location, provider_db and str(provider_db), provider_url, read_timeout,
                  contract, tuple(str(path) for path in inputs), str(out_dir), strategy,
-                 dict(options or {}), policy, lease_ttl, hook)
+                 dict(options or {}), policy, lease_ttl, hook, page_by_page_from)
     reports = _run_processes(spec, workers, multiprocessing.get_context(start_method))
     halted = [report["halted"] for report in reports if report["halted"]]
     recorded = None
@@ -147,7 +153,7 @@ def run_workers(ledger_url, provider_db, inputs, out_dir, workers: int, contract
         recorded = pg_health.mark_unhealthy(url, halted[0])
     elif halted:
         recorded = health_marker(location).exists()
-    counts, unsettled = _batch_counts(location, inputs, spec.options)
+    counts, unsettled = _batch_counts(location, inputs, spec.options, page_by_page_from)
     return WorkersResult(counts, unsettled, tuple(reports), recorded)
 
 
@@ -186,7 +192,8 @@ def _work(spec: _Spec, conn) -> None:
         if cls is Runner and hasattr(ledger, "claim_next"):
             cls = QueueRunner
         runner = cls(ledger, provider, spec.out_dir, options=spec.options, policy=spec.policy,
-                     lease_ttl=spec.lease_ttl, hook=spec.hook, worker=report["worker"])
+                     lease_ttl=spec.lease_ttl, hook=spec.hook, worker=report["worker"],
+                     page_by_page_from=spec.page_by_page_from)
         runner.run([Path(path) for path in spec.inputs])
         report["halted"] = runner.halted
     except ToolkitError as exc:
@@ -216,8 +223,9 @@ def _provider(spec: _Spec):
     return provider_at(spec.provider_db, spec.contract or Contract())
 
 
-def _batch_counts(location, inputs, options):
-    keys = {file_task_key(path, options) for path in inputs}
+def _batch_counts(location, inputs, options, page_by_page_from=None):
+    keys = {file_task_key(path, options if page_by_page_from is None else routed_options(
+        options, preflight(path).pages, page_by_page_from)) for path in inputs}
     counts = {state.value: 0 for state in State}
     unsettled = 0
     try:
