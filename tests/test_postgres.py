@@ -413,3 +413,55 @@ def test_server_crash_mid_batch_halts_the_workers_and_a_rerun_executes_each_docu
     judged = verdict(pg_url, provider, small_corpus)
     assert judged.valid is True, judged.anomalies
     provider.close()
+
+
+def _crashed_batch(ledger_location, folder, inputs):
+    """A batch whose process dies after its third intent: one item left unknown."""
+    class Died(BaseException):
+        pass
+    intents = []
+
+    def die_at_third_intent(point, key, **context):
+        if point == "after_intent":
+            intents.append(key)
+            if len(intents) == 3:
+                raise Died()
+    provider = provider_in(folder)
+    runner = Runner(open_ledger(ledger_location), provider, folder / "out", policy=NO_WAIT,
+                    hook=die_at_third_intent, sleep=lambda seconds: None)
+    with pytest.raises(Died):
+        runner.run(inputs)
+    runner.close()
+    provider.close()
+
+
+def test_audit_of_a_postgres_ledger_reads_one_snapshot_and_plans_like_the_sqlite_ledger(
+        pg_url, tmp_path, small_corpus):
+    from toolkit.forensics import audit
+
+    _crashed_batch(pg_url, tmp_path / "pg", small_corpus)
+    _crashed_batch(tmp_path / "ledger.sqlite", tmp_path / "lite", small_corpus)
+    with open_ledger(pg_url) as ledger:
+        events_before = len(ledger.events())
+    on_pg, on_sqlite = audit(pg_url), audit(tmp_path / "ledger.sqlite")
+    assert on_pg.format == "toolkit-postgres" and on_sqlite.format == "toolkit-sqlite"
+    pg_json, sqlite_json = on_pg.to_json(), on_sqlite.to_json()
+    for field in ("items", "by_state", "plan", "anomalies"):
+        assert pg_json[field] == sqlite_json[field], field
+    columns = ["key", "state", "action", "why"]
+    assert on_pg.items[columns].equals(on_sqlite.items[columns])
+    assert "reconcile" in set(on_pg.items["action"])  # the item cut after its intent
+    assert len(on_pg.events) == events_before
+    with open_ledger(pg_url) as ledger:
+        assert len(ledger.events()) == events_before  # the audit wrote nothing
+
+
+def test_audit_of_a_postgres_schema_without_a_ledger_is_a_one_line_error(pg_url, admin):
+    url_schema = pg_url.rsplit("%3D", 1)[1]
+    admin.execute(f"CREATE SCHEMA {url_schema}")
+    admin.execute(f"CREATE TABLE {url_schema}.invoices (id int)")
+    done = subprocess.run([sys.executable, "-m", "toolkit", "audit", pg_url],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "holds no resume-toolkit ledger (tables: invoices)" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1

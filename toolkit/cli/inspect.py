@@ -51,7 +51,7 @@ def _provider_stats(parser):
 @command("audit", "Audit an existing batch ledger (ours or a foreign format): anomalies and the "
                   "safe next action per item. Never modifies what it reads.")
 def _audit(parser):
-    parser.add_argument("path", help="ledger or state file to audit")
+    parser.add_argument("path", help="ledger or state file to audit, or a postgresql:// URL")
     parser.add_argument("--artifacts", help="folder the artifacts should be in (checks size, SHA-256)")
     parser.add_argument("--inputs", help="folder of the inputs (checks they still match their keys)")
     parser.add_argument("--json", action="store_true", help="print one JSON document")

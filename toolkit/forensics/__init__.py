@@ -1,7 +1,8 @@
 """Ledger forensics: what happened to a batch, and what each item needs next.
 
 ``audit(path)`` detects the ledger's format by content, reads it without ever
-writing (SQLite read-only, JSONL by plain reads), normalizes it to one pandas
+writing (SQLite read-only, JSONL by plain reads, a ``postgresql://`` URL in a
+read-only transaction), normalizes it to one pandas
 table of items (and events where the format has a history), lists findings
 (``Anomaly``) and plans one next action per item. It reports; it never
 repairs (diskcache ``check(fix=False)``).
@@ -127,6 +128,18 @@ def audit(path, artifacts=None, inputs=None, *, now: float | None = None) -> Rep
             ledger (listing the supported formats) or a bad folder argument.
     """
     artifacts, inputs = _folder(artifacts, "--artifacts"), _folder(inputs, "--inputs")
+    from toolkit.ledger.postgres import postgres_url, redact
+
+    url = postgres_url(path)
+    if url is not None:  # a PostgreSQL ledger: its schema, read-only, one snapshot
+        from toolkit.forensics.postgres import NAME, read_postgres
+
+        try:
+            raw = read_postgres(url)
+        except ToolkitError as exc:
+            raise _fail(redact(url), exc) from exc
+        return _report(redact(url), NAME, raw, _ordered(raw.anomalies + check_items(
+            raw.items, artifacts, inputs, time.time() if now is None else now)))
     name, adapter = _detect(path)
     with _no_gc():
         return _audit(path, name, adapter, artifacts, inputs, now)

@@ -96,7 +96,7 @@ class PageByPage:
         return CONTINUE
 
     def _drop_checkpoints(self, item, keep: str | None) -> None:
-        """Delete this document's checkpoints but the one the ledger points at (after the commit)."""
+        """Delete this document's checkpoints but ``keep`` (the ledger's; after the commit)."""
         for path in self._checkpoint_dir(item).glob(f"{item.key}.*.pdf"):
             if str(path) != keep:
                 path.unlink(missing_ok=True)
