@@ -15,16 +15,15 @@ import threading
 from pathlib import Path
 
 from toolkit import documents
-from toolkit.errors import ToolkitError
-from toolkit.checker import ArtifactOnDisk, Call, Execution, History, check
+from toolkit.checker import History, check
+from toolkit.drills.actors import _barrier_hook, _cancel_one_in_flight, _chain, _start_slow_owner
+from toolkit.drills.history import _items, collect_history
 from toolkit.faults import Crash, Injector, fill_disk, tear_jsonl_writes
-from toolkit.identity import file_task_key
-from toolkit.ledger import Item, State, open_ledger
+from toolkit.ledger import State
 from toolkit.provider import FakeProvider, parse_contract
 from toolkit.runner import RetryPolicy
-from toolkit.runner.pipeline import PAGE_BY_PAGE, routed_options
 from toolkit.runner.naive import open_strategy, resolve_strategy
-from toolkit.runner.ops import cancel, clear_health, health_marker
+from toolkit.runner.ops import clear_health, health_marker
 
 STRICT = "non-idempotent"
 
@@ -195,25 +194,6 @@ CATALOGUE = [
 DRILLS = {drill.name: drill for drill in CATALOGUE}
 
 
-def _barrier_hook(parties):
-    barrier = threading.Barrier(parties)
-
-    def meet(point, key, **context):
-        if point == "before_intent":
-            try:
-                barrier.wait(timeout=0.5)
-            except threading.BrokenBarrierError:
-                pass  # the other worker is elsewhere: no race on this item
-    return meet
-
-
-def _chain(*hooks):
-    def hook(point, key, **context):
-        for each in hooks:
-            each(point, key, **context)
-    return hook
-
-
 def run_drill(drill: Drill, workdir=None, seed: int = 0, strategy=None) -> DrillResult:
     """Run one drill in ``workdir`` (a fresh temporary folder if None).
 
@@ -308,55 +288,6 @@ def _one_run(drill, run, faults, ledger_path, provider, work, inputs, steps, fir
     steps.append(_snapshot(run, f"end of run {run + 1}", None, _items(ledger_path), provider))
 
 
-def _slow_owner(ledger_path, db_path, jobs_dir, contract, inputs, options, ready):
-    """A live worker process that holds a short lease and is slow before its submit."""
-    import time
-
-    from toolkit.runner import Runner
-
-    def dawdle(point, key, **context):
-        if point == "after_intent":
-            ready.set()
-            time.sleep(1.0)  # far past its 0.2 s lease: slow, not dead
-
-    provider = FakeProvider(db_path, jobs_dir, contract)
-    runner = Runner(open_ledger(ledger_path), provider, Path(ledger_path).parent / "out",
-                    options=options, lease_ttl=0.2, hook=dawdle, worker="slow-owner",
-                    policy=RetryPolicy(base_delay=0.0), sleep=lambda seconds: None)
-    try:
-        runner.run(inputs)
-    except ToolkitError:
-        pass  # its late write was fenced off: exactly what the token is for
-    finally:
-        runner.close()
-
-
-def _start_slow_owner(ledger_path, provider, work, inputs, options):
-    import multiprocessing
-    import time
-
-    context = multiprocessing.get_context("fork")
-    ready = context.Event()
-    child = context.Process(target=_slow_owner, args=(
-        ledger_path, provider.db_path, provider.out_dir, provider.contract, inputs, options,
-        ready))
-    child.start()
-    if not ready.wait(timeout=30):
-        child.kill()
-        raise ToolkitError("the slow owner never reached its intent")
-    time.sleep(0.3)  # its 0.2 s lease runs out while it dawdles
-    return child
-
-
-def _cancel_one_in_flight(ledger_path, provider, fired):
-    """The operator cancels the first item still in flight (precisely, through the API)."""
-    with open_ledger(ledger_path) as ledger:
-        flying = [item for item in ledger.items() if item.state in (State.SUBMITTED, State.UNKNOWN)]
-        if flying:
-            cancel(ledger, provider, flying[0].key)
-            fired.append((0, "operator_cancel", flying[0].key))
-
-
 def _recorder(run, ledger, provider, steps):
     lock = threading.Lock()
 
@@ -371,66 +302,6 @@ def _snapshot(run, label, event, items, provider):
     stats = provider.stats()
     return Step(run, label, event, tuple(items), tuple(provider.jobs()), stats["submit_calls"],
                 stats["executions"])
-
-
-def _items(ledger_path) -> tuple[Item, ...]:
-    if ledger_path.suffix == ".json":
-        return tuple(_state_file_items(ledger_path).values())
-    with open_ledger(ledger_path) as ledger:
-        return tuple(ledger.items())
-
-
-def _state_file_items(path) -> dict[str, Item]:
-    """The naive JSON state file, read as items (empty when it is torn)."""
-    import json
-
-    try:
-        state = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return {}
-    return {key: Item(key=key, state=State(entry["state"]), job_id=entry.get("job_id"),
-                      artifact_path=entry.get("artifact_path"),
-                      artifact_size=entry.get("artifact_size"),
-                      artifact_sha256=entry.get("artifact_sha256"), reason=entry.get("reason"))
-            for key, entry in state.items()}
-
-
-def collect_history(ledger_path, provider, inputs, contract, options_sets=({},),
-                    page_by_page_from=None) -> History:
-    """Everything the checker judges: both ledgers, the call logs, what is on disk.
-
-    The inputs are keyed as the runner keys them: with ``page_by_page_from``,
-    a long document's identity includes its page-by-page routing.
-    """
-    ledger_path = Path(ledger_path)
-    if ledger_path.suffix == ".json":
-        events, items = (), _state_file_items(ledger_path)
-    else:
-        with open_ledger(ledger_path) as ledger:
-            events, items = tuple(ledger.events()), {item.key: item for item in ledger.items()}
-    artifacts = {}
-    for key, item in items.items():
-        if item.state is State.DONE and item.artifact_path:
-            path = Path(item.artifact_path)
-            found = documents.artifact_of(path) if path.is_file() else None
-            artifacts[key] = ArtifactOnDisk(str(path), found is not None, found and found.size,
-                                            found and found.sha256)
-    checks = {path: documents.preflight(path) for path in inputs}
-    keyed = {}  # task key -> (path, page count when the document goes page by page)
-    for path in inputs:
-        for options in options_sets:
-            routed = routed_options(options, checks[path].pages, page_by_page_from)
-            keyed[file_task_key(path, routed)] = (path, checks[path].pages
-                                                  if PAGE_BY_PAGE in routed else None)
-    return History(
-        events=events, items=items,
-        calls=tuple(Call(**row) for row in provider.calls()),
-        executions=tuple(Execution(**row) for row in provider.executions()),
-        artifacts=artifacts,
-        inputs={key: {"source": path.name, "poison": not checks[path].ok,
-                      **({"pages": pages} if pages else {})}
-                for key, (path, pages) in keyed.items()},
-        idempotent_keys=contract.idempotent_keys, key_retention=contract.key_retention)
 
 
 def run_catalogue(names=None, progress=None, strategy=None) -> list[DrillResult]:

@@ -1,0 +1,78 @@
+"""The other actors of a drill: a racing second worker, a slow live owner, an operator."""
+
+import threading
+from pathlib import Path
+
+from toolkit.errors import ToolkitError
+from toolkit.ledger import State, open_ledger
+from toolkit.provider import FakeProvider
+from toolkit.runner import RetryPolicy
+from toolkit.runner.ops import cancel
+
+
+def _barrier_hook(parties):
+    barrier = threading.Barrier(parties)
+
+    def meet(point, key, **context):
+        if point == "before_intent":
+            try:
+                barrier.wait(timeout=0.5)
+            except threading.BrokenBarrierError:
+                pass  # the other worker is elsewhere: no race on this item
+    return meet
+
+
+def _chain(*hooks):
+    def hook(point, key, **context):
+        for each in hooks:
+            each(point, key, **context)
+    return hook
+
+
+def _slow_owner(ledger_path, db_path, jobs_dir, contract, inputs, options, ready):
+    """A live worker process that holds a short lease and is slow before its submit."""
+    import time
+
+    from toolkit.runner import Runner
+
+    def dawdle(point, key, **context):
+        if point == "after_intent":
+            ready.set()
+            time.sleep(1.0)  # far past its 0.2 s lease: slow, not dead
+
+    provider = FakeProvider(db_path, jobs_dir, contract)
+    runner = Runner(open_ledger(ledger_path), provider, Path(ledger_path).parent / "out",
+                    options=options, lease_ttl=0.2, hook=dawdle, worker="slow-owner",
+                    policy=RetryPolicy(base_delay=0.0), sleep=lambda seconds: None)
+    try:
+        runner.run(inputs)
+    except ToolkitError:
+        pass  # its late write was fenced off: exactly what the token is for
+    finally:
+        runner.close()
+
+
+def _start_slow_owner(ledger_path, provider, work, inputs, options):
+    import multiprocessing
+    import time
+
+    context = multiprocessing.get_context("fork")
+    ready = context.Event()
+    child = context.Process(target=_slow_owner, args=(
+        ledger_path, provider.db_path, provider.out_dir, provider.contract, inputs, options,
+        ready))
+    child.start()
+    if not ready.wait(timeout=30):
+        child.kill()
+        raise ToolkitError("the slow owner never reached its intent")
+    time.sleep(0.3)  # its 0.2 s lease runs out while it dawdles
+    return child
+
+
+def _cancel_one_in_flight(ledger_path, provider, fired):
+    """The operator cancels the first item still in flight (precisely, through the API)."""
+    with open_ledger(ledger_path) as ledger:
+        flying = [item for item in ledger.items() if item.state in (State.SUBMITTED, State.UNKNOWN)]
+        if flying:
+            cancel(ledger, provider, flying[0].key)
+            fired.append((0, "operator_cancel", flying[0].key))
