@@ -23,11 +23,15 @@ def test_drill_verdict_is_the_expected_one(drill, tmp_path):
 
 def test_every_fault_drilled_with_safe_also_breaks_a_naive_twin():
     twins = {drill.name.split("/")[0] for drill in NAIVE if not drill.expect_valid}
-    faulted = {drill.name for drill in SAFE if (drill.faults or drill.workers > 1 or drill.poison)
+    faulted = {drill.name for drill in SAFE if (drill.faults or drill.service_faults
+                                                or drill.workers > 1 or drill.poison)
                and not drill.name.startswith("contract[")}
     # crash-after-intent sends nothing, so no design can double-execute there;
     # its naive counterpart is crash-after-submit, which blind retry cannot tell apart.
-    assert faulted - twins == {"crash-after-intent", "crash-after-intent/idempotent"}
+    # A cut HTTP body is refused by any client that checks Content-Length: its naive
+    # counterpart is a crash mid-write, half-download/output-exists.
+    assert faulted - twins == {"crash-after-intent", "crash-after-intent/idempotent",
+                               "http-cut-download"}
     assert all(drill.expect for drill in NAIVE if not drill.expect_valid)
 
 
@@ -83,3 +87,20 @@ def test_cli_unknown_drill_is_a_one_line_error():
     result = subprocess.run([sys.executable, "-m", "toolkit", "drill", "no-such-drill"],
                             capture_output=True, text=True)
     assert result.returncode == 2 and result.stderr.count("\n") == 1
+
+
+def test_http_lost_reply_is_a_real_read_timeout_recovered_by_lookup_without_second_job(tmp_path):
+    result = run_drill(DRILLS["http-lost-reply"], tmp_path)
+    found = [e for e in result.history.events if e.detail.get("note") == "found by lookup"]
+    assert len(found) == 1  # the timed-out submit's job, attached to
+    assert [c.outcome for c in result.history.calls if c.op == "submit"] == ["created"] * 3
+    assert result.executions == 3 and result.by_state["done"] == 3
+
+
+def test_http_cut_download_is_refused_then_fetched_again_and_verified(tmp_path):
+    result = run_drill(DRILLS["http-cut-download"], tmp_path)
+    fetches = [c for c in result.history.calls if c.op == "fetch"]
+    assert len(fetches) == 4  # three documents, one of them fetched twice
+    assert result.by_state["done"] == 3 and result.verdict.valid is True
+    assert all(art.exists and art.sha256 == result.history.items[key].artifact_sha256
+               for key, art in result.history.artifacts.items())

@@ -9,15 +9,18 @@ and with the naive strategy it breaks (must be invalid, with the expected
 anomaly); a drill the naive design passed would be a broken drill.
 """
 
+import contextlib
 import dataclasses
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 from toolkit import documents
 from toolkit.checker import History, check
 from toolkit.drills.actors import _barrier_hook, _cancel_one_in_flight, _chain, _start_slow_owner
 from toolkit.drills.history import _items, collect_history
+from toolkit.drills.service import http_provider, settle
 from toolkit.faults import Crash, Injector, fill_disk, tear_jsonl_writes
 from toolkit.ledger import State
 from toolkit.provider import FakeProvider, parse_contract
@@ -41,6 +44,8 @@ class Drill:
     poison: int = 0
     long_docs: int = 0  # documents of 6 pages, processed page by page
     page_by_page_from: int | None = None  # documents with this many pages go page by page
+    service_faults: tuple[str, ...] = ()  # over real HTTP: faults the provider service does
+    http: bool = False  # the provider as a service process on loopback, not in-process
     workers: int = 1
     runs: int = 2
     disk_full_after: int = 6  # ledger writes that succeed before the disk is "full"
@@ -189,6 +194,14 @@ CATALOGUE = [
     *_pair("partial-resume", "a 6-page document: the process dies after page 2 is checkpointed",
            "restart-long-docs", ("double_execution",), faults=("crash_after_checkpoint",),
            docs=2, long_docs=2, page_by_page_from=5),
+    # Over real HTTP, the faults done by the provider service itself.
+    *_pair("http-lost-reply", "over HTTP: the socket times out while the job runs on",
+           "blind-retry", ("double_execution",), http=True, service_faults=("slow_submit",),
+           docs=3, runs=1),
+    # No naive twin: any HTTP client that checks Content-Length refuses a cut body, so a
+    # half file under the final name needs a crash mid-write (half-download/output-exists).
+    Drill("http-cut-download", "over HTTP: the artifact response stops halfway; fetched again",
+          contract="idempotent", http=True, service_faults=("cut_fetch",), docs=3, runs=1),
     *_matrix(),
 ]
 DRILLS = {drill.name: drill for drill in CATALOGUE}
@@ -210,26 +223,40 @@ def run_drill(drill: Drill, workdir=None, seed: int = 0, strategy=None) -> Drill
     inputs = documents.make_corpus(work / "in", docs=drill.docs, poison=drill.poison, seed=seed,
                                    long_docs=drill.long_docs)
     contract = dataclasses.replace(parse_contract(drill.contract), seed=seed)
-    provider = FakeProvider(work / "provider.db", work / "provider-jobs", contract)
+    with contextlib.ExitStack() as stack:
+        if drill.http:
+            provider = stack.enter_context(http_provider(work, contract, drill.service_faults))
+        else:
+            provider = stack.enter_context(FakeProvider(work / "provider.db",
+                                                        work / "provider-jobs", contract))
+        return _run(drill, work, inputs, contract, provider)
+
+
+def _run(drill, work, inputs, contract, provider) -> DrillResult:
     suffix = ".json" if drill.strategy == "rewrite-state" else f".{drill.ledger}"
     ledger_path = work / f"ledger{suffix}"
     steps, fired = [], []
-    try:
-        for run in range(drill.runs):
-            faults = drill.faults if run == 0 or drill.persistent else ()
-            if run and health_marker(ledger_path).exists():
-                clear_health(ledger_path)  # the operator freed the disk and cleared the marker
-            _one_run(drill, run, faults, ledger_path, provider, work, inputs, steps, fired)
-        history = collect_history(ledger_path, provider, inputs, contract, drill.options,
-                                  drill.page_by_page_from)
-        stats = provider.stats()
-    finally:
-        provider.close()
+    for run in range(drill.runs):
+        faults = drill.faults if run == 0 or drill.persistent else ()
+        if run and health_marker(ledger_path).exists():
+            clear_health(ledger_path)  # the operator freed the disk and cleared the marker
+        _one_run(drill, run, faults, ledger_path, provider, work, inputs, steps, fired)
+    if drill.http:
+        settle(provider)  # a job abandoned by a blind retry still runs: wait for its bill
+    history = collect_history(ledger_path, provider, inputs, contract, drill.options,
+                              drill.page_by_page_from)
+    stats = provider.stats()
     counts = {state.value: 0 for state in State}
     for item in history.items.values():
         counts[State(item.state).value] += 1
     return DrillResult(drill, history, check(history), tuple(steps), counts,
                        stats["submit_calls"], stats["executions"], tuple(fired))
+
+
+def _policy(drill, run) -> RetryPolicy:
+    if drill.http:  # real jobs take real time: poll and look up with real backoff
+        return RetryPolicy(lookups=40, polls=200, base_delay=0.02, max_delay=0.1, seed=run)
+    return RetryPolicy(base_delay=0.0, seed=run)
 
 
 def _one_run(drill, run, faults, ledger_path, provider, work, inputs, steps, fired):
@@ -243,8 +270,8 @@ def _one_run(drill, run, faults, ledger_path, provider, work, inputs, steps, fir
         hook = _chain(race, injector) if race else injector
         runner = open_strategy(drill.strategy, ledger_path, provider, work / "out",
                                options=options, lease_ttl=0.3 if slow else 60.0,
-                               policy=RetryPolicy(base_delay=0.0, seed=run), hook=hook,
-                               worker=f"worker-{n + 1}", sleep=lambda seconds: None,
+                               policy=_policy(drill, run), hook=hook, worker=f"worker-{n + 1}",
+                               sleep=time.sleep if drill.http else lambda seconds: None,
                                **({"page_by_page_from": drill.page_by_page_from}
                                   if drill.page_by_page_from is not None else {}))
         if "torn_jsonl_write" in faults:

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from toolkit import documents
-from toolkit.errors import LedgerError, StateConflictError, ToolkitError
+from toolkit.errors import LedgerError, StateConflictError, ToolkitError, TransientError
 from toolkit.identity import file_task_key, idem_key
 from toolkit.ledger import TRANSITIONS, State
 from toolkit.provider import JobStatus
@@ -65,7 +65,10 @@ class OutputExists(Runner):
     def _fetch(self, item, job, token, budget):
         out = self._output_path(item)
         out.parent.mkdir(parents=True, exist_ok=True)
-        self.provider.fetch(job.job_id, out)  # in place, no temp file, no verification
+        try:
+            self.provider.fetch(job.job_id, out)  # in place, no temp file, no verification
+        except (TransientError, TimeoutError):
+            return REST  # "try again next run"; whatever reached the final name stays there
         self.hook("during_fetch", item.key, path=out)
         found = documents.artifact_of(out)
         self.hook("before_commit", item.key, to=S.DONE)

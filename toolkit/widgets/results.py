@@ -124,6 +124,7 @@ CHECKLIST = (
     ("Intent is committed before every submit; a crash there is never resubmitted blindly",
      "crash-after-intent"),
     ("A lost reply is recovered by lookup, never by resubmitting", "lost-reply"),
+    ("The same over real HTTP: a socket read timeout while the job runs on", "http-lost-reply"),
     ("A crash after the provider accepted the job does not execute it twice",
      "crash-after-submit"),
     ("A crash with the reply in hand does not execute it twice", "crash-before-commit"),
