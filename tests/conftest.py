@@ -91,3 +91,44 @@ def small_corpus(tmp_path_factory):
 
     folder = tmp_path_factory.mktemp("small")
     return make_corpus(folder, docs=4, poison=1, seed=1)
+
+
+def sigkill_at_executions(command, provider_db, points, after_each=None) -> int:
+    """Start ``command`` once per point of ``points``; SIGKILL it once the provider at
+    ``provider_db`` has executed that many jobs. ``after_each()`` runs after each
+    child is gone. Returns how many children were really killed (not finished)."""
+    import subprocess
+    import time
+
+    from toolkit.errors import ToolkitError
+    from toolkit.provider import provider_stats
+
+    def executions():
+        try:
+            return provider_stats(provider_db)["executions"]
+        except ToolkitError:
+            return 0  # not created yet
+    kills = 0
+    for kill_after in points:
+        child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while executions() < kill_after and child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.002)
+        if child.poll() is None:
+            child.kill()  # SIGKILL: no handler, no finally, no flush
+            kills += 1
+        child.wait()
+        if after_each is not None:
+            after_each()
+    return kills
+
+
+def run_until_rest(command, tries: int = 3):
+    """Run ``command`` again until it exits 0 (a resting batch), at most ``tries`` times."""
+    import subprocess
+
+    for _ in range(tries):
+        final = subprocess.run(command, capture_output=True, text=True)
+        if final.returncode == 0:
+            break
+    return final

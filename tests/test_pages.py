@@ -6,15 +6,15 @@ import json
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from conftest import run_until_rest, sigkill_at_executions
 from toolkit import documents
 from toolkit.checker import check
 from toolkit.drills import collect_history
-from toolkit.errors import PermanentError, ToolkitError
+from toolkit.errors import PermanentError
 from toolkit.identity import document_of, file_task_key, page_key
 from toolkit.ledger import State, open_ledger
 from toolkit.provider import Contract, FakeProvider, parse_contract, provider_at, provider_stats
@@ -265,30 +265,17 @@ def test_sigkill_mid_document_then_rerun_executes_every_page_at_most_once(tmp_pa
                "--out", str(tmp_path / "out"), "--contract", contract, "--json",
                "--page-by-page-from", "5"]
 
-    def executions():
-        try:
-            return provider_stats(db)["executions"]
-        except ToolkitError:
-            return 0  # not created yet
-    kills = mid_document = 0
-    for kill_after in (3, 7, 12):  # inside the first long document, then inside the second
-        child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 60
-        while executions() < kill_after and child.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.002)
-        if child.poll() is None:
-            child.kill()  # SIGKILL: no handler, no finally, no flush
-            kills += 1
-        child.wait()
+    cut = []
+
+    def a_long_document_was_cut():
         if (tmp_path / "ledger.sqlite").exists():
             with open_ledger(tmp_path / "ledger.sqlite") as ledger:
-                mid_document += any(item.pages_done is not None and item.state is not S.DONE
-                                    for item in ledger.items())
-    assert kills >= 2 and mid_document >= 1  # at least one kill cut a long document
-    for _ in range(3):
-        final = subprocess.run(command, capture_output=True, text=True)
-        if final.returncode == 0:
-            break
+                cut.append(any(item.pages_done is not None and item.state is not S.DONE
+                               for item in ledger.items()))
+    # inside the first long document, then inside the second
+    kills = sigkill_at_executions(command, db, (3, 7, 12), a_long_document_was_cut)
+    assert kills >= 2 and any(cut)  # at least one kill cut a long document
+    final = run_until_rest(command)
     assert final.returncode == 0, final.stderr
     by_state = json.loads(final.stdout)["by_state"]
     stats = provider_stats(db)

@@ -1,21 +1,12 @@
 """`python -m toolkit run` killed for real with SIGKILL, then run again to completion."""
 
 import json
-import subprocess
 import sys
-import time
 
 import pytest
 
-from toolkit.errors import ToolkitError
+from conftest import run_until_rest, sigkill_at_executions
 from toolkit.provider import provider_stats
-
-
-def executions(db):
-    try:
-        return provider_stats(db)["executions"]
-    except ToolkitError:
-        return 0  # not created yet
 
 
 @pytest.mark.parametrize("contract", ["idempotent", "non-idempotent"])
@@ -25,22 +16,10 @@ def test_sigkill_at_several_moments_then_rerun_finishes_without_double_execution
     command = [sys.executable, "-m", "toolkit", "run", "--inputs", str(corpus[0].parent),
                "--ledger", str(tmp_path / "ledger.sqlite"), "--provider-db", str(db),
                "--out", str(tmp_path / "out"), "--contract", contract, "--json"]
-    kills = 0
-    for kill_after in (1, 8, 15):
-        child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 60
-        while executions(db) < kill_after and child.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.002)
-        if child.poll() is None:
-            child.kill()  # SIGKILL: no handler, no finally, no flush
-            kills += 1
-        child.wait()
+    kills = sigkill_at_executions(command, db, (1, 8, 15))
     assert kills >= 2  # the batch really was interrupted
-
-    for _ in range(3):  # a resting batch needs at most a few reruns (none with transient errors)
-        final = subprocess.run(command, capture_output=True, text=True)
-        if final.returncode == 0:
-            break
+    # a resting batch needs at most a few reruns (none with transient errors)
+    final = run_until_rest(command)
     assert final.returncode == 0, final.stderr
     by_state = json.loads(final.stdout)["by_state"]
     stats = provider_stats(db)
