@@ -409,3 +409,11 @@ def test_two_worker_processes_send_each_page_of_each_long_document_once(tmp_path
     units = [unit for unit in stats["per_task"] if "#p" in unit]
     assert len(units) == 3 * PAGES and stats["succeeded"] == 2 + 3 * PAGES
     assert all(row["submit_calls"] == 1 for row in stats["per_task"].values())
+
+
+def test_cheap_page_count_for_routing_equals_preflights_for_healthy_long_and_poison(tmp_path):
+    """Routing reads only the page count; it must key exactly as the full preflight would."""
+    paths = documents.make_corpus(tmp_path, docs=3, poison=8, long_docs=1, long_pages=PAGES)
+    (tmp_path / "missing.pdf").unlink(missing_ok=True)
+    for path in [*paths, tmp_path / "missing.pdf"]:
+        assert documents.page_count(path) == documents.preflight(path).pages, path.name

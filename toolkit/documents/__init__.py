@@ -88,35 +88,10 @@ def preflight(path, page: int | None = None) -> Preflight:
     encrypted, zero-pages, blank-page (a page without text). Never raises for
     a bad file.
     """
-    path = Path(path)
-    try:
-        with open(path, "rb") as handle:
-            head = handle.read(_TAIL)
-            size = os.fstat(handle.fileno()).st_size
-            handle.seek(max(0, size - _TAIL))
-            tail = handle.read()
-    except FileNotFoundError:
-        return Preflight(False, f"missing: {path.name} does not exist", 0)
-    except OSError as exc:
-        return Preflight(False, f"unreadable: {exc}", 0)
-    if size == 0:
-        return Preflight(False, "empty: zero bytes", 0)
-    if b"%PDF-" not in head:
-        return Preflight(False, "not-pdf: no %PDF- header", 0)
-    for marker in (b"%%EOF", b"startxref"):
-        if marker not in tail:
-            return Preflight(False, f"truncated: no {marker.decode()} in the last {_TAIL} bytes", 0)
-    pymupdf = _mupdf()
-    pymupdf.TOOLS.reset_mupdf_warnings()  # the buffer is global: clear it before open
-    try:
-        doc = pymupdf.open(path, filetype="pdf")
-    except Exception as exc:  # FileDataError and friends: MuPDF gave up
-        return Preflight(False, f"unreadable: {exc}", 0)
+    failure, doc = _open_sound(path)
+    if failure is not None:
+        return failure
     with doc:
-        warnings = pymupdf.TOOLS.mupdf_warnings()
-        if doc.is_repaired or "repair" in warnings:
-            first = warnings.splitlines()[0] if warnings else "is_repaired"
-            return Preflight(False, f"repaired: MuPDF rebuilt the file on open ({first})", 0)
         if doc.needs_pass or doc.is_encrypted:
             return Preflight(False, "encrypted: password protected", doc.page_count)
         pages = doc.page_count
@@ -132,6 +107,52 @@ def preflight(path, page: int | None = None) -> Preflight:
             if not text.strip():
                 return Preflight(False, f"blank-page: page {number} has no text", pages)
     return Preflight(True, None, pages)
+
+
+def page_count(path) -> int:
+    """The page count ``preflight`` reports (0 for a file that is not a sound PDF),
+    without reading any page's text: cheap enough to route every input of a rerun."""
+    failure, doc = _open_sound(path)
+    if failure is not None:
+        return failure.pages
+    with doc:
+        return doc.page_count
+
+
+def _open_sound(path):
+    """``(failure, None)`` for a file that is not a sound PDF, else ``(None, open document)``:
+    the byte checks, then MuPDF's open, refused when it had to repair the file."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(_TAIL)
+            size = os.fstat(handle.fileno()).st_size
+            handle.seek(max(0, size - _TAIL))
+            tail = handle.read()
+    except FileNotFoundError:
+        return Preflight(False, f"missing: {path.name} does not exist", 0), None
+    except OSError as exc:
+        return Preflight(False, f"unreadable: {exc}", 0), None
+    if size == 0:
+        return Preflight(False, "empty: zero bytes", 0), None
+    if b"%PDF-" not in head:
+        return Preflight(False, "not-pdf: no %PDF- header", 0), None
+    for marker in (b"%%EOF", b"startxref"):
+        if marker not in tail:
+            return Preflight(False, f"truncated: no {marker.decode()} in the last {_TAIL} bytes",
+                             0), None
+    pymupdf = _mupdf()
+    pymupdf.TOOLS.reset_mupdf_warnings()  # the buffer is global: clear it before open
+    try:
+        doc = pymupdf.open(path, filetype="pdf")
+    except Exception as exc:  # FileDataError and friends: MuPDF gave up
+        return Preflight(False, f"unreadable: {exc}", 0), None
+    warnings = pymupdf.TOOLS.mupdf_warnings()
+    if doc.is_repaired or "repair" in warnings:
+        doc.close()
+        first = warnings.splitlines()[0] if warnings else "is_repaired"
+        return Preflight(False, f"repaired: MuPDF rebuilt the file on open ({first})", 0), None
+    return None, doc
 
 
 def page_texts(path, page: int | None = None) -> list[str]:
@@ -246,12 +267,17 @@ def write_atomic(data: bytes, out_path) -> Path:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    dir_fd = os.open(out_path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)  # make the rename itself durable
-    finally:
-        os.close(dir_fd)
+    fsync_dir(out_path.parent)  # make the rename itself durable
     return out_path
+
+
+def fsync_dir(path) -> None:
+    """fsync a folder: a file created or renamed in it keeps its name after a power cut."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def render(texts: list[str], out_path) -> Artifact:

@@ -152,14 +152,14 @@ def explore(plan: Plan, workdir=None, progress=None) -> Exploration:
     if workdir is None:
         with tempfile.TemporaryDirectory(prefix="explore-", dir=_scratch()) as tmp:
             return explore(plan, tmp, progress)
-    from toolkit.documents import make_corpus, preflight
+    from toolkit.documents import make_corpus, page_count
     from toolkit.identity import file_task_key
     from toolkit.runner.pipeline import routed_options
 
     root = Path(workdir)
     inputs = make_corpus(root / "in", docs=plan.docs, poison=0, seed=plan.seed,
                          long_docs=plan.long_docs, long_pages=plan.long_pages)
-    names = {file_task_key(path, routed_options({}, preflight(path).pages,
+    names = {file_task_key(path, routed_options({}, page_count(path),
                                                 plan.page_by_page_from)): path.stem
              for path in inputs}
     _warm(inputs)

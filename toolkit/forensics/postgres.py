@@ -22,7 +22,7 @@ def read_postgres(url: str) -> Raw:
     """
     import psycopg
 
-    from toolkit.ledger.postgres import redact
+    from toolkit.ledger.postgres import _first_line, redact
 
     try:
         with psycopg.connect(url, connect_timeout=10) as conn:
@@ -42,6 +42,5 @@ def read_postgres(url: str) -> Raw:
             raw = read_toolkit_sqlite(conn, schema)
             conn.rollback()  # nothing was written; end the snapshot
     except psycopg.Error as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ToolkitError(f"cannot read {redact(url)}: {first}") from exc
+        raise ToolkitError(f"cannot read {redact(url)}: {_first_line(exc)}") from exc
     return raw

@@ -14,6 +14,7 @@ import fcntl
 import json
 import os
 
+from toolkit.documents import fsync_dir
 from toolkit.errors import LedgerError
 from toolkit.ledger import Event, Item, Ledger, State, apply_event
 
@@ -39,14 +40,6 @@ def parse_line(raw: bytes) -> tuple[Event | None, Item | None, int]:
     return event, None, event.seq
 
 
-def _fsync_dir(path):
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class JsonlLedger(Ledger):
     """Append-only backend (``*.jsonl``); single writer process, many threads."""
 
@@ -67,7 +60,7 @@ class JsonlLedger(Ledger):
             created = not self.path.exists()
             self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
             if created and self.durable:
-                _fsync_dir(self.path.parent)  # the new file's name survives a power cut too
+                fsync_dir(self.path.parent)  # the new file's name survives a power cut too
             self._replay()
         except (OSError, UnicodeError) as exc:
             self.close()
@@ -153,7 +146,7 @@ class JsonlLedger(Ledger):
                 handle.flush()
                 os.fsync(handle.fileno())
             os.replace(tmp, self.path)
-            _fsync_dir(self.path.parent)
+            fsync_dir(self.path.parent)
             os.close(self._fd)
             self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND)
             self._history, self._valid_end, self.torn_tail, self.corrupt_lines = [], None, None, []

@@ -23,7 +23,7 @@ from toolkit.ledger import PERMANENT, TRANSIENT, Item, State
 from toolkit.provider import JobStatus, ProviderConflict
 from toolkit.runner.pages import PageByPage
 from toolkit.runner.pipeline import (HOOK_POINTS, Pipeline, RetryPolicy, Snapshot, _Budget,
-                                     _fsync_dir, default_worker, resubmit_is_safe)
+                                     default_worker, resubmit_is_safe)
 
 S = State
 CONTINUE, REST = True, False
@@ -197,7 +197,7 @@ class Runner(PageByPage, Pipeline):
                 with open(part, "rb") as handle:  # the bytes on disk before the name points at them
                     os.fsync(handle.fileno())
                 os.replace(part, final)
-                _fsync_dir(final.parent)
+                documents.fsync_dir(final.parent)
                 self.hook("before_commit", item.key, to=S.DONE)
                 self._move(item, S.DONE, token, job_id=job.job_id, artifact_path=str(final),
                            artifact_size=job.artifact_size, artifact_sha256=job.artifact_sha256)

@@ -27,7 +27,7 @@ from toolkit.errors import PermanentError, TransientError
 from toolkit.identity import idem_key, page_key
 from toolkit.ledger import State
 from toolkit.provider import JobStatus
-from toolkit.runner.pipeline import _fsync_dir
+from toolkit.runner.pipeline import PAGE_BY_PAGE
 
 S = State
 CONTINUE, REST = True, False
@@ -41,10 +41,10 @@ class PageByPage:
 
     def _request(self, item) -> tuple[str, dict]:
         """The idempotency key and options of the request in flight: the document or a page."""
-        options = self._options.get(item.key, self.options)
-        if item.pages_done is not None:
-            options = {**options, "page": item.pages_done + 1}
-        return item.request_key, options
+        if item.pages_done is None:
+            return item.request_key, self.options
+        return item.request_key, {**self.options, PAGE_BY_PAGE: True,
+                                  "page": item.pages_done + 1}
 
     def _unsendable(self, item) -> str | None:
         """Why the next page of a long document must not be sent (None: send it)."""
@@ -68,7 +68,7 @@ class PageByPage:
             return REST
         return self._intent(item, token, budget, pages_done=self._resume_pages(item))
 
-    def _checkpoint_dir(self, item) -> Path:
+    def _checkpoint_dir(self) -> Path:
         return self.out_dir / ".checkpoints"
 
     def _checkpoint(self, item, job, part, token, budget):
@@ -80,7 +80,7 @@ class PageByPage:
             return REST
         last = page == total
         target = self._output_path(item) if last else \
-            self._checkpoint_dir(item) / f"{item.key}.{page:04d}.pdf"
+            self._checkpoint_dir() / f"{item.key}.{page:04d}.pdf"
         earlier = [item.artifact_path] if item.pages_done else []
         made = documents.concat([*earlier, part], target)  # temp file, fsync, rename
         part.unlink(missing_ok=True)
@@ -97,7 +97,7 @@ class PageByPage:
 
     def _drop_checkpoints(self, item, keep: str | None) -> None:
         """Delete this document's checkpoints but ``keep`` (the ledger's; after the commit)."""
-        for path in self._checkpoint_dir(item).glob(f"{item.key}.*.pdf"):
+        for path in self._checkpoint_dir().glob(f"{item.key}.*.pdf"):
             if str(path) != keep:
                 path.unlink(missing_ok=True)
 
@@ -105,7 +105,7 @@ class PageByPage:
         """A page-by-page ``done`` whose file is damaged: fetch every page again, join them
         as the checkpoints did, and accept only the recorded SHA-256. Never re-executed."""
         final = self._output_path(item)
-        folder = self._checkpoint_dir(item)
+        folder = self._checkpoint_dir()
         folder.mkdir(parents=True, exist_ok=True)
         joined = folder / f"{item.key}.joined.pdf"
         try:
@@ -131,7 +131,7 @@ class PageByPage:
                        "pages join to other bytes")
             return REST
         os.replace(joined, final)  # concat fsynced the file; now the name
-        _fsync_dir(final.parent)
+        documents.fsync_dir(final.parent)
         self._move(item, S.DONE, token, note="assembled again from its pages' jobs")
         return REST
 

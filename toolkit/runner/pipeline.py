@@ -87,14 +87,6 @@ def default_worker() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def _fsync_dir(path: Path):
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def resubmit_is_safe(contract: Contract) -> bool:
     """A key the provider cannot find may be sent again only if it would dedupe.
 
@@ -141,7 +133,6 @@ class Pipeline:
         self.page_by_page_from = page_by_page_from
         self._paths: dict[str, Path] = {}
         self._pages: dict[str, int] = {}  # page count of each document routed page by page
-        self._options: dict[str, dict] = {}  # request options per key (the routing included)
         self._current = self._stage = None
         self._started = time.monotonic()
         self.lost_replies = self.reused = 0
@@ -167,22 +158,21 @@ class Pipeline:
         keys = {}  # ordered, and O(1) membership: resume of a large batch stays linear
         for path in sorted(Path(p) for p in inputs):
             digest = content_digest(path)
-            check = None
             options = self.options
             if self.page_by_page_from is not None:  # the routing needs the page count first
-                check = documents.preflight(path)
-                options = routed_options(self.options, check.pages, self.page_by_page_from)
+                pages = documents.page_count(path)
+                options = routed_options(self.options, pages, self.page_by_page_from)
             key = task_key(digest, options)
-            self._paths[key], self._options[key] = path, options
+            self._paths[key] = path
             if PAGE_BY_PAGE in options:
-                self._pages[key] = check.pages
+                self._pages[key] = pages
             if key in keys:
                 continue  # same content twice in one batch is one unit of work
             keys[key] = None
             self.ledger.add(key, source=path.name, digest=digest)
             item = self.ledger.get(key)
             if item.state is S.PENDING:
-                check = check or documents.preflight(path)
+                check = documents.preflight(path)
                 if not check.ok:
                     self._quarantine(item, check.reason)
         return list(keys)

@@ -22,7 +22,7 @@ import dataclasses
 import multiprocessing
 from pathlib import Path
 
-from toolkit.documents import preflight
+from toolkit.documents import page_count
 from toolkit.errors import ToolkitError
 from toolkit.identity import file_task_key
 from toolkit.ledger import State, open_ledger
@@ -225,7 +225,7 @@ def _provider(spec: _Spec):
 
 def _batch_counts(location, inputs, options, page_by_page_from=None):
     keys = {file_task_key(path, options if page_by_page_from is None else routed_options(
-        options, preflight(path).pages, page_by_page_from)) for path in inputs}
+        options, page_count(path), page_by_page_from)) for path in inputs}
     counts = {state.value: 0 for state in State}
     unsettled = 0
     try:
