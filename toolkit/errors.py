@@ -45,6 +45,14 @@ class LedgerError(ToolkitError):
     """The ledger cannot be opened, locked or written (unknown suffix, second writer, disk full)."""
 
 
+class StorageError(LedgerError):
+    """The storage under a ledger (or the fake provider's database) failed: disk full, I/O error.
+
+    Not bad input: the batch halts, fails closed, and a run after the cause is fixed
+    (and health cleared) goes on. The command line answers it with exit status 1.
+    """
+
+
 class TransientError(ToolkitError):
     """A failure worth retrying later: timeout, rate limit, 5xx, lookup unavailable."""
 

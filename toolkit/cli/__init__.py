@@ -4,7 +4,8 @@ The framework lives here; each module of this package registers its
 subcommands with ``@command`` (``batch``: fixtures, run; ``drill``;
 ``inspect``: ledger, provider-stats).
 
-Bad input is one line on stderr and exit status 2, never a traceback. With
+Bad input is one line on stderr and exit status 2, never a traceback; a storage
+failure (``StorageError``: disk full, I/O error) is one line and exit status 1. With
 ``--json`` stdout holds exactly one JSON document; progress goes to stderr.
 """
 
@@ -12,7 +13,7 @@ import argparse
 import json
 import sys
 
-from toolkit.errors import ToolkitError
+from toolkit.errors import StorageError, ToolkitError
 
 COMMANDS = {}
 
@@ -45,6 +46,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.handler(args) or 0
+    except StorageError as exc:  # the disk, not the input: fix it and run again
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     except ToolkitError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

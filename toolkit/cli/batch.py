@@ -3,7 +3,7 @@
 import sys
 
 from toolkit.cli import command, emit
-from toolkit.errors import ToolkitError
+from toolkit.errors import StorageError, ToolkitError
 
 
 @command("fixtures", "Write a seeded corpus of healthy and poison PDFs (byte-identical per seed).")
@@ -64,6 +64,15 @@ def _run(parser):
                              "checkpointed after each page and resumed at the next one")
 
     def run(args):
+        try:
+            return _run(args)
+        except StorageError as exc:  # the ledger or provider cannot even be opened: fail closed
+            from toolkit.runner.ops import mark_unhealthy
+
+            mark_unhealthy(args.ledger, str(exc))
+            raise
+
+    def _run(args):
         import dataclasses
         from pathlib import Path
 
@@ -108,6 +117,8 @@ def _run(parser):
         emit({"items": items, "by_state": counts}, args.json, text)
         if runner.halted:
             print(f"halted, no new work taken: {runner.halted}", file=sys.stderr)
+            if runner.health_recorded is False:
+                print("the halt could not be recorded as the ledger's health", file=sys.stderr)
             return 1
         if runner.unsettled:
             print(f"{runner.unsettled} item(s) not at rest: run the same command again",

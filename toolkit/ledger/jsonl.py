@@ -15,7 +15,7 @@ import json
 import os
 
 from toolkit.documents import fsync_dir
-from toolkit.errors import LedgerError
+from toolkit.errors import LedgerError, StorageError
 from toolkit.ledger import Event, Item, Ledger, State, apply_event
 
 SNAPSHOT = "snapshot"
@@ -64,7 +64,11 @@ class JsonlLedger(Ledger):
             self._replay()
         except (OSError, UnicodeError) as exc:
             self.close()
-            raise LedgerError(f"cannot read JSONL ledger {str(self.path)!r}: {exc}") from exc
+            # A path that cannot be a file is bad input; an I/O failure is the storage's.
+            bad_input = isinstance(exc, (UnicodeError, IsADirectoryError, NotADirectoryError,
+                                         PermissionError, FileNotFoundError))
+            raise (LedgerError if bad_input else StorageError)(
+                f"cannot read JSONL ledger {str(self.path)!r}: {exc}") from exc
 
     def _replay(self):
         with open(self._fd, "rb", closefd=False) as handle:
@@ -100,10 +104,13 @@ class JsonlLedger(Ledger):
         return self._state.get(key)
 
     def _append(self, line: bytes):
-        if self._valid_end is not None:  # cut a torn tail before the first append
-            os.ftruncate(self._fd, self._valid_end)
-            self._valid_end = None
-        start = os.fstat(self._fd).st_size
+        try:
+            if self._valid_end is not None:  # cut a torn tail before the first append
+                os.ftruncate(self._fd, self._valid_end)
+                self._valid_end = None
+            start = os.fstat(self._fd).st_size
+        except OSError as exc:
+            raise StorageError(f"cannot append to {str(self.path)!r}: {exc}") from exc
         try:
             view = memoryview(line)
             while view:
@@ -114,7 +121,7 @@ class JsonlLedger(Ledger):
             # Leave no half line behind: the next append would glue onto it.
             with contextlib.suppress(OSError):
                 os.ftruncate(self._fd, start)
-            raise LedgerError(f"cannot append to {str(self.path)!r}: {exc}") from exc
+            raise StorageError(f"cannot append to {str(self.path)!r}: {exc}") from exc
 
     def _write(self, old, new, event):
         event = dataclasses.replace(event, seq=self._seq + 1)

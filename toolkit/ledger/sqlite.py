@@ -5,13 +5,13 @@ write lock, re-reads the item inside the transaction, and the ``UPDATE`` is
 guarded on the from-state and token it read (``rowcount == 1`` or an error).
 """
 
-import contextlib
 import dataclasses
 import json
 import sqlite3
 
-from toolkit.errors import LedgerError, StateConflictError
+from toolkit.errors import LedgerError, StateConflictError, StorageError
 from toolkit.ledger import Event, Item, Ledger, State
+from toolkit.storage import sqlite_read, sqlite_txn, storage_error
 
 FORMAT = "resume-toolkit-ledger/1"
 ITEM_COLUMNS = tuple(field.name for field in dataclasses.fields(Item))
@@ -70,33 +70,25 @@ class SqliteLedger(Ledger):
                     if name not in have:
                         self._db.execute(f"ALTER TABLE items ADD COLUMN {name} {kind}")
             fmt = self._db.execute("SELECT value FROM meta WHERE name='format'").fetchone()
-        except sqlite3.Error as exc:
-            raise LedgerError(f"cannot open SQLite ledger {str(self.path)!r}: {exc}") from exc
+        except StorageError:
+            self._db.close()
+            raise
+        except sqlite3.Error as exc:  # not a database at all is bad input, the rest is storage
+            raise storage_error(f"cannot open SQLite ledger {str(self.path)!r}", exc) from exc
         if fmt is None or fmt[0] != FORMAT:
             self._db.close()
             raise LedgerError(f"{str(self.path)!r} is not a resume-toolkit ledger ({fmt})")
 
-    @contextlib.contextmanager
     def _txn(self):
-        try:
-            self._db.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
-            raise LedgerError(f"cannot begin a transaction: {exc}") from exc
-        try:
-            yield
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        try:
-            self._db.execute("COMMIT")
-        except sqlite3.Error as exc:
-            self._db.execute("ROLLBACK")
-            raise LedgerError(f"commit failed: {exc}") from exc
+        return sqlite_txn(self._db, f"SQLite ledger {str(self.path)!r}")
+
+    def _query(self, sql, args=()):
+        return sqlite_read(f"SQLite ledger {str(self.path)!r}",
+                           lambda: self._db.execute(sql, args).fetchall())
 
     def _load(self, key):
-        row = self._db.execute(f"SELECT {', '.join(ITEM_COLUMNS)} FROM items WHERE key=?",
-                               (key,)).fetchone()
-        return row and _item(row)
+        rows = self._query(f"SELECT {', '.join(ITEM_COLUMNS)} FROM items WHERE key=?", (key,))
+        return _item(rows[0]) if rows else None
 
     def _write(self, old, new, event):
         values = [getattr(new, name) for name in ITEM_COLUMNS]
@@ -120,16 +112,16 @@ class SqliteLedger(Ledger):
                  event.attempt, event.worker, event.token,
                  json.dumps(event.detail, sort_keys=True)))
         except sqlite3.Error as exc:
-            raise LedgerError(f"cannot record {event.op} of {event.key}: {exc}") from exc
+            raise StorageError(f"cannot record {event.op} of {event.key}: {exc}") from exc
         return dataclasses.replace(event, seq=cursor.lastrowid)
 
     def _items(self):
-        rows = self._db.execute(f"SELECT {', '.join(ITEM_COLUMNS)} FROM items").fetchall()
+        rows = self._query(f"SELECT {', '.join(ITEM_COLUMNS)} FROM items")
         return [_item(row) for row in rows]
 
     def _events(self):
-        rows = self._db.execute('SELECT seq, ts, op, key, frm, "to", attempt, worker, token, '
-                                "detail FROM events ORDER BY seq").fetchall()
+        rows = self._query('SELECT seq, ts, op, key, frm, "to", attempt, worker, token, '
+                           "detail FROM events ORDER BY seq")
         return [_event(row) for row in rows]
 
     def close(self):

@@ -29,8 +29,9 @@ from pathlib import Path
 from typing import Callable
 
 from .. import documents
-from ..errors import KeyReuseError, PermanentError, ToolkitError, TransientError
+from ..errors import KeyReuseError, PermanentError, StorageError, ToolkitError, TransientError
 from ..identity import canonical_json
+from ..storage import sqlite_read, sqlite_txn
 from . import records
 from .contract import ACTIVE, Contract, Job, JobStatus, ProviderConflict
 
@@ -89,12 +90,21 @@ class FakeProvider:
         try:
             with self._txn() as db:
                 records.create(db)
+        except StorageError:
+            raise  # the disk, not the caller's input: the batch halts (exit 1)
         except ToolkitError as exc:
             raise ToolkitError(f"{self.db_path}: {exc}") from exc
         except sqlite3.Error as exc:
             raise ToolkitError(f"cannot open provider database {self.db_path}: {exc}") from exc
 
     def _connect(self):
+        return sqlite_read(self._what, self._open)
+
+    @property
+    def _what(self) -> str:
+        return f"provider database {str(self.db_path)!r}"
+
+    def _open(self):
         if self._db is None or self._pid != os.getpid():  # never reuse a connection across fork
             db = sqlite3.connect(self.db_path, timeout=60, isolation_level=None, check_same_thread=False)
             db.row_factory = sqlite3.Row
@@ -112,15 +122,8 @@ class FakeProvider:
 
     @contextmanager
     def _txn(self):
-        with self._lock:
-            db = self._connect()
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                yield db
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
+        with self._lock, sqlite_txn(self._connect(), self._what) as db:
+            yield db
 
     def close(self):
         if self._db is not None and self._pid == os.getpid():
@@ -146,7 +149,7 @@ class FakeProvider:
 
     def _read(self, job_id: str) -> Job:
         with self._lock:
-            return self._job(self._row(self._connect(), job_id))
+            return self._job(sqlite_read(self._what, self._row, self._connect(), job_id))
 
     def _claim(self, db, row, polls: int) -> int | None:
         """Take the execution of ``row``, guarded by its exec_no; return mine or None."""
@@ -164,7 +167,7 @@ class FakeProvider:
         """Do the work of a claimed job, then commit its result under the claim."""
         try:
             with self._lock:
-                row, artifact = self._row(self._connect(), job_id), None
+                row, artifact = sqlite_read(self._what, self._row, self._connect(), job_id), None
             if self.on_phase:
                 self.on_phase("claimed", job_id)
             try:
@@ -227,12 +230,19 @@ class FakeProvider:
         return int.from_bytes(digest[:8], "big") / 2**64 < self.contract.transient_rate
 
     def _upload(self, document_path) -> tuple[str, Path]:
-        """Receive the document: a content-addressed copy the provider owns."""
+        """Receive the document: a content-addressed copy the provider owns.
+
+        Raises OSError when the document cannot be read (the caller's input),
+        StorageError when the copy cannot be stored (the provider's disk).
+        """
         data = Path(document_path).read_bytes()
         digest = hashlib.sha256(data).hexdigest()
         upload = self.out_dir / "uploads" / f"{digest}.pdf"
         if not upload.exists():
-            documents.write_atomic(data, upload)
+            try:
+                documents.write_atomic(data, upload)
+            except OSError as exc:
+                raise StorageError(f"provider upload store {str(upload.parent)!r}: {exc}") from exc
         return digest, upload
 
     def _insert(self, db, idem_key, claim, task, payload, upload, options_json) -> str | None:
@@ -367,11 +377,13 @@ class FakeProvider:
     def jobs(self) -> list[Job]:
         """Every job, oldest first (for notebooks and drills)."""
         with self._lock:
-            return [self._job(r) for r in self._connect().execute("SELECT * FROM jobs ORDER BY id")]
+            rows = sqlite_read(self._what, lambda db: db.execute("SELECT * FROM jobs ORDER BY id")
+                               .fetchall(), self._connect())
+            return [self._job(r) for r in rows]
 
     def _query(self, reader):
         with self._lock:
-            return reader(self._connect())
+            return sqlite_read(self._what, reader, self._connect())
 
     def stats(self) -> dict:
         """``{"submit_calls", "executions", "succeeded", "failed", "per_task": {task: {...}}}``."""

@@ -41,13 +41,24 @@ def mark_unhealthy(ledger_path, reason: str) -> bool:
     """Record why the batch stopped; False if even that cannot be written (disk full)."""
     if postgres_url(ledger_path):  # a URL has no file beside it: a table in its schema
         return postgres_health.mark_unhealthy(ledger_path, reason)
+    from toolkit.documents import write_atomic
+
+    data = json.dumps({"ready": False, "reason": reason}).encode()
     marker = health_marker(ledger_path)
-    tmp = marker.with_name(marker.name + ".tmp")
+    try:  # temp file, fsync, rename, fsync of the directory; no temp file left on failure
+        write_atomic(data, marker)
+        return True
+    except OSError:
+        pass
+    # Syncs fail (an I/O error, not a full disk): a marker in the page cache still stops
+    # every later run on this machine, which beats no marker at all.
+    tmp = marker.with_name(f".{marker.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(json.dumps({"ready": False, "reason": reason}))
+        tmp.write_bytes(data)
         os.replace(tmp, marker)
         return True
     except OSError:
+        tmp.unlink(missing_ok=True)
         return False
 
 

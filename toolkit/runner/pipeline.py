@@ -137,6 +137,7 @@ class Pipeline:
         self._started = time.monotonic()
         self.lost_replies = self.reused = 0
         self.halted: str | None = None  # why the batch stopped taking work, if it did
+        self.health_recorded: bool | None = None  # whether that halt reached the health marker
         self.unsettled = 0
         self.recovered: list[str] = []  # keys taken over from dead owners at start
 
@@ -206,10 +207,11 @@ class Pipeline:
                 self.process(key)
                 if bar is not None:
                     bar.update(1)
-        except LedgerError as exc:
-            # Fail closed: whatever we cannot record, we must not act upon.
-            self.halted = str(exc)
-            mark_unhealthy(self.ledger.path, self.halted)
+        except (LedgerError, OSError) as exc:
+            # Fail closed: whatever we cannot record (the ledger, the provider's database,
+            # an artifact on a full disk), we must not act upon.
+            self.halted = str(exc) if isinstance(exc, LedgerError) else f"storage: {exc}"
+            self.health_recorded = mark_unhealthy(self.ledger.path, self.halted)
         if bar is not None:
             bar.close()
         self._current = self._stage = None
