@@ -324,6 +324,25 @@ class Ledger:
                    item.token + 1, lease)
             return item.token + 1
 
+    def renew(self, key: str, token: int, worker: str, ttl: float) -> None:
+        """Extend a held lease to ``now + ttl``, keeping its token; fenced like any write.
+
+        Written (as a ``claim`` event with the same token) only once half the lease is
+        spent, so a fast item costs no extra commits; the token is checked every time.
+
+        Raises:
+            StaleTokenError: the lease was lost (another owner claimed since ``token``).
+        """
+        with self._commit() as commit:
+            item = self._guard(key, None, token)
+            if item.lease_owner != worker:
+                raise StaleTokenError(key, token, item.token)  # released: ours no longer
+            now = self.clock()
+            if item.lease_expires is not None and item.lease_expires - now > ttl / 2:
+                return
+            commit(item, "claim", key, item.state, item.state, item.attempt, worker, token,
+                   {"lease_expires": now + ttl})
+
     def release(self, key: str, token: int, worker: str | None = None) -> None:
         """Give the lease back; the token stays, so older tokens remain stale."""
         with self._commit() as commit:

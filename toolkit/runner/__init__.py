@@ -18,7 +18,7 @@ from pathlib import Path
 
 from toolkit import documents
 from toolkit.errors import (KeyReuseError, LeaseHeldError, PermanentError, StaleTokenError,
-                            TransientError)
+                            StateConflictError, TransientError)
 from toolkit.ledger import PERMANENT, TRANSIENT, Item, State
 from toolkit.provider import JobStatus, ProviderConflict
 from toolkit.runner.pages import PageByPage
@@ -55,11 +55,18 @@ class Runner(PageByPage, Pipeline):
             return item  # a live worker owns it
         # No try/finally: after a crash the lease stays, exactly as after kill -9.
         budget = _Budget()
-        while True:
-            item = self.ledger.get(key)
-            step = self._steps().get((item.state, item.failure if item.state is S.FAILED else None))
-            if step is None or step(item, token, budget) is REST:
-                break
+        try:
+            while True:
+                item = self.ledger.get(key)
+                step = self._steps().get((item.state, item.failure if item.state is S.FAILED
+                                          else None))
+                if step is None or step(item, token, budget) is REST:
+                    break
+        except (StaleTokenError, StateConflictError):
+            # Our lease expired and another owner took the item: it is theirs now (every
+            # write of ours was fenced). Note it and go on with the next item.
+            self.lost_leases.append(key)
+            return self.ledger.get(key)
         try:
             self.ledger.release(key, token, self.worker)
         except StaleTokenError:
@@ -77,6 +84,10 @@ class Runner(PageByPage, Pipeline):
     # -- one step per state --------------------------------------------------------
     def _move(self, item, to, token, **fields) -> Item:
         return self.ledger.move(item.key, item.state, to, token=token, worker=self.worker, **fields)
+
+    def _renew(self, item, token):
+        """Before each provider call: keep the lease alive (fenced: raises if it was lost)."""
+        self.ledger.renew(item.key, token, self.worker, self.lease_ttl)
 
     def _backoff(self, tries: int):
         self.sleep(self.policy.delay(tries, self._rng))
@@ -101,6 +112,7 @@ class Runner(PageByPage, Pipeline):
         budget.submits += 1
         self._stage = "submit"
         key, options = self._request(item)
+        self._renew(item, token)
         try:
             job = self.provider.submit(key, self._paths[item.key], options)
             self.hook("after_submit", item.key, job=job)
@@ -132,6 +144,7 @@ class Runner(PageByPage, Pipeline):
             if budget.lookups >= limit:
                 return REST  # e.g. lookup unavailable: rest unresolved, never guess
             budget.lookups += 1
+            self._renew(item, token)
             try:
                 self.hook("during_lookup", item.key)
                 job = self.provider.lookup(key)
@@ -153,10 +166,15 @@ class Runner(PageByPage, Pipeline):
 
     def _submitted(self, item, token, budget):
         self._stage = "poll"
+        self._renew(item, token)
         try:
             job = self.provider.poll(item.job_id)
         except (TransientError, TimeoutError):
             job = None
+        except PermanentError as exc:  # the provider does not know the job: reconcile by key
+            self._move(item, S.UNKNOWN, token, reason=f"job unknown to the provider: {exc}",
+                       note="job unknown")
+            return CONTINUE
         if job is None or job.status in (JobStatus.QUEUED, JobStatus.RUNNING):
             budget.polls += 1
             if budget.polls > self.policy.polls:
@@ -182,6 +200,7 @@ class Runner(PageByPage, Pipeline):
         part = final.with_name(f".{final.name}.part")
         while budget.fetches < self.policy.fetches:
             budget.fetches += 1
+            self._renew(item, token)
             try:
                 self.provider.fetch(job.job_id, part)
             except (TransientError, TimeoutError):
@@ -216,10 +235,13 @@ class Runner(PageByPage, Pipeline):
             return REST
         if item.pages_done is not None:  # assembled from many page jobs
             return self._reassemble(item, token)
+        self._renew(item, token)
         try:
             job = self.provider.poll(item.job_id) if item.job_id else None
         except (TransientError, TimeoutError):
             return REST
+        except PermanentError:  # the provider does not know the job: nothing to re-fetch
+            job = None
         if job is not None and job.status is JobStatus.SUCCEEDED:
             return self._fetch(item, job, token, budget)
         self._move(item, S.NEEDS_REVIEW, token, reason="artifact damaged and not fetchable")

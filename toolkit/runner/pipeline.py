@@ -140,6 +140,7 @@ class Pipeline:
         self.health_recorded: bool | None = None  # whether that halt reached the health marker
         self.unsettled = 0
         self.recovered: list[str] = []  # keys taken over from dead owners at start
+        self.lost_leases: list[str] = []  # keys another owner took over while we worked on them
 
     def close(self):
         self.ledger.close()

@@ -23,7 +23,7 @@ import multiprocessing
 from pathlib import Path
 
 from toolkit.documents import page_count
-from toolkit.errors import ToolkitError
+from toolkit.errors import LedgerError, ToolkitError
 from toolkit.identity import file_task_key
 from toolkit.ledger import State, open_ledger
 from toolkit.ledger import postgres_health as pg_health
@@ -196,9 +196,11 @@ def _work(spec: _Spec, conn) -> None:
                      page_by_page_from=spec.page_by_page_from)
         runner.run([Path(path) for path in spec.inputs])
         report["halted"] = runner.halted
-    except ToolkitError as exc:
+    except LedgerError as exc:
         # A ledger lost for good stops the run, even while it counts after halting.
         report["halted"] = str(exc)
+    except ToolkitError as exc:  # not the ledger: this worker failed, the others go on
+        report["error"] = f"{type(exc).__name__}: {exc}"
     except BaseException as exc:  # a bug or a crash: reported, then the traceback goes to stderr
         report["error"] = f"{type(exc).__name__}: {exc}"
         raise
