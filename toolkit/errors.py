@@ -12,9 +12,9 @@ class ToolkitError(Exception):
 class IllegalTransitionError(ToolkitError):
     """The transition table has no edge ``frm -> to``."""
 
-    def __init__(self, frm, to):
-        self.frm, self.to = frm, to
-        super().__init__(f"illegal transition {frm} -> {to}")
+    def __init__(self, frm, to, why: str | None = None):
+        self.frm, self.to, self.why = frm, to, why
+        super().__init__(f"illegal transition {frm} -> {to}" + (f": {why}" if why else ""))
 
 
 class StateConflictError(ToolkitError):

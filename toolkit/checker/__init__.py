@@ -19,7 +19,8 @@ import collections
 import dataclasses
 
 from toolkit.identity import document_of, page_key
-from toolkit.ledger import TRANSIENT, TRANSITIONS, Event, Item, State, apply_event
+from toolkit.ledger import Event, Item, State, apply_event
+from toolkit.ledger.transitions import ARTIFACT_FIELDS, why_illegal
 
 S = State
 KINDS = ("double_execution", "submit_after_done", "fake_done", "lost_item",
@@ -330,7 +331,7 @@ def _stale_token_write(h: History):
 
 
 def _illegal_transition(h: History):
-    """Every move follows TRANSITIONS from the state the fold says the item was in."""
+    """Every move is legal by the ledger's ``why_illegal``, from the state the fold says."""
     items: dict[str, Item] = {}
     for e in sorted(h.events, key=lambda e: e.seq):
         item, frm, to = items.get(e.key), _as_state(e.frm), _as_state(e.to)
@@ -340,10 +341,10 @@ def _illegal_transition(h: History):
                 why = "move before the item was added"
             elif frm is not item.state:
                 why = f"move from {e.frm} but the item was {item.state}"
-            elif to not in TRANSITIONS[frm]:
-                why = f"no edge {e.frm} -> {e.to}"
-            elif frm is S.FAILED and item.failure != TRANSIENT:
-                why = f"a {item.failure or 'unclassified'} failure was retried"
+            else:  # the ledger's own policy, applied to what the event did
+                after = {name: e.detail.get(name, getattr(item, name))
+                         for name in ("failure", *ARTIFACT_FIELDS)}
+                why = why_illegal(frm, to, item.failure, after)
         elif e.op in ("claim", "release") and item is not None and (
                 frm is not item.state or to is not item.state):
             why = f"{e.op} changed the state {item.state} -> {e.to}"

@@ -6,11 +6,11 @@ ledger (the history is the ``events`` table, checked against ``items``).
 """
 
 from toolkit.forensics.model import EVENT_COLUMNS, ITEM_COLUMNS, STATES, Raw, Record
-from toolkit.ledger import LEASE_FIELDS, MUTABLE_FIELDS, TRANSIENT, TRANSITIONS
+from toolkit.ledger import LEASE_FIELDS, MUTABLE_FIELDS
+from toolkit.ledger.transitions import ARTIFACT_FIELDS, DONE_WITHOUT_ARTIFACT, why_illegal
 
 OPS = frozenset({"add", "move", "claim", "release"})
 STATE_SET = frozenset(STATES)
-EDGES = {frm.value: frozenset(to.value for to in tos) for frm, tos in TRANSITIONS.items()}
 # Event detail fields an item keeps (the ledger's own, as far as Record has them).
 DETAIL_FIELDS = (frozenset(MUTABLE_FIELDS) | frozenset(LEASE_FIELDS)) & frozenset(ITEM_COLUMNS)
 SNAPSHOT_FIELDS = frozenset(("key", "state", "source", "attempt", "token", "job_id", "updated",
@@ -48,7 +48,7 @@ class History:
         items, append, snapshot, illegal = self.items, self.rows.append, self.snapshot, self._illegal
         finding, get = self.raw.finding, self.items.get
         _type, _int, _str, _dict, _number = type, int, str, dict, NUMBER
-        ops, states, edges, fields = OPS, STATE_SET, EDGES, DETAIL_FIELDS
+        ops, states, fields = OPS, STATE_SET, DETAIL_FIELDS
 
         def event(obj: dict, line: int | None = None) -> str | None:
             if SNAPSHOT in obj:
@@ -86,11 +86,14 @@ class History:
                 elif op != "move":
                     if to != frm:
                         illegal(key, line, seq, f"{op} changes the state {frm} -> {to}")
-                elif to not in edges[frm]:
-                    illegal(key, line, seq, f"{frm} -> {to} is not in the transition table")
-                elif frm == "failed" and item.failure != TRANSIENT:
-                    illegal(key, line, seq, f"failed({item.failure}) -> {to}: only a "
-                            "transient failure is retried")
+                else:  # the ledger's own policy, applied to what the event did
+                    after = {name: detail[name] if type(detail) is _dict and name in detail
+                             else getattr(item, name) for name in ("failure", *ARTIFACT_FIELDS)}
+                    why = why_illegal(frm, to, item.failure, after)
+                    # A done without artifact fields has its own finding and plan
+                    # (done_without_artifact: reconcile, the job may still be fetchable).
+                    if why is not None and why != DONE_WITHOUT_ARTIFACT:
+                        illegal(key, line, seq, why)
                 item.state = item.raw_state = to
                 item.attempt = attempt
                 item.updated = ts

@@ -1,7 +1,7 @@
 """The client ledger: states, guarded transitions, leases, events.
 
-The policy lives here, once: the transition table, the from-state guard, the
-fencing-token check, the attempt counter and event emission. Backends supply
+The policy lives here, once: the transition table (``transitions.py``), the
+from-state guard, the fencing-token check, the attempt counter and event emission. Backends supply
 five primitives inside one transaction (``_txn``, ``_load``, ``_write``,
 ``_items``, ``_events``) plus ``close``. Every change is one event, and an
 item is exactly the fold of its events (``apply_event``): the JSONL backend
@@ -10,7 +10,6 @@ replays them, the SQLite backend stores both and must agree.
 
 import contextlib
 import dataclasses
-import enum
 import os
 import socket
 import threading
@@ -25,43 +24,11 @@ from toolkit.errors import (
     StateConflictError,
 )
 from toolkit.identity import idem_key, page_key
-
-
-class State(str, enum.Enum):
-    PENDING = "pending"
-    UNKNOWN = "unknown"
-    SUBMITTED = "submitted"
-    DONE = "done"
-    FAILED = "failed"
-    NEEDS_REVIEW = "needs_review"
-    CANCELLED = "cancelled"
-    PARTIAL = "partial"
-
-    def __str__(self):
-        return self.value
-
+# The transition policy lives in one module (transitions.py); re-exported from here.
+from toolkit.ledger.transitions import (ARTIFACT_FIELDS, PERMANENT, TERMINAL, TRANSIENT,
+                                        TRANSITIONS, State, why_illegal)
 
 S = State
-TRANSITIONS: dict[State, frozenset[State]] = {
-    # intent before side effect; poison is failed(permanent) before any submit
-    S.PENDING: frozenset({S.UNKNOWN, S.FAILED, S.CANCELLED}),
-    # reconcile by lookup: found running -> submitted, found done -> done, ...
-    S.UNKNOWN: frozenset({S.SUBMITTED, S.DONE, S.FAILED, S.NEEDS_REVIEW, S.CANCELLED}),
-    # a dead owner's in-flight item goes back to unknown, to be looked up
-    S.SUBMITTED: frozenset({S.DONE, S.FAILED, S.UNKNOWN, S.NEEDS_REVIEW, S.CANCELLED,
-                            S.PARTIAL}),
-    # page by page: some pages checkpointed, the next page's intent comes next
-    S.PARTIAL: frozenset({S.UNKNOWN, S.NEEDS_REVIEW, S.CANCELLED}),
-    # done -> done: a damaged artifact re-fetched (never re-executed)
-    S.DONE: frozenset({S.DONE, S.NEEDS_REVIEW}),
-    # only a transient failure may go back (a new attempt); see Ledger.move
-    S.FAILED: frozenset({S.UNKNOWN}),
-    # an operator may release a parked item, to be reconciled again
-    S.NEEDS_REVIEW: frozenset({S.UNKNOWN, S.CANCELLED}),
-    S.CANCELLED: frozenset(),
-}
-TERMINAL = frozenset({S.DONE, S.NEEDS_REVIEW, S.CANCELLED})
-TRANSIENT, PERMANENT = "transient", "permanent"
 
 # Item fields a transition may set; everything else is owned by the base.
 MUTABLE_FIELDS = ("job_id", "failure", "reason", "artifact_path", "artifact_size",
@@ -273,8 +240,12 @@ class Ledger:
             raise ValueError("failure='transient' or 'permanent' goes with a move to failed, only")
         with self._commit() as commit:
             item = self._guard(key, frm, token)
-            if frm is S.FAILED and item.failure != TRANSIENT:
-                raise IllegalTransitionError(f"failed({item.failure})", to)
+            after = {name: fields.get(name, getattr(item, name)) for name in
+                     ("failure", *ARTIFACT_FIELDS)}
+            why = why_illegal(frm, to, item.failure, after)
+            if why is not None:
+                raise IllegalTransitionError(frm if frm is not S.FAILED
+                                             else f"failed({item.failure})", to, why)
             attempt = item.attempt + 1 if to is S.UNKNOWN and frm in (S.PENDING, S.FAILED) else item.attempt
             if frm is S.FAILED:  # the old failure belongs to the old attempt
                 fields = {"failure": None, "reason": None, **fields}
@@ -405,5 +376,5 @@ def open_ledger(path, **options) -> Ledger:
                       "or a postgresql:// URL")
 
 
-__all__ = ["State", "TRANSITIONS", "TERMINAL", "TRANSIENT", "PERMANENT", "Item", "Event",
-           "Ledger", "apply_event", "open_ledger"]
+__all__ = ["State", "TRANSITIONS", "TERMINAL", "TRANSIENT", "PERMANENT", "ARTIFACT_FIELDS",
+           "Item", "Event", "Ledger", "apply_event", "open_ledger", "why_illegal"]

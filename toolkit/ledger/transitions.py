@@ -1,0 +1,79 @@
+"""The one transition policy: states, edges, and the conditions an edge carries.
+
+``Ledger.move`` refuses what ``why_illegal`` names; the checker's
+``illegal_transition`` and the forensic replay report the same reasons, and
+``describe()`` prints the table for the docs. Nothing else encodes the policy.
+"""
+
+import enum
+
+
+class State(str, enum.Enum):
+    PENDING = "pending"
+    UNKNOWN = "unknown"
+    SUBMITTED = "submitted"
+    DONE = "done"
+    FAILED = "failed"
+    NEEDS_REVIEW = "needs_review"
+    CANCELLED = "cancelled"
+    PARTIAL = "partial"
+
+    def __str__(self):
+        return self.value
+
+
+S = State
+TRANSITIONS: dict[State, frozenset[State]] = {
+    # intent before side effect; poison is failed(permanent) before any submit
+    S.PENDING: frozenset({S.UNKNOWN, S.FAILED, S.CANCELLED}),
+    # reconcile by lookup: found running -> submitted, found done -> done, ...
+    S.UNKNOWN: frozenset({S.SUBMITTED, S.DONE, S.FAILED, S.NEEDS_REVIEW, S.CANCELLED}),
+    # a dead owner's in-flight item goes back to unknown, to be looked up
+    S.SUBMITTED: frozenset({S.DONE, S.FAILED, S.UNKNOWN, S.NEEDS_REVIEW, S.CANCELLED,
+                            S.PARTIAL}),
+    # page by page: some pages checkpointed, the next page's intent comes next
+    S.PARTIAL: frozenset({S.UNKNOWN, S.NEEDS_REVIEW, S.CANCELLED}),
+    # done -> done: a damaged artifact re-fetched (never re-executed)
+    S.DONE: frozenset({S.DONE, S.NEEDS_REVIEW}),
+    # only a transient failure leaves (a new attempt, or an operator's cancel)
+    S.FAILED: frozenset({S.UNKNOWN, S.CANCELLED}),
+    # an operator may release a parked item, to be reconciled again
+    S.NEEDS_REVIEW: frozenset({S.UNKNOWN, S.CANCELLED}),
+    S.CANCELLED: frozenset(),
+}
+TERMINAL = frozenset({S.DONE, S.NEEDS_REVIEW, S.CANCELLED})
+TRANSIENT, PERMANENT = "transient", "permanent"
+ARTIFACT_FIELDS = ("artifact_path", "artifact_size", "artifact_sha256")
+# By value: the forensic replay works on the strings a file holds.
+EDGES = frozenset((frm.value, to.value) for frm, tos in TRANSITIONS.items() for to in tos)
+DONE_WITHOUT_ARTIFACT = "done without its artifact fields (path, size, sha256)"
+
+
+def why_illegal(frm, to, failure_before, after) -> str | None:
+    """None when the move ``frm -> to`` is legal, else why not (one line).
+
+    ``failure_before``: the item's failure before the move; ``after``: a mapping
+    with the item's ``failure`` and artifact fields after it. States may be
+    ``State`` members or their string values.
+    """
+    frm, to = str(frm), str(to)
+    if (frm, to) not in EDGES:
+        return f"no edge {frm} -> {to}"
+    if frm == "failed" and failure_before != TRANSIENT:
+        return f"a {failure_before or 'unclassified'} failure was retried or released"
+    if frm == "pending" and to == "failed" and after.get("failure") != PERMANENT:
+        return "pending -> failed only as permanent (poison found before any submit)"
+    if to == "done" and any(after.get(name) is None for name in ARTIFACT_FIELDS):
+        return DONE_WITHOUT_ARTIFACT
+    return None
+
+
+def describe() -> str:
+    """The table as text, one line per from-state (for the docs and ``--help``)."""
+    lines = []
+    for frm, tos in TRANSITIONS.items():
+        targets = ", ".join(to.value for to in State if to in tos) or "(final)"
+        lines.append(f"{frm.value:>12} -> {targets}")
+    lines += ["", "failed leaves only as failed(transient); pending -> failed only as "
+              "failed(permanent); every move into done carries artifact path, size and sha256."]
+    return "\n".join(lines)
