@@ -62,13 +62,15 @@ EXPECTED = {
         "anomalies": [(None, "corrupt_line")] * 4 + [(None, "torn_line")] + OURS_COMMON + [
             ("duplicate", "duplicate_key"),         # a second add event
             ("illegal", "illegal_transition"),      # pending -> done, no intent
+            ("orphan", "missing_history"),          # a move whose add is missing: review
+            ("orphan", "done_without_artifact"),
             ("pending-stale", "stale_input"),
             ("pending-unsafe-input", "unsafe_input_path"),
             ("unknown", "stuck_unknown"),
         ],
-        "by_state": states(pending=4, unknown=1, submitted=1, done=9, failed=2, needs_review=1,
+        "by_state": states(pending=4, unknown=1, submitted=1, done=10, failed=2, needs_review=1,
                            cancelled=1),
-        "plan": plan(skip=4, reconcile=5, retry=1, review=8, run=1),
+        "plan": plan(skip=4, reconcile=5, retry=1, review=9, run=1),
     },
     "toolkit.sqlite": {
         "format": "toolkit-sqlite",
@@ -152,7 +154,7 @@ ACTIONS = {
         "done-missing": "reconcile", "done-no-artifact": "reconcile", "done-ok": "skip",
         "done-stale-input": "skip", "done-symlink": "review", "duplicate": "review",
         "failed-permanent": "review", "failed-transient": "retry", "illegal": "review",
-        "needs-review": "review", "pending": "run", "pending-stale": "review",
+        "needs-review": "review", "orphan": "review", "pending": "run", "pending-stale": "review",
         "pending-unsafe-input": "review", "retried-then-done": "skip", "submitted": "reconcile",
         "unknown": "reconcile"},
     "state.jsonl": {
@@ -203,8 +205,9 @@ def test_without_folders_the_audit_opens_nothing_and_reports_only_what_the_ledge
     assert keyed == [("done-escape", "unsafe_artifact_path"),
                      ("done-no-artifact", "done_without_artifact"),
                      ("duplicate", "duplicate_key"), ("illegal", "illegal_transition"),
+                     ("orphan", "missing_history"), ("orphan", "done_without_artifact"),
                      ("unknown", "stuck_unknown")]
-    assert report.plan == plan(skip=7, reconcile=3, retry=1, review=5, run=3)
+    assert report.plan == plan(skip=7, reconcile=3, retry=1, review=6, run=3)
 
 
 def test_regenerating_the_fixtures_reproduces_them(tmp_path):
@@ -308,7 +311,8 @@ def test_audit_of_a_damaged_jsonl_ledger_agrees_with_the_ledgers_own_replay(tmp_
     path.write_bytes((FIXTURES / "toolkit.jsonl").read_bytes())
     report = audit(path)
     with open_ledger(path) as ledger:
-        replayed = {item.key: item.state.value for item in ledger.items()}
+        replayed = {item.key: item.state.value  # orphans: events whose add line was lost
+                        for item in [*ledger.orphans.values(), *ledger.items()]}
         unusable = ledger.corrupt_lines + [ledger.torn_tail["line"]]
     assert dict(zip(report.items["key"], report.items["state"])) == replayed
     assert report.corrupt_lines == unusable

@@ -24,7 +24,7 @@ def test_torn_final_line_is_ignored_reported_and_cut_before_the_next_append(tmp_
     last = whole.rstrip(b"\n").rsplit(b"\n", 1)[1]
     path.write_bytes(whole[: len(whole) - len(last) // 2 - 1])  # the move line, cut mid-way
     with open_ledger(path, clock=clock) as ledger:
-        assert ledger.torn_tail == {"line": 4, "bytes": len(last) - len(last) // 2}
+        assert ledger.torn_tail == {"line": 5, "bytes": len(last) - len(last) // 2}  # after the header
         assert ledger.corrupt_lines == []
         assert ledger.get("a").state is S.PENDING  # the torn transition never happened
         ledger.move("a", S.PENDING, S.UNKNOWN, note="retried intent")
@@ -37,18 +37,26 @@ def test_torn_final_line_is_ignored_reported_and_cut_before_the_next_append(tmp_
 
 
 @pytest.mark.parametrize("garbage", [b"{not json", b"\xff\xfe\xfd", b"[1, 2]", b'{"seq": 2}', b""])
-def test_interior_corrupt_line_is_reported_by_number_and_skipped(tmp_path, clock, garbage):
+def test_interior_corrupt_line_is_reported_by_number_and_refuses_writes(tmp_path, clock, garbage):
+    """A corrupt interior line is reported and skipped for reading, but the ledger refuses
+    every write (one line naming the line and pointing to audit): writing on would build on
+    a history it cannot read whole. The file is left byte for byte as it was."""
     path = tmp_path / "l.jsonl"
     _write_three(path, clock)
     lines = path.read_bytes().split(b"\n")
     lines.insert(2, garbage)
     path.write_bytes(b"\n".join(lines))
+    before = path.read_bytes()
     with open_ledger(path, clock=clock) as ledger:
         assert ledger.corrupt_lines == [3]
         assert [item.key for item in ledger.items()] == ["a", "b", "c"]
         assert ledger.get("a").state is S.UNKNOWN
-        ledger.add("d")
-        assert ledger.events()[-1].seq == 5  # seq continues after the highest valid one
+        with pytest.raises(LedgerError, match="corrupt lines 3 .*toolkit audit") as refused:
+            ledger.add("d")
+        assert "\n" not in str(refused.value)
+        with pytest.raises(LedgerError, match="corrupt lines 3"):
+            ledger.compact()
+    assert path.read_bytes() == before
 
 
 def test_second_writer_gets_a_clear_error_and_the_first_keeps_writing(tmp_path, clock):

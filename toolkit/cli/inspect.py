@@ -10,6 +10,9 @@ from toolkit.errors import ToolkitError
 def _ledger(parser):
     parser.add_argument("path", help="ledger file (.sqlite, .db or .jsonl)")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
+    parser.add_argument("--salvage", metavar="NEW",
+                        help="JSONL: write a new ledger NEW from what is readable; every key a "
+                             "corrupt line may hold goes to needs_review (PATH is left as it is)")
 
     def run(args):
         from pathlib import Path
@@ -18,6 +21,14 @@ def _ledger(parser):
 
         if not Path(args.path).is_file():
             raise ToolkitError(f"no ledger at {args.path!r}")
+        if args.salvage:
+            from toolkit.ledger.salvage import salvage
+
+            result = salvage(args.path, args.salvage)
+            emit(result, args.json, f"wrote {args.salvage}: {result['items']} items, "
+                 f"{len(result['needs_review'])} in needs_review (corrupt lines "
+                 f"{', '.join(map(str, result['corrupt_lines'])) or 'none'})")
+            return 0
         with open_ledger(args.path) as ledger:
             items, counts = ledger.items(), ledger.counts()
         rows = [{"key": item.key[:12], "state": item.state.value, "attempt": item.attempt,

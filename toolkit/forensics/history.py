@@ -47,6 +47,7 @@ class History:
         # attribute lookups), plain type checks, and one tuple per event.
         items, append, snapshot, illegal = self.items, self.rows.append, self.snapshot, self._illegal
         finding, get = self.raw.finding, self.items.get
+        orphaned = set()  # keys seen only in events before any add
         _type, _int, _str, _dict, _number = type, int, str, dict, NUMBER
         ops, states, fields = OPS, STATE_SET, DETAIL_FIELDS
 
@@ -68,6 +69,7 @@ class History:
                 return "fields of the wrong type or value for an event"
             item = get(key)
             if op == "add":
+                orphaned.discard(key)  # from here on its events fold normally
                 if item is not None:
                     finding(key, "duplicate_key",
                             f"{_where(line, seq)}: a second add for this key resets it")
@@ -77,7 +79,18 @@ class History:
                 items[key] = Record(key, "pending", "pending",
                                     source if _type(source) is _str else None,
                                     digest if _type(digest) is _str else None, 0, updated=ts)
-            elif item is None:
+            elif item is None or key in orphaned:
+                # Its add line was lost (a corrupt line) or never written: the key is real,
+                # its state unprovable. As in JsonlLedger (``orphans``), every such line
+                # stays corrupt and is folded apart; the key is planned review.
+                if item is None:
+                    items[key] = Record(key, to, to, attempt=attempt, updated=ts)
+                    orphaned.add(key)
+                    finding(key, "missing_history",
+                            f"{_where(line, seq)}: {op} of a key whose add is missing")
+                else:
+                    item.state = item.raw_state = to
+                    item.attempt, item.updated = attempt, ts
                 return f"{op} of key {key!r} before its add"
             else:
                 state = item.state

@@ -7,6 +7,8 @@ from toolkit.forensics.foreign import foreign_item, same_record
 from toolkit.forensics.history import SNAPSHOT, History
 from toolkit.forensics.lines import LineReader
 from toolkit.forensics.model import EVENT_COLUMNS, Raw, register
+from toolkit.ledger.jsonl import FORMAT as JSONL_FORMAT
+from toolkit.ledger.jsonl import header_version
 
 
 def _slow(text: str):
@@ -49,15 +51,22 @@ def _read_lines(path, raw: Raw, use):
 
 
 def _is_event(obj):
-    return SNAPSHOT in obj or {"op", "key", "to"} <= obj.keys()
+    return obj.get("format") == JSONL_FORMAT or SNAPSHOT in obj or {"op", "key", "to"} <= obj.keys()
 
 
 @register("toolkit-jsonl", "jsonl", _is_event,
-          "resume-toolkit JSONL ledger: one event object per line")
+          "resume-toolkit JSONL ledger: a format header, then one event object per line")
 def read_toolkit_jsonl(path) -> Raw:
+    """Both versions: with the header line (read, never required) and without it."""
     raw = Raw()
     history = History(raw)
-    _read_lines(path, raw, history.event)
+    with open(path, "rb") as handle:
+        headed = header_version(handle.readline()) is not None
+    event = history.event
+    if headed:  # line 1 is the header, not an event; the hot loop stays a plain call
+        def event(obj, line, _event=history.event):
+            return None if line == 1 else _event(obj, line)
+    _read_lines(path, raw, event)
     history.finish()
     return raw
 

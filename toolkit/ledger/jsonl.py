@@ -13,12 +13,30 @@ import dataclasses
 import fcntl
 import json
 import os
+import re
 
 from toolkit.documents import fsync_dir
 from toolkit.errors import LedgerError, StorageError
 from toolkit.ledger import Event, Item, Ledger, State, apply_event
 
 SNAPSHOT = "snapshot"
+# Line 1 of every ledger this toolkit writes; a file without it whose lines are all
+# toolkit events (every ledger written before the header existed) is upgraded by the
+# next writer, in one atomic rewrite. A newer version is refused.
+FORMAT, VERSION = "resume-toolkit-ledger-jsonl", 1
+HEADER_LINE = json.dumps({"format": FORMAT, "version": VERSION}, sort_keys=True).encode() + b"\n"
+KEY_PATTERN = re.compile(rb'"key": "([^"\\]{1,200})"')
+
+
+def header_version(raw: bytes) -> int | None:
+    """The version a header line names, or None when ``raw`` is not a header line."""
+    try:
+        obj = json.loads(raw)
+    except ValueError:
+        return None
+    if isinstance(obj, dict) and obj.get("format") == FORMAT and type(obj.get("version")) is int:
+        return obj["version"]
+    return None
 
 
 def item_to_json(item: Item) -> dict:
@@ -43,8 +61,10 @@ def parse_line(raw: bytes) -> tuple[Event | None, Item | None, int]:
 class JsonlLedger(Ledger):
     """Append-only backend (``*.jsonl``); single writer process, many threads."""
 
-    def __init__(self, path, **options):
+    def __init__(self, path, *, view: bool = False, **options):
+        """``view=True``: read only; the file is never changed (no header added, no write)."""
         super().__init__(path, **options)
+        self.view = view
         self.torn_tail: dict | None = None  # {"line": n, "bytes": b} when the file ended mid-line
         self.corrupt_lines: list[int] = []
         try:
@@ -62,6 +82,10 @@ class JsonlLedger(Ledger):
             if created and self.durable:
                 fsync_dir(self.path.parent)  # the new file's name survives a power cut too
             self._replay()
+            self._adopt()
+        except LedgerError:
+            self.close()
+            raise
         except (OSError, UnicodeError) as exc:
             self.close()
             # A path that cannot be a file is bad input; an I/O failure is the storage's.
@@ -76,12 +100,22 @@ class JsonlLedger(Ledger):
         self._state: dict[str, Item] = {}
         self._history: list[Event] = []
         self._seq = 0
+        self._size = len(data)
+        self.version: int | None = None  # the header's; None: no header (yet)
+        self.affected_keys: set[str] = set()  # keys a corrupt line may belong to
+        self.orphans: dict[str, Item] = {}  # the fold of events whose add line was lost
+        self.unattributed_lines: list[int] = []
+        self._events_read = 0
         lines = data.split(b"\n")
         tail = lines.pop()  # b"" when the file ends with a newline
         self._valid_end = len(data) - len(tail)
         if tail:
             self.torn_tail = {"line": len(lines) + 1, "bytes": len(tail)}
+        if lines and (version := header_version(lines[0])) is not None:
+            self.version = version
         for number, raw in enumerate(lines, start=1):
+            if number == 1 and self.version is not None:
+                continue
             try:
                 event, snapshot, seq = parse_line(raw)
                 if snapshot is not None:
@@ -89,10 +123,83 @@ class JsonlLedger(Ledger):
                 else:
                     self._state[event.key] = apply_event(self._state.get(event.key), event)
                     self._history.append(event)
-            except (ValueError, KeyError, TypeError, AssertionError):
+            except AssertionError:  # an event of a key whose add was lost: kept apart
                 self.corrupt_lines.append(number)
+                self.affected_keys.add(event.key)
+                self.orphans[event.key] = apply_event(self.orphans.get(event.key)
+                                                      or Item(key=event.key), event)
                 continue
+            except (ValueError, KeyError, TypeError):
+                self.corrupt_lines.append(number)
+                keys = [k.decode("utf-8", "replace") for k in KEY_PATTERN.findall(raw)]
+                self.affected_keys.update(keys)
+                if not keys:
+                    self.unattributed_lines.append(number)  # no key readable at all
+                continue
+            self._events_read += 1
             self._seq = max(self._seq, seq)
+
+    def _adopt(self):
+        """Refuse a file this toolkit did not write; give an older toolkit ledger its header.
+
+        Order: the checks read only; the upgrade rewrites the file whole (temp file, fsync,
+        rename, fsync of the folder), so a crash leaves the old file or the new one.
+        """
+        where = str(self.path)
+        if self.version is not None and self.version > VERSION:
+            raise LedgerError(f"{where!r} is a JSONL ledger of format version {self.version}; "
+                              f"this toolkit writes version {VERSION}: use a newer toolkit")
+        if self.version is not None:
+            return
+        if self.view:
+            if self._size and self._events_read == 0:
+                raise LedgerError(f"{where!r} is not a resume-toolkit JSONL ledger")
+            return
+        if self._size == 0 or (self.torn_tail and self.torn_tail["line"] == 1
+                               and HEADER_LINE.startswith(self._read_all())):
+            self._rewrite(HEADER_LINE)  # a new ledger (or one whose header write was cut)
+            self.torn_tail, self._valid_end = None, None
+            return
+        if self._events_read == 0:
+            raise LedgerError(f"{where!r} is not a resume-toolkit JSONL ledger (no line is a "
+                              "toolkit event): refusing to write into it")
+        if not self.corrupt_lines:  # written before headers existed: upgrade it in place
+            body = self._read_all()[:self._valid_end]
+            self._rewrite(HEADER_LINE + body)
+            self._valid_end = None  # the torn tail was left out of the rewrite
+            if self.torn_tail:
+                self.torn_tail = {**self.torn_tail, "line": self.torn_tail["line"] + 1}
+
+    def _read_all(self) -> bytes:
+        with open(self._fd, "rb", closefd=False) as handle:
+            handle.seek(0)
+            return handle.read()
+
+    def _rewrite(self, data: bytes):
+        """Replace the file by ``data`` atomically and reopen it for appending."""
+        tmp = self.path.with_name(self.path.name + ".upgrade")
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            if self.durable:
+                os.fsync(handle.fileno())
+        os.replace(tmp, self.path)
+        if self.durable:
+            fsync_dir(self.path.parent)
+        os.close(self._fd)
+        self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND)
+        self.version = VERSION
+
+    def corruption(self) -> str | None:
+        """One line naming the corrupt lines and the keys affected, or None when intact."""
+        if not self.corrupt_lines:
+            return None
+        shown = ", ".join(map(str, self.corrupt_lines[:10])) + \
+            (f" and {len(self.corrupt_lines) - 10} more" if len(self.corrupt_lines) > 10 else "")
+        keys = ", ".join(sorted(k[:12] for k in self.affected_keys)[:10]) or "not readable"
+        return (f"JSONL ledger {str(self.path)!r} has corrupt lines {shown} (keys affected: "
+                f"{keys}); refusing to write on it: run 'python -m toolkit audit {self.path}', "
+                f"then 'python -m toolkit ledger {self.path} --salvage NEW.jsonl'")
 
     @contextlib.contextmanager
     def _txn(self):
@@ -124,6 +231,10 @@ class JsonlLedger(Ledger):
             raise StorageError(f"cannot append to {str(self.path)!r}: {exc}") from exc
 
     def _write(self, old, new, event):
+        if self.view:
+            raise LedgerError(f"JSONL ledger {str(self.path)!r} is open as a read-only view")
+        if self.corrupt_lines:  # writing on would build on a history we cannot read whole
+            raise LedgerError(self.corruption())
         event = dataclasses.replace(event, seq=self._seq + 1)
         self._append(json.dumps(event.to_json(), sort_keys=True).encode() + b"\n")
         # Memory changes only after the line is on disk (and fsynced if durable).
@@ -145,11 +256,13 @@ class JsonlLedger(Ledger):
         point leaves either the old file or the new one, whole.
         """
         with self._lock:
+            if self.corrupt_lines:  # compaction would erase the evidence
+                raise LedgerError(self.corruption())
             tmp = self.path.with_name(self.path.name + ".compact")
             lines = [json.dumps({SNAPSHOT: item_to_json(item), "seq": self._seq}, sort_keys=True)
                      for item in self._state.values()]
             with open(tmp, "wb") as handle:
-                handle.write("".join(line + "\n" for line in lines).encode())
+                handle.write(HEADER_LINE + "".join(line + "\n" for line in lines).encode())
                 handle.flush()
                 os.fsync(handle.fileno())
             os.replace(tmp, self.path)

@@ -1,0 +1,61 @@
+"""``python -m toolkit ledger PATH --salvage NEW``: a new JSONL ledger from what is readable.
+
+The model is diskcache's ``check(fix=False)``: a damaged ledger is never repaired in
+place or silently. Salvage reads the old file (refusing nothing it can read), writes
+a *new* ledger of snapshot lines, and parks every key a corrupt line may belong to
+in ``needs_review`` with the reason, so that nobody acts on a state we cannot prove.
+The old file is left exactly as it was, for the audit.
+"""
+
+import dataclasses
+import json
+from pathlib import Path
+
+from toolkit.errors import LedgerError, ToolkitError
+from toolkit.ledger import LEASE_FIELDS, Item, State
+from toolkit.ledger.jsonl import HEADER_LINE, SNAPSHOT, JsonlLedger, item_to_json
+
+
+def salvage(path, new_path) -> dict:
+    """Write ``new_path`` from the readable part of the JSONL ledger ``path``.
+
+    Returns ``{"items", "needs_review": [keys], "corrupt_lines": [n], "unattributed": [n]}``
+    (``unattributed``: corrupt lines in which no key can be read at all).
+
+    Raises:
+        ToolkitError: ``new_path`` exists, or ``path`` is no JSONL ledger of ours.
+    """
+    from toolkit.documents import write_atomic
+
+    path, new_path = Path(path), Path(new_path)
+    if new_path.exists():
+        raise ToolkitError(f"{str(new_path)!r} exists: salvage writes a new ledger, never over one")
+    if path.suffix.lower() != ".jsonl" or new_path.suffix.lower() != ".jsonl":
+        raise ToolkitError("--salvage reads a .jsonl ledger and writes a new .jsonl ledger")
+    old = JsonlLedger(path, view=True)  # reads only; refuses a foreign or newer file
+    try:
+        items = {**old.orphans, **{item.key: item for item in old.items()}}
+        affected, lines, seq = sorted(old.affected_keys), list(old.corrupt_lines), old._seq
+        unattributed = list(old.unattributed_lines)
+    finally:
+        old.close()
+    reason = (f"salvaged from {path.name}: corrupt lines {', '.join(map(str, lines))} may hold "
+              "events of this item; check it at the provider, then release or cancel it")
+    for key in affected:
+        items[key] = dataclasses.replace(items.get(key) or Item(key=key), state=State.NEEDS_REVIEW,
+                                         reason=reason, **dict.fromkeys(LEASE_FIELDS))
+    body = b"".join(json.dumps({SNAPSHOT: item_to_json(item), "seq": seq}, sort_keys=True)
+                    .encode() + b"\n" for item in items.values())
+    write_atomic(HEADER_LINE + body, new_path)
+    try:  # prove the new file reads back as an intact ledger of ours
+        check = JsonlLedger(new_path, view=True)
+        intact = not check.corrupt_lines and len(check.items()) == len(items)
+        check.close()
+    except LedgerError as exc:
+        raise ToolkitError(f"salvaged ledger does not read back: {exc}") from exc
+    finally:
+        Path(f"{new_path}.lock").unlink(missing_ok=True)
+    if not intact:
+        raise ToolkitError(f"salvaged ledger {str(new_path)!r} does not read back whole")
+    return {"items": len(items), "needs_review": affected, "corrupt_lines": lines,
+            "unattributed": unattributed}
