@@ -124,14 +124,19 @@ def test_release_frees_the_lease_but_keeps_older_tokens_stale(ledger):
         ledger.release("k1", token)
 
 
-def test_lease_records_owner_pid_and_process_start_time(ledger):
-    import psutil
+def test_lease_records_owner_host_boot_pid_and_start_ticks(ledger):
+    """The owner: host and boot id, pid, and its start in clock ticks since boot (field 22
+    of /proc/<pid>/stat: an integer fixed at fork, independent of the wall clock)."""
+    import socket
 
     ledger.add("k1")
     ledger.claim("k1", "w1", ttl=60)
     item = ledger.get("k1")
+    stat = open(f"/proc/{os.getpid()}/stat", "rb").read()
+    boot = open("/proc/sys/kernel/random/boot_id").read().strip()
     assert item.lease_pid == os.getpid()
-    assert item.lease_started == psutil.Process().create_time()
+    assert item.lease_host == f"{socket.gethostname()}/{boot}"
+    assert item.lease_started == int(stat[stat.rfind(b")") + 2:].split()[19])
 
 
 def test_items_are_exactly_the_fold_of_events_and_survive_reopen(ledger_path, clock):

@@ -11,7 +11,6 @@ replays them, the SQLite backend stores both and must agree.
 import contextlib
 import dataclasses
 import os
-import socket
 import threading
 import time
 from pathlib import Path
@@ -24,6 +23,7 @@ from toolkit.errors import (
     StateConflictError,
 )
 from toolkit.identity import idem_key, page_key
+from toolkit.liveness import alive, host_id, my_start, start_ticks
 # The transition policy lives in one module (transitions.py); re-exported from here.
 from toolkit.ledger.transitions import (ARTIFACT_FIELDS, PERMANENT, TERMINAL, TRANSIENT,
                                         TRANSITIONS, State, why_illegal)
@@ -34,7 +34,7 @@ S = State
 MUTABLE_FIELDS = ("job_id", "failure", "reason", "artifact_path", "artifact_size",
                   "artifact_sha256", "pages_done")
 LEASE_FIELDS = ("lease_owner", "lease_host", "lease_pid", "lease_started", "lease_expires")
-HOST = socket.gethostname()  # where this process runs: a lease names its owner's host
+HOST = host_id()  # where this process runs, in this boot: a lease names its owner's host
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -110,21 +110,9 @@ def apply_event(item: Item | None, event: Event) -> Item:
                                updated=event.ts, **fields)
 
 
-_OWN_START: dict[int, float | None] = {}  # this process's start time, read from /proc once
-
-
-def _process_start_time(pid: int) -> float | None:
-    if pid == os.getpid() and pid in _OWN_START:
-        return _OWN_START[pid]
-    import psutil  # lazy: only leases need it
-
-    try:
-        started = psutil.Process(pid).create_time()
-    except psutil.Error:
-        return None
-    if pid == os.getpid():
-        _OWN_START[pid] = started  # keyed by pid: a forked child reads its own
-    return started
+def _process_start_time(pid: int) -> int | None:
+    """Start of ``pid`` in clock ticks since boot (``toolkit.liveness``), None if gone."""
+    return my_start() if pid == os.getpid() else start_ticks(pid)
 
 
 def owner_alive(item: Item) -> bool | None:
@@ -132,13 +120,9 @@ def owner_alive(item: Item) -> bool | None:
 
     None when the owner runs on another host: its process table is not ours to
     read, so only the lease's expiry can tell (and fencing guards a slow owner).
+    One helper decides, for leases and the provider's executors: ``liveness.alive``.
     """
-    if item.lease_host is not None and item.lease_host != HOST:
-        return None
-    if item.lease_pid is None:
-        return False
-    started = _process_start_time(item.lease_pid)
-    return started is not None and (item.lease_started is None or started == item.lease_started)
+    return alive(item.lease_host, item.lease_pid, item.lease_started)
 
 
 class Ledger:

@@ -7,7 +7,7 @@ what they count: ``submit_calls`` (every call, refused ones too),
 ``executions`` (work done, counted with its result), ``succeeded``, ``failed``.
 An execution runs outside any transaction::
 
-    txn 1  status=running, exec_no+1, executor=(pid, create_time)    claim
+    txn 1  status=running, exec_no+1, executor=(pid, start ticks)    claim
            documents.process(upload -> out_dir/<job_id>.pdf)        real work
     txn 2  UPDATE ... WHERE status='running' AND exec_no=<mine>      result + counters
 
@@ -31,6 +31,7 @@ from typing import Callable
 from .. import documents
 from ..errors import KeyReuseError, PermanentError, StorageError, ToolkitError, TransientError
 from ..identity import canonical_json
+from ..liveness import alive, my_start
 from ..storage import sqlite_read, sqlite_txn
 from . import records
 from .contract import ACTIVE, Contract, Job, JobStatus, ProviderConflict
@@ -39,17 +40,11 @@ from .contract import ACTIVE, Contract, Job, JobStatus, ProviderConflict
 # executor is this process but which is not in here was abandoned by an exception.
 _EXECUTING: set = set()
 _EXECUTING_LOCK = threading.Lock()
-_IDENTITY: dict = {}
 
 
-def _me() -> tuple[int, float]:
-    import psutil
-
-    pid = os.getpid()
-    if pid not in _IDENTITY:  # also right after a fork: the child has a new pid
-        _IDENTITY.clear()
-        _IDENTITY[pid] = psutil.Process(pid).create_time()
-    return pid, _IDENTITY[pid]
+def _me() -> tuple[int, int | None]:
+    """This process as an executor: (pid, start in clock ticks since boot)."""
+    return os.getpid(), my_start()
 
 
 def _executing(token, add: bool) -> None:
@@ -62,13 +57,9 @@ def _executor_alive(row) -> bool:
     if (pid, started) == _me():
         with _EXECUTING_LOCK:
             return (row["job_id"], row["exec_no"]) in _EXECUTING
-    import psutil
-
-    try:  # pid + create_time: a recycled pid is not the old executor
-        proc = psutil.Process(pid)
-        return abs(proc.create_time() - started) < 0.01 and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
+    # pid + start ticks, compared exactly (the one liveness helper): a recycled pid is
+    # not the old executor, and a stepped wall clock does not make a live one look dead.
+    return alive(None, pid, started) is True
 
 
 class FakeProvider:

@@ -1,0 +1,80 @@
+"""Is the process that recorded itself as an owner still that process? (rank 1)
+
+One helper for the ledger's leases and the fake provider's executors. An owner is
+recorded as (host, boot id, pid, start time in clock ticks since boot):
+
+* the start time comes from ``/proc/<pid>/stat`` (field 22), an integer the kernel
+  fixes at fork. ``psutil.Process.create_time()`` instead adds the boot time, read
+  afresh from the wall clock, so a clock step makes a live owner look dead; ticks
+  are compared exactly, never with a tolerance.
+* the boot id (``/proc/sys/kernel/random/boot_id``) tells a reboot: after one, every
+  recorded process of this host is gone, even if a new one has the same pid and ticks.
+* another host's process table is not ours to read: liveness is then unknown (None).
+
+The host is recorded as ``hostname/boot_id``; a plain ``hostname`` (recorded before
+boot ids were) is taken as this boot.
+"""
+
+import functools
+import os
+import socket
+
+HOSTNAME = socket.gethostname()
+
+
+@functools.cache
+def boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as handle:
+            return handle.read().strip()
+    except OSError:  # no /proc (not Linux): one boot as far as we can tell
+        return "unknown-boot"
+
+
+def host_id() -> str:
+    """What an owner records as its host: this machine, in this boot."""
+    return f"{HOSTNAME}/{boot_id()}"
+
+
+def start_ticks(pid: int) -> int | None:
+    """Start time of ``pid`` in clock ticks since boot; None if gone or a zombie."""
+    try:
+        with open(f"/proc/{int(pid)}/stat", "rb") as handle:
+            stat = handle.read()
+    except (OSError, ValueError):
+        return None
+    # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split at the last ")"
+    fields = stat[stat.rfind(b")") + 2:].split()
+    if not fields or fields[0] == b"Z":
+        return None
+    return int(fields[19])  # field 22 of the line; the 20th after "(comm)"
+
+
+_OWN: dict[int, int | None] = {}  # this process's start ticks, keyed by pid (a fork re-reads)
+
+
+def my_start() -> int | None:
+    pid = os.getpid()
+    if pid not in _OWN:
+        _OWN.clear()
+        _OWN[pid] = start_ticks(pid)
+    return _OWN[pid]
+
+
+def alive(host: str | None, pid: int | None, started) -> bool | None:
+    """Is the owner recorded as (``host``, ``pid``, ``started``) still running?
+
+    True or False for an owner on this machine; None for another machine's (only a
+    lease's expiry can tell). ``host`` None: recorded on this machine. ``started``
+    None: recorded without a start time (pid alone decides).
+    """
+    if host is not None:
+        name, _, boot = host.partition("/")
+        if name != HOSTNAME:
+            return None
+        if boot and boot != boot_id():
+            return False  # this machine rebooted since: that process is gone
+    if pid is None:
+        return False
+    ticks = my_start() if pid == os.getpid() else start_ticks(pid)
+    return ticks is not None and (started is None or ticks == started)
