@@ -7,7 +7,8 @@ from toolkit.cli import command, emit
 from toolkit.errors import ToolkitError
 
 
-@command("health", "Is the ledger ready to take work? Exit status 1 when not ready.")
+@command("health", "Is the ledger ready to take work? A small durable write proves it. "
+                   "Exit status 1 when not ready, 2 when the path is not a ledger.")
 def _health(parser):
     parser.add_argument("--ledger", required=True, help="client ledger (.sqlite, .db, .jsonl)")
     parser.add_argument("--clear", action="store_true",
@@ -17,7 +18,7 @@ def _health(parser):
     def run(args):
         from toolkit.runner.ops import clear_health, health
 
-        state = clear_health(args.ledger) if args.clear else health(args.ledger)
+        state = clear_health(args.ledger) if args.clear else health(args.ledger, probe=True)
         text = "ready" if state["ready"] else f"not ready: {state['reason']}"
         emit(state, args.json, text)
         return 0 if state["ready"] else 1

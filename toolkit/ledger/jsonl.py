@@ -72,7 +72,8 @@ class JsonlLedger(Ledger):
         except OSError as exc:
             raise LedgerError(f"cannot open JSONL ledger {str(self.path)!r}: {exc}") from exc
         try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if not view:  # a view reads whole lines only: a live writer does not stop it
+                fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(self._lock_fd)
             raise LedgerError(f"JSONL ledger {str(self.path)!r} is open in another writer") from None
@@ -271,6 +272,25 @@ class JsonlLedger(Ledger):
             self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND)
             self._history, self._valid_end, self.torn_tail, self.corrupt_lines = [], None, None, []
             return len(lines)
+
+    def probe(self) -> None:
+        """A small durable write beside the ledger (temp file, fsync, removed): the same
+        disk the next append needs. Raises StorageError when it fails."""
+        probe = self.path.with_name(f".{self.path.name}.probe-{os.getpid()}")
+        try:
+            fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                view = memoryview(b"probe\n" * 64)
+                while view:  # a short write (a size limit) is retried, and then fails
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise StorageError(f"JSONL ledger {str(self.path)!r}: cannot write: {exc}") from exc
+        finally:
+            with contextlib.suppress(OSError):
+                probe.unlink()
 
     def close(self):
         for name in ("_fd", "_lock_fd"):

@@ -124,5 +124,11 @@ class SqliteLedger(Ledger):
                            "detail FROM events ORDER BY seq")
         return [_event(row) for row in rows]
 
+    def probe(self) -> None:
+        """A small durable write (a meta row, committed with its fsync); StorageError if not."""
+        with self._lock, self._txn():
+            self._db.execute("INSERT OR REPLACE INTO meta VALUES ('health_probe', ?)",
+                             (repr(self.clock()),))
+
     def close(self):
         self._db.close()

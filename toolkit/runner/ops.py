@@ -10,7 +10,9 @@ import json
 import os
 from pathlib import Path
 
-from toolkit.errors import LeaseHeldError, LedgerError, StaleTokenError, ToolkitError
+from toolkit.documents import fsync_dir
+from toolkit.errors import (LeaseHeldError, LedgerError, StaleTokenError, StorageError,
+                            ToolkitError)
 from toolkit.ledger import State, open_ledger, owner_alive, postgres_health, why_illegal
 from toolkit.ledger.postgres import postgres_url
 
@@ -21,10 +23,18 @@ def health_marker(ledger_path) -> Path:
     return Path(f"{ledger_path}.health")
 
 
-def health(ledger_path) -> dict:
-    """``{"ready": bool, "reason": str | None}`` for the ledger at ``ledger_path``."""
+def health(ledger_path, probe: bool = False) -> dict:
+    """``{"ready": bool, "reason": str | None}`` for the ledger at ``ledger_path``.
+
+    With ``probe``, a ledger without a marker must also take a small durable write.
+
+    Raises:
+        ToolkitError: the path is not a ledger (a directory, another file, an unknown suffix).
+    """
     if postgres_url(ledger_path):  # a URL has no file beside it: a table in its schema
         return postgres_health.health(ledger_path)
+    path = Path(ledger_path)
+    _require_ledger_path(path)
     marker = health_marker(ledger_path)
     if marker.exists():
         try:
@@ -32,9 +42,45 @@ def health(ledger_path) -> dict:
         except (OSError, ValueError):
             reason = "unreadable health marker"
         return {"ready": False, "reason": reason}
-    if not Path(ledger_path).exists():
+    if not path.exists():
         return {"ready": False, "reason": "no ledger at this path"}
+    if probe:
+        try:
+            with _open_existing(path) as ledger:
+                ledger.probe()
+        except StorageError as exc:
+            return {"ready": False, "reason": f"cannot be written: {exc}"}
     return {"ready": True, "reason": None}
+
+
+def _require_ledger_path(path: Path) -> None:
+    """One-line ToolkitError for a path that cannot be a ledger file of ours."""
+    suffix = path.suffix.lower()
+    if suffix not in (".sqlite", ".db", ".sqlite3", ".jsonl"):
+        raise ToolkitError(f"{str(path)!r} is not a ledger: use .sqlite, .db, .jsonl or a "
+                           "postgresql:// URL")
+    if path.is_dir():
+        raise ToolkitError(f"{str(path)!r} is a directory, not a ledger")
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    if suffix != ".jsonl":
+        with open(path, "rb") as handle:
+            if handle.read(16) != b"SQLite format 3\x00":
+                raise ToolkitError(f"{str(path)!r} is not an SQLite database, not a ledger")
+    try:  # a foreign database or JSONL file: refused without changing it
+        _open_existing(path).close()
+    except StorageError:
+        return  # ours, but the disk fails: that is "not ready", decided by the probe
+    except LedgerError as exc:
+        raise ToolkitError(str(exc)) from exc
+
+
+def _open_existing(path: Path):
+    if path.suffix.lower() == ".jsonl":
+        from toolkit.ledger.jsonl import JsonlLedger
+
+        return JsonlLedger(path, view=True)
+    return open_ledger(path)
 
 
 def mark_unhealthy(ledger_path, reason: str) -> bool:
@@ -63,31 +109,42 @@ def mark_unhealthy(ledger_path, reason: str) -> bool:
 
 
 def clear_health(ledger_path) -> dict:
-    """Prove the ledger writable (a real transaction), then remove the marker.
+    """Prove the ledger writable (a small durable write), then remove the marker durably.
 
     Raises:
-        ToolkitError: the ledger still cannot be opened or written.
+        ToolkitError: the path is not a ledger.
+        StorageError: the ledger still cannot be written (the marker stays).
     """
     if postgres_url(ledger_path):  # a URL has no file beside it: a table in its schema
         return postgres_health.clear_health(ledger_path)
+    path = Path(ledger_path)
+    _require_ledger_path(path)
     try:
-        with open_ledger(ledger_path) as ledger:
-            probe = f"health-probe-{os.getpid()}"
-            with ledger._lock, ledger._txn():  # a write lock taken and released, nothing kept
-                ledger._load(probe)
-    except LedgerError as exc:
-        raise ToolkitError(f"ledger still not writable: {exc}") from exc
-    health_marker(ledger_path).unlink(missing_ok=True)
+        with (_open_existing(path) if path.exists() else open_ledger(path)) as ledger:
+            ledger.probe()
+    except StorageError as exc:
+        raise StorageError(f"ledger still not writable: {exc}") from exc
+    marker = health_marker(ledger_path)
+    if marker.exists():
+        marker.unlink()
+        fsync_dir(marker.parent)  # the removal is durable too
     return health(ledger_path)
 
 
 def require_healthy(ledger_path) -> None:
-    """Raises ToolkitError when an earlier run failed closed and nobody cleared it."""
+    """Raises ToolkitError when an earlier run failed closed and nobody cleared it.
+
+    Reads the marker only (every run calls this): the probe is ``health``'s.
+    """
     if postgres_url(ledger_path):  # a URL has no file beside it: a table in its schema
         return postgres_health.require_healthy(ledger_path)
-    state = health(ledger_path)
-    if not state["ready"] and health_marker(ledger_path).exists():
-        raise ToolkitError(f"ledger not ready ({state['reason']}); fix the cause, then run "
+    marker = health_marker(ledger_path)
+    if marker.exists():
+        try:
+            reason = json.loads(marker.read_text()).get("reason")
+        except (OSError, ValueError):
+            reason = "unreadable health marker"
+        raise ToolkitError(f"ledger not ready ({reason}); fix the cause, then run "
                            f"'python -m toolkit health --ledger {ledger_path} --clear'")
 
 
