@@ -6,18 +6,34 @@ when TOOLKIT_TEST_PG names a server; agreeing with the model, it agrees with the
 
 import contextlib
 import shutil
+import subprocess
+import sys
 import tempfile
 
 import hypothesis.strategies as st
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
+from toolkit.checker import History, check
 from toolkit.errors import ToolkitError
 from toolkit.ledger import TRANSITIONS, State, apply_event, open_ledger
 
 from conftest import pg_schema, require_pg
 
 KEYS = st.sampled_from(["a", "b", "c"])
+ARTIFACT = {"artifact_path": "a.pdf", "artifact_size": 1, "artifact_sha256": "0" * 64}
+OWNERS = st.sampled_from(["me", "live", "dead", "remote"])
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid  # exited and reaped
+
+
+# The process each kind of owner claims as: (pid, host); None is this process / this host.
+OWNER_PROCESS = {"me": (None, None), "live": (1, None), "dead": (_dead_pid(), None),
+                 "remote": (4242, "another-host/0000")}
 WORKERS = st.sampled_from(["w1", "w2"])
 STATES = st.sampled_from(list(State))
 
@@ -39,10 +55,10 @@ class Model:
         if key in self.items:
             return False
         self.items[key] = {"state": State.PENDING, "attempt": 0, "token": 0, "failure": None,
-                           "owner": None, "expires": None}
+                           "owner": None, "expires": None, "kind": None, "artifact": False}
         return True
 
-    def move(self, key, frm, to, token, failure):
+    def move(self, key, frm, to, token, failure, artifact):
         item = self.items.get(key)
         if to not in TRANSITIONS[frm]:
             return "IllegalTransitionError"
@@ -54,6 +70,11 @@ class Model:
             return "StaleTokenError"
         if frm is State.FAILED and item["failure"] != "transient":
             return "IllegalTransitionError"
+        if frm is State.PENDING and to is State.FAILED and failure != "permanent":
+            return "IllegalTransitionError"  # only poison fails before any submit
+        if to is State.DONE and not (artifact or item["artifact"]):
+            return "IllegalTransitionError"  # done carries its artifact
+        item["artifact"] = item["artifact"] or (artifact and to is State.DONE)
         if to is State.UNKNOWN and frm in (State.PENDING, State.FAILED):
             item["attempt"] += 1
         if frm is State.FAILED:
@@ -63,14 +84,18 @@ class Model:
         item["state"] = to
         return None
 
-    def claim(self, key, worker, ttl, now):
+    def claim(self, key, worker, ttl, now, kind):
+        """``kind`` of the claiming process: me (this process), live (another live process
+        on this host), dead (a process of this host that is gone), remote (another host)."""
         item = self.items.get(key)
         if item is None:
             return "StateConflictError"
-        free = item["owner"] is None or item["expires"] <= now or item["owner"] == worker
-        if not free:
-            return "LeaseHeldError"
-        item.update(owner=worker, expires=now + ttl, token=item["token"] + 1)
+        held = item["owner"] is not None and item["owner"] != worker
+        orphaned = item["kind"] == "dead"  # its owner is gone: taken at once
+        expired = item["expires"] is not None and item["expires"] <= now
+        if held and not orphaned and not (expired and item["kind"] != "live"):
+            return "LeaseHeldError"  # a live process of this host is never robbed
+        item.update(owner=worker, expires=now + ttl, token=item["token"] + 1, kind=kind)
         return item["token"]
 
     def release(self, key, token):
@@ -79,7 +104,7 @@ class Model:
             return "StateConflictError"
         if token != item["token"]:
             return "StaleTokenError"
-        item.update(owner=None, expires=None)
+        item.update(owner=None, expires=None, kind=None)
         return None
 
 
@@ -129,20 +154,23 @@ class LedgerAgreement(RuleBasedStateMachine):
         self._agree(self.model.add(key), lambda ledger: ledger.add(key))
 
     @rule(key=KEYS, to=STATES, use_current=st.booleans(), frm=STATES, stale=st.booleans(),
-          failure=st.sampled_from([None, "transient", "permanent"]))
-    def move(self, key, to, use_current, frm, stale, failure):
+          failure=st.sampled_from([None, "transient", "permanent"]), artifact=st.booleans())
+    def move(self, key, to, use_current, frm, stale, failure, artifact):
         item = self.model.items.get(key)
         if use_current and item is not None:
             frm = item["state"]
         token = (item["token"] if item else 0) - (1 if stale else 0)
         fields = {"failure": failure} if failure else {}
-        expected = self.model.move(key, frm, to, token, failure)
+        fields.update(ARTIFACT if artifact else {})
+        expected = self.model.move(key, frm, to, token, failure, artifact)
         self._agree(expected, lambda ledger: ledger.move(key, frm, to, token=token, **fields))
 
-    @rule(key=KEYS, worker=WORKERS, ttl=st.sampled_from([1.0, 5.0]))
-    def claim(self, key, worker, ttl):
-        expected = self.model.claim(key, worker, ttl, self.clock.now)
-        self._agree(expected, lambda ledger: ledger.claim(key, worker, ttl))
+    @rule(key=KEYS, worker=WORKERS, ttl=st.sampled_from([1.0, 5.0]), kind=OWNERS)
+    def claim(self, key, worker, ttl, kind):
+        expected = self.model.claim(key, f"{worker}-{kind}", ttl, self.clock.now, kind)
+        pid, host = OWNER_PROCESS[kind]
+        self._agree(expected, lambda ledger: ledger.claim(key, f"{worker}-{kind}", ttl, pid=pid,
+                                                          host=host))
 
     @rule(key=KEYS, stale=st.booleans())
     def release(self, key, stale):
@@ -167,6 +195,13 @@ class LedgerAgreement(RuleBasedStateMachine):
                         item.lease_expires) == (expected["state"], expected["attempt"],
                                                 expected["token"], expected["failure"],
                                                 expected["owner"], expected["expires"])
+
+    @invariant()
+    def the_checker_finds_no_illegal_transition_in_what_the_ledger_wrote(self):
+        for ledger in getattr(self, "ledgers", []):
+            verdict = check(History(events=tuple(ledger.events()), items={}, calls=(),
+                                    executions=(), artifacts={}, inputs={}))
+            assert "illegal_transition" not in verdict.anomalies, verdict.to_json()
 
     @invariant()
     def items_are_the_fold_of_their_events(self):
