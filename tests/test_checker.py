@@ -114,11 +114,13 @@ def test_resubmit_after_a_transient_refusal_is_not_blind():
     assert check(h).valid is True
 
 
-def test_late_write_with_the_token_of_an_expired_lease_is_stale_token_write():
-    """w1's reply arrives after w2 claimed token 2; its write with token 1 must not count."""
-    [anomaly] = only(check(history("stale-token-write.jsonl")), "stale_token_write")
-    claim, write = anomaly.witnesses
-    assert anomaly.key == "doc-a" and (claim.token, write.token) == (2, 1)
+def test_submit_with_the_token_of_an_expired_lease_is_execution_by_lease_loser():
+    """w1 submits after w2 claimed token 2: the provider executes for a lease loser.
+    (The old stale_token_write rule re-checked the ledger's own fence, which no history a
+    real ledger writes can break: it is deleted. A real run: test_lease_loser_run.)"""
+    [anomaly] = only(check(history("execution-by-lease-loser.jsonl")), "execution_by_lease_loser")
+    claim, call = anomaly.witnesses
+    assert anomaly.key == "doc-a" and (claim.token, call.token, call.worker) == (2, 1, "w1")
 
 
 def test_poison_sent_to_the_provider_is_poison_submitted():

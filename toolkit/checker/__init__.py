@@ -24,7 +24,7 @@ from toolkit.ledger.transitions import ARTIFACT_FIELDS, why_illegal
 
 S = State
 KINDS = ("double_execution", "submit_after_done", "fake_done", "lost_item",
-         "unrecorded_execution", "blind_resubmit", "stale_token_write", "poison_submitted",
+         "unrecorded_execution", "blind_resubmit", "execution_by_lease_loser", "poison_submitted",
          "illegal_transition")
 TURNED_AWAY = frozenset({"transient", "rejected"})  # the provider accepted nothing
 ANSWERED = frozenset({"found", "not_found"})  # a lookup that told the client something
@@ -43,6 +43,8 @@ class Call:
     job_id: str | None
     # submit: created, deduped, conflict, transient, rejected; lookup: found, not_found, unavailable
     outcome: str
+    worker: str | None = None  # the caller's worker and fencing token (submits; None: unknown)
+    token: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -317,17 +319,23 @@ def _blind_resubmit(h: History):
                               f"{_t(first.ts)} ({first.outcome}), {blind[1]}", (first, call))
 
 
-def _stale_token_write(h: History):
-    """Fencing: no move or release with a token older than the newest claim."""
-    newest: dict[str, Event] = {}
-    for e in sorted(h.events, key=lambda e: e.seq):
-        claim = newest.get(e.key)
-        if e.op == "claim" and (claim is None or e.token >= claim.token):
-            newest[e.key] = e
-        elif e.op in ("move", "release") and claim is not None and e.token < claim.token:
-            yield Anomaly("stale_token_write", e.key, f"{e.op} {e.frm} -> {e.to} by {e.worker} "
-                          f"with token {e.token} after {claim.worker} claimed token "
-                          f"{claim.token}", (claim, e))
+def _execution_by_lease_loser(h: History):
+    """A submit by a worker whose fencing token another claim had already superseded."""
+    claims: dict[str, list[Event]] = collections.defaultdict(list)
+    for e in h.events:
+        if e.op == "claim":
+            claims[e.key].append(e)
+    for call in h.calls or ():
+        if call.op != "submit" or call.token is None or call.worker is None:
+            continue
+        key = document_of(call.task_key) if call.task_key else None
+        newer = [e for e in claims.get(key, ()) if e.token > call.token and e.ts <= call.ts
+                 and e.worker != call.worker]
+        if newer:
+            yield Anomaly("execution_by_lease_loser", key, f"submit of {call.idem_key} by "
+                          f"{call.worker} with token {call.token} at {_t(call.ts)}, after "
+                          f"{newer[0].worker} claimed token {newer[0].token} at "
+                          f"{_t(newer[0].ts)}", (newer[0], call))
 
 
 def _illegal_transition(h: History):
@@ -358,7 +366,7 @@ def _illegal_transition(h: History):
 
 
 RULES = (_double_execution, _submit_after_done, _fake_done, _inputs, _unrecorded_execution,
-         _blind_resubmit, _stale_token_write, _illegal_transition)
+         _blind_resubmit, _execution_by_lease_loser, _illegal_transition)
 
 
 def check(history: History) -> Verdict:
@@ -391,7 +399,7 @@ _SENTENCES = {
     "lost_item": "Input {key} was lost: the ledger ended with no item for it",
     "unrecorded_execution": "Task {key} executed at the provider before its intent was recorded",
     "blind_resubmit": "Task {key} was submitted again without learning what its last submit did",
-    "stale_token_write": "Item {key} was changed by a worker whose fencing token was stale",
+    "execution_by_lease_loser": "Task {key} was submitted by a worker that had lost its lease",
     "poison_submitted": "Poison input {key} was submitted to the provider",
     "illegal_transition": "Item {key} made a transition that the state machine forbids",
 }

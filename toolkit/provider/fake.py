@@ -253,10 +253,12 @@ class FakeProvider:
             _executing((job_id, 1), True)
         return job_id
 
-    def submit(self, idem_key: str, document_path, options: dict, task_key: str | None = None) -> Job:
+    def submit(self, idem_key: str, document_path, options: dict, task_key: str | None = None,
+               *, worker: str | None = None, token: int | None = None) -> Job:
         """Accept (or deduplicate) a job; with ``run_polls == 0`` it executes before returning.
 
-        ``task_key`` defaults to ``idem_key`` up to its last ``:``.
+        ``task_key`` defaults to ``idem_key`` up to its last ``:``. ``worker`` and ``token``
+        (the caller's lease) are recorded with the call, for the checker.
 
         Raises:
             TransientError: the seeded transient failure (nothing accepted).
@@ -299,7 +301,8 @@ class FakeProvider:
                        if isinstance(error, ProviderConflict) else "rejected" if error
                        else "deduped" if existing is not None else "created")
             records.log_call(db, self.clock(), "submit", idem_key, task,
-                             job_id if outcome in ("conflict", "deduped", "created") else None, outcome)
+                             job_id if outcome in ("conflict", "deduped", "created") else None, outcome,
+                             worker, token)
         if error is not None:
             raise error  # after the commit: the refused call stays counted
         if existing is None and not contract.run_polls:

@@ -34,7 +34,9 @@ CREATE TABLE IF NOT EXISTS executions (seq INTEGER PRIMARY KEY, ts REAL NOT NULL
     job_id TEXT NOT NULL, idem_key TEXT NOT NULL, task_key TEXT NOT NULL, status TEXT NOT NULL,
     artifact_size INTEGER, artifact_sha256 TEXT)
 """
-_CALL_FIELDS = ("seq", "ts", "op", "idem_key", "task_key", "job_id", "outcome")
+_CALL_FIELDS = ("seq", "ts", "op", "idem_key", "task_key", "job_id", "outcome", "worker", "token")
+# Added after the first schema: the caller of a submit (its worker and fencing token).
+_ADDED_CALL_COLUMNS = {"worker": "TEXT", "token": "INTEGER"}
 _EXECUTION_FIELDS = ("seq", "ts", "job_id", "idem_key", "task_key", "status", "artifact_size",
                      "artifact_sha256")
 
@@ -53,6 +55,10 @@ def create(db) -> None:
     db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (SCHEMA,))
     if db.execute("SELECT value FROM meta WHERE name='schema'").fetchone()[0] != SCHEMA:
         raise ToolkitError("not a provider database")
+    have = {row[1] for row in db.execute("PRAGMA table_info(calls)")}
+    for name, kind in _ADDED_CALL_COLUMNS.items():
+        if name not in have:  # NULL for every older call: its caller was not recorded
+            db.execute(f"ALTER TABLE calls ADD COLUMN {name} {kind}")
 
 
 def bump(db, key: str, task: str, *counters: str) -> int:
@@ -65,10 +71,11 @@ def bump(db, key: str, task: str, *counters: str) -> int:
                       (key, counters[0])).fetchone()[0]
 
 
-def log_call(db, ts, op, idem_key, task_key, job_id, outcome) -> None:
-    """Append one call (submit, lookup, poll, fetch, cancel) with its outcome."""
-    db.execute("INSERT INTO calls (ts, op, idem_key, task_key, job_id, outcome) VALUES (?,?,?,?,?,?)",
-               (ts, op, idem_key, task_key, job_id, outcome))
+def log_call(db, ts, op, idem_key, task_key, job_id, outcome, worker=None, token=None) -> None:
+    """Append one call (submit, lookup, poll, fetch, cancel) with its outcome and caller."""
+    db.execute("INSERT INTO calls (ts, op, idem_key, task_key, job_id, outcome, worker, token)"
+               " VALUES (?,?,?,?,?,?,?,?)", (ts, op, idem_key, task_key, job_id, outcome, worker,
+                                             token))
 
 
 def log_execution(db, ts, row, status, size, sha256) -> None:

@@ -114,7 +114,8 @@ class Runner(PageByPage, Pipeline):
         key, options = self._request(item)
         self._renew(item, token)
         try:
-            job = self.provider.submit(key, self._paths[item.key], options)
+            job = self.provider.submit(key, self._paths[item.key], options, worker=self.worker,
+                                       token=token)
             self.hook("after_submit", item.key, job=job)
         except TimeoutError:
             self.lost_replies += 1

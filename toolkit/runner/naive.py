@@ -198,6 +198,9 @@ class StealExpired(Runner):
     def _claim(self, key):
         return self.ledger.claim(key, self.worker, self.lease_ttl, respect_live_owner=False)
 
+    def _renew(self, item, token):
+        pass  # naive lease code: never renews, never checks its lease before a call
+
 
 class IgnoreWriteErrors(Runner):
     """Log a failed ledger write and carry on as if it had been recorded.
