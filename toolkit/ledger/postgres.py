@@ -43,6 +43,7 @@ from toolkit.ledger.sqlite import FORMAT, ITEM_COLUMNS, _event, _item
 
 SCHEMES = ("postgresql", "postgres")
 SETUP_LOCK = 7_305_011_962  # advisory lock id: one process at a time creates the tables
+OWN_TABLES = frozenset({"meta", "items", "events", "health"})  # every table SCHEMA creates
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS items (
@@ -205,27 +206,44 @@ class PostgresLedger(Ledger):
                               f"{_first_line(exc)}") from exc
 
     def _create_tables(self, conn):
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", [SETUP_LOCK])
-        schema = conn.execute("SELECT current_schema()").fetchone()[0]
-        if schema is None:
-            wanted = _first_schema(conn.execute("SHOW search_path").fetchone()[0])
-            if wanted is None:
-                raise LedgerError(f"{redact(self.url)!r}: search_path names no schema to keep "
-                                  "the ledger in")
-            from psycopg import sql
+        """Use the schema the URL's search_path names first (created if missing); refuse,
+        before writing anything, a schema holding any table this toolkit did not create."""
+        from psycopg import sql
 
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", [SETUP_LOCK])
+        wanted = _first_schema(conn.execute("SHOW search_path").fetchone()[0])
+        schema = conn.execute("SELECT current_schema()").fetchone()[0]
+        if wanted is not None and wanted != schema:
+            # current_schema() skips names that do not exist yet: "newbatch,public" would
+            # put the ledger in public, shared by every such batch. The first name is ours.
             conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(wanted)))
             schema = conn.execute("SELECT current_schema()").fetchone()[0]
-        tables = {row[0] for row in conn.execute(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s", [schema])}
-        if tables and "meta" not in tables:  # refuse a foreign schema before changing anything
-            raise LedgerError(f"schema {schema!r} of {redact(self.url)!r} is not a resume-toolkit "
-                              f"ledger (tables: {', '.join(sorted(tables))})")
+        if schema is None or (wanted is not None and schema != wanted):
+            raise LedgerError(f"{redact(self.url)!r}: search_path names no schema to keep "
+                              "the ledger in")
+        self._refuse_foreign(conn, schema)
         for statement in SCHEMA.strip().split(";"):
             conn.execute(statement)
         fmt = conn.execute("SELECT value FROM meta WHERE name='format'").fetchone()
         if fmt is None or fmt[0] != FORMAT:
             raise LedgerError(f"schema {schema!r} is not a resume-toolkit ledger ({fmt})")
+
+    def _refuse_foreign(self, conn, schema):
+        """Read-only checks: every table is one of ours, and ``meta`` names our format."""
+        tables = {row[0] for row in conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s", [schema])}
+        if not tables:
+            return
+        foreign = sorted(tables - OWN_TABLES)
+        meta = {row[0] for row in conn.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_schema = %s "
+            "AND table_name = 'meta'", [schema])}
+        fmt = None
+        if not foreign and meta == {"name", "value"}:
+            fmt = conn.execute("SELECT value FROM meta WHERE name='format'").fetchone()
+        if foreign or fmt is None or fmt[0] != FORMAT:
+            raise LedgerError(f"schema {schema!r} of {redact(self.url)!r} is not a resume-toolkit "
+                              f"ledger (tables: {', '.join(sorted(tables))}); nothing was written")
 
     # -- the primitives ----------------------------------------------------------------
     @contextlib.contextmanager
