@@ -84,6 +84,9 @@ def assert_recovers(tmp, corpus, ledger_name, before, contract=CONTRACT):
     done = [item for item in history.items.values() if item.state.value == "done"]
     assert all(documents.verify(i.artifact_path, i.artifact_size, i.artifact_sha256) for i in done)
     assert all(item.resting for item in history.items.values())
+    leftovers = [p for p in tmp.rglob("*") if p.name.endswith((".tmp", ".part", ".upgrade"))
+                 or ".probe-" in p.name]
+    assert leftovers == []  # no stray temp files: marker, artifacts, probes
     return history
 
 
