@@ -78,7 +78,9 @@ def assert_recovers(tmp, corpus, ledger_name, before, contract=CONTRACT):
         stats = provider.stats()
         history = collect_history(ledger, provider, sorted(corpus.glob("*.pdf")),
                                   parse_contract(contract))
-    assert all(task["executions"] <= 1 for task in stats["per_task"].values())
+    # 0 double executions: no task executed successfully twice (a provider-side failure
+    # of the faulted disk is a failed execution, which a later attempt may follow)
+    assert all(task["succeeded"] <= 1 for task in stats["per_task"].values())
     verdict = check(history)
     assert verdict.valid is True, verdict.to_json()
     done = [item for item in history.items.values() if item.state.value == "done"]
