@@ -85,6 +85,18 @@ class Runner(PageByPage, Pipeline):
     def _move(self, item, to, token, **fields) -> Item:
         return self.ledger.move(item.key, item.state, to, token=token, worker=self.worker, **fields)
 
+    def _caller(self, token) -> dict:
+        """Who submits (worker, fencing token), for a provider that records it: the fake
+        provider and its HTTP client do; a wrapper or a user's provider may not."""
+        if not hasattr(self, "_records_callers"):
+            import inspect
+
+            try:
+                self._records_callers = "worker" in inspect.signature(self.provider.submit).parameters
+            except (TypeError, ValueError):
+                self._records_callers = False
+        return {"worker": self.worker, "token": token} if self._records_callers else {}
+
     def _renew(self, item, token):
         """Before each provider call: keep the lease alive (fenced: raises if it was lost)."""
         self.ledger.renew(item.key, token, self.worker, self.lease_ttl)
@@ -114,8 +126,8 @@ class Runner(PageByPage, Pipeline):
         key, options = self._request(item)
         self._renew(item, token)
         try:
-            job = self.provider.submit(key, self._paths[item.key], options, worker=self.worker,
-                                       token=token)
+            job = self.provider.submit(key, self._paths[item.key], options,
+                                       **self._caller(token))
             self.hook("after_submit", item.key, job=job)
         except TimeoutError:
             self.lost_replies += 1
