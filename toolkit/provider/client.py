@@ -188,8 +188,7 @@ class HttpProvider:
         raise ToolkitError(f"{what}: HTTP {status} {kind}: {message}")
 
     # -- the provider interface ----------------------------------------------------
-    def submit(self, idem_key: str, document_path, options: dict, task_key: str | None = None,
-               *, worker: str | None = None, token: int | None = None) -> Job:
+    def submit(self, idem_key: str, document_path, options: dict, task_key: str | None = None) -> Job:
         """Upload the document and submit it under ``idem_key`` (see ``FakeProvider.submit``).
 
         Raises:
