@@ -71,9 +71,9 @@ def _run(parser):
         from toolkit.runner import RetryPolicy
         from toolkit.runner.naive import open_strategy, resolve_strategy
 
-        inputs = sorted(Path(args.inputs).glob("*.pdf")) if Path(args.inputs).is_dir() else None
-        if not inputs:
-            raise ToolkitError(f"no PDF files in {args.inputs!r}")
+        from toolkit.runner.inputs import check_batch_paths
+
+        inputs = check_batch_paths(args)
         paging = {}
         if args.page_by_page_from is not None:
             if args.page_by_page_from < 1:

@@ -16,7 +16,7 @@ long documents page by page (checkpoints, ``partial``, resume) are ``PageByPage`
 import os
 from pathlib import Path
 
-from toolkit import documents
+from toolkit import documents, roots
 from toolkit.errors import (KeyReuseError, LeaseHeldError, PermanentError, StaleTokenError,
                             TransientError)
 from toolkit.ledger import PERMANENT, TRANSIENT, Item, State
@@ -199,15 +199,26 @@ class Runner(PageByPage, Pipeline):
                 os.replace(part, final)
                 documents.fsync_dir(final.parent)
                 self.hook("before_commit", item.key, to=S.DONE)
-                self._move(item, S.DONE, token, job_id=job.job_id, artifact_path=str(final),
+                self._move(item, S.DONE, token, job_id=job.job_id,
+                           artifact_path=roots.relative(final, self.out_dir),
                            artifact_size=job.artifact_size, artifact_sha256=job.artifact_sha256)
                 return REST
             part.unlink(missing_ok=True)  # a half download is never done
         return REST
 
+    def _artifact_file(self, item) -> Path:
+        return roots.resolve(self.out_dir, item.artifact_path)
+
     def _artifact_intact(self, item) -> bool:
-        return bool(item.artifact_path) and documents.verify(
-            item.artifact_path, item.artifact_size, item.artifact_sha256)
+        """Verified under ``--out``; or found verified under the recorded outputs root and
+        materialized here (a rerun with another ``--out``): reads and a copy, no state."""
+        if not item.artifact_path:
+            return False
+        if documents.verify(self._artifact_file(item), item.artifact_size, item.artifact_sha256):
+            return True
+        return not Path(item.artifact_path).is_absolute() and roots.materialize(
+            item.artifact_path, item.artifact_size, item.artifact_sha256,
+            self.out_dir / item.artifact_path, self.other_roots)
 
     def _done(self, item, token, budget):
         """A done item whose artifact is damaged is re-fetched, never re-executed."""

@@ -14,17 +14,19 @@ import sys
 import time
 from pathlib import Path
 
-from toolkit import documents
+from toolkit import documents, roots
 from toolkit.errors import LeaseHeldError, LedgerError
 from toolkit.identity import canonical_json, content_digest, task_key
 from toolkit.ledger import PERMANENT, Item, State
 from toolkit.provider import Contract
+from toolkit.runner.inputs import Odd, read_input
 from toolkit.runner.ops import mark_unhealthy, recover_abandoned, require_healthy
 
 S = State
 HOOK_POINTS = ("before_intent", "after_intent", "after_submit", "before_commit",
                "during_fetch", "during_lookup", "after_checkpoint")
 PAGE_BY_PAGE = "page_by_page"  # the routing option: part of a long document's identity
+SNAPSHOTS = ".inputs"  # under --out: the hashed bytes of inputs not yet done, as sent
 
 
 def routed_options(options: dict, pages: int, page_by_page_from: int | None) -> dict:
@@ -133,6 +135,7 @@ class Pipeline:
         self.page_by_page_from = page_by_page_from
         self._paths: dict[str, Path] = {}
         self._pages: dict[str, int] = {}  # page count of each document routed page by page
+        self.other_roots: list[Path] = []  # the recorded outputs root, when --out is another
         self._current = self._stage = None
         self._started = time.monotonic()
         self.lost_replies = self.reused = 0
@@ -157,13 +160,17 @@ class Pipeline:
         """
         keys = {}  # ordered, and O(1) membership: resume of a large batch stays linear
         for path in sorted(Path(p) for p in inputs):
-            digest = content_digest(path)
+            try:
+                data = read_input(path)  # read once: the bytes hashed are the bytes sent
+            except Odd as odd:  # a FIFO, a directory, a dangling link: its own item, parked
+                self._odd(odd, keys)
+                continue
+            digest = content_digest(data)
             options = self.options
             if self.page_by_page_from is not None:  # the routing needs the page count first
-                pages = documents.page_count(path)
+                pages = documents.page_count(self._snapshot(digest, data))
                 options = routed_options(self.options, pages, self.page_by_page_from)
             key = task_key(digest, options)
-            self._paths[key] = path
             if PAGE_BY_PAGE in options:
                 self._pages[key] = pages
             if key in keys:
@@ -171,11 +178,41 @@ class Pipeline:
             keys[key] = None
             self.ledger.add(key, source=path.name, digest=digest)
             item = self.ledger.get(key)
+            # What is sent is a private snapshot of the hashed bytes, never the input file
+            # itself: a file replaced after this read is new content for a later run.
+            self._paths[key] = path if item.state is S.DONE else self._snapshot(digest, data)
             if item.state is S.PENDING:
-                check = documents.preflight(path)
+                check = documents.preflight(self._paths[key])
                 if not check.ok:
                     self._quarantine(item, check.reason)
         return list(keys)
+
+    def _odd(self, odd: Odd, keys: dict) -> None:
+        """Quarantine an input entry that cannot be read as a file: keyed by its name (it
+        has no content), ``failed(permanent)`` with the reason; the batch goes on."""
+        key = task_key(content_digest(f"odd input entry\n{odd.path.name}".encode()), self.options)
+        if key in keys:
+            return
+        keys[key] = None
+        self.ledger.add(key, source=odd.path.name, digest=None)
+        item = self.ledger.get(key)
+        if item.state is S.PENDING:
+            self._quarantine(item, f"unreadable input entry ({odd.reason})")
+
+    def _snapshot(self, digest: str, data: bytes) -> Path:
+        """The batch's private copy of an input's hashed bytes, named by their digest."""
+        path = self.out_dir / SNAPSHOTS / f"{digest}.pdf"
+        if not (path.is_file() and content_digest(path) == digest):
+            documents.write_atomic(data, path)
+        return path
+
+    def _drop_snapshots(self, keys) -> None:
+        """Items at rest need no snapshot any more; the others keep theirs for the next run."""
+        for key in keys:
+            path = self._paths.get(key)
+            if path is not None and path.parent == self.out_dir / SNAPSHOTS and \
+                    self.ledger.get(key).resting:
+                path.unlink(missing_ok=True)
 
     def _quarantine(self, item: Item, reason: str):
         try:
@@ -197,6 +234,7 @@ class Pipeline:
         self.halted, keys, bar = None, [], None
         try:
             self.recovered = recover_abandoned(self.ledger, self.worker)
+            self._record_roots(inputs)
             keys = self.enqueue(inputs)
             if self.progress:
                 from tqdm.auto import tqdm
@@ -213,6 +251,8 @@ class Pipeline:
         if bar is not None:
             bar.close()
         self._current = self._stage = None
+        if not self.halted:
+            self._drop_snapshots(keys)
         counts = {state.value: 0 for state in State}
         self.unsettled = 0  # items a later run must pick up again
         for key in keys:
@@ -220,6 +260,15 @@ class Pipeline:
             counts[item.state.value] += 1
             self.unsettled += not item.resting
         return counts
+
+    def _record_roots(self, inputs) -> None:
+        """Paths in the ledger are relative to the roots; record them once, beside it."""
+        where = getattr(self.ledger, "path", None)
+        recorded = roots.recorded(where).get("out")
+        if recorded is not None and recorded.resolve() != self.out_dir.resolve():
+            self.other_roots = [recorded]
+        folders = {Path(path).parent for path in inputs}
+        roots.record(where, out=self.out_dir, inputs=folders.pop() if len(folders) == 1 else None)
 
     def process(self, key: str):
         """Advance one item until it rests for this run."""
