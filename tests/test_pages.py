@@ -3,6 +3,7 @@
 import collections
 import dataclasses
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -418,3 +419,14 @@ def test_cheap_page_count_for_routing_equals_preflights_for_healthy_long_and_poi
     (tmp_path / "missing.pdf").unlink(missing_ok=True)
     for path in [*paths, tmp_path / "missing.pdf"]:
         assert documents.page_count(path) == documents.preflight(path).pages, path.name
+
+
+def test_page_by_page_output_gets_the_same_file_mode_as_a_whole_document_output(tmp_path, batch):
+    """Fault: outputs joined from pages were written through a 0600 temp file while
+    fetched whole documents get the umask's mode. Property: every output of the batch
+    has one and the same mode."""
+    inputs, run, provider = batch
+    run()
+    modes = {item.source: os.stat(tmp_path / "out" / item.artifact_path).st_mode & 0o777
+             for item in ledger_items(tmp_path).values() if item.state is S.DONE}
+    assert len(modes) == 4 and len(set(modes.values())) == 1, modes

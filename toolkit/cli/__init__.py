@@ -10,6 +10,8 @@ Bad input is one line on stderr and exit status 2, never a traceback. With
 
 import argparse
 import json
+import math
+import os
 import sys
 
 from toolkit.errors import ToolkitError
@@ -44,16 +46,33 @@ def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return args.handler(args) or 0
+        status = args.handler(args) or 0
+        sys.stdout.flush()  # a reader that left fails here, inside the handling below
+        return status
     except ToolkitError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader left (| head): not an error of ours, nothing to say
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # the interpreter's last flush has nowhere to fail
+        return 141  # as if SIGPIPE had ended us, as it ends other commands in a pipe
     except OSError as exc:
         print(f"error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def finite(flag: str, value):
+    """``value`` unless it is NaN or infinite (argparse's ``float`` takes both).
+
+    Raises:
+        ToolkitError: one line naming ``flag``.
+    """
+    if value is not None and not math.isfinite(value):
+        raise ToolkitError(f"{flag} must be a finite number, got {value!r}")
+    return value
 
 
 def table(rows: list[dict], columns: list[str]) -> str:

@@ -2,7 +2,7 @@
 
 import sys
 
-from toolkit.cli import command, emit
+from toolkit.cli import command, emit, finite
 from toolkit.errors import ToolkitError
 
 
@@ -73,6 +73,8 @@ def _run(parser):
 
         from toolkit.runner.inputs import check_batch_paths
 
+        finite("--read-timeout", args.read_timeout)
+        finite("--transient-rate", args.transient_rate)
         inputs = check_batch_paths(args)
         paging = {}
         if args.page_by_page_from is not None:
@@ -109,6 +111,8 @@ def _run(parser):
         if runner.halted:
             print(f"halted, no new work taken: {runner.halted}", file=sys.stderr)
             return 1
+        for error in dict.fromkeys(runner.local_errors):
+            print(error, file=sys.stderr)
         if runner.unsettled:
             print(f"{runner.unsettled} item(s) not at rest: run the same command again",
                   file=sys.stderr)

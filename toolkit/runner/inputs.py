@@ -143,6 +143,8 @@ def check_batch_paths(args) -> list[Path]:
         if "://" not in str(place) and within(place, folder):
             raise ToolkitError(f"{flag} {str(place)!r} is inside --inputs {args.inputs!r}: "
                                "give it a place outside the inputs folder")
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise ToolkitError(f"--out {args.out!r} exists and is not a directory")
     if "://" not in str(args.ledger):
         require_regular(args.ledger, "--ledger")
     if args.provider_db:

@@ -82,7 +82,9 @@ class PageByPage:
         target = self._output_path(item) if last else \
             self._checkpoint_dir() / f"{item.key}.{page:04d}.pdf"
         earlier = [self._artifact_file(item)] if item.pages_done else []
+        mode = os.stat(part).st_mode & 0o777  # what a new file gets here (the umask's)
         made = documents.concat([*earlier, part], target)  # temp file, fsync, rename
+        os.chmod(made.path, mode)  # the temp file was 0600: outputs look alike either way
         part.unlink(missing_ok=True)
         to = S.DONE if last else S.PARTIAL
         self.hook("before_commit", item.key, to=to)

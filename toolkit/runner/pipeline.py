@@ -11,6 +11,7 @@ import os
 import random
 import socket
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -26,7 +27,6 @@ S = State
 HOOK_POINTS = ("before_intent", "after_intent", "after_submit", "before_commit",
                "during_fetch", "during_lookup", "after_checkpoint")
 PAGE_BY_PAGE = "page_by_page"  # the routing option: part of a long document's identity
-SNAPSHOTS = ".inputs"  # under --out: the hashed bytes of inputs not yet done, as sent
 
 
 def routed_options(options: dict, pages: int, page_by_page_from: int | None) -> dict:
@@ -135,15 +135,18 @@ class Pipeline:
         self.page_by_page_from = page_by_page_from
         self._paths: dict[str, Path] = {}
         self._pages: dict[str, int] = {}  # page count of each document routed page by page
+        self._snapshots = None  # tempfile.TemporaryDirectory of this run's input snapshots
         self.other_roots: list[Path] = []  # the recorded outputs root, when --out is another
         self._current = self._stage = None
         self._started = time.monotonic()
         self.lost_replies = self.reused = 0
         self.halted: str | None = None  # why the batch stopped taking work, if it did
         self.unsettled = 0
+        self.local_errors: list[str] = []  # writes under --out that failed (the run goes on)
         self.recovered: list[str] = []  # keys taken over from dead owners at start
 
     def close(self):
+        self._drop_snapshots()
         self.ledger.close()
 
     # -- observer ----------------------------------------------------------------
@@ -200,19 +203,23 @@ class Pipeline:
             self._quarantine(item, f"unreadable input entry ({odd.reason})")
 
     def _snapshot(self, digest: str, data: bytes) -> Path:
-        """The batch's private copy of an input's hashed bytes, named by their digest."""
-        path = self.out_dir / SNAPSHOTS / f"{digest}.pdf"
-        if not (path.is_file() and content_digest(path) == digest):
-            documents.write_atomic(data, path)
+        """This run's private copy of an input's hashed bytes, named by their digest.
+
+        In a private temp folder, not under --out: an --out that fails midway must not
+        turn a document into an unreadable one. Removed at the end of the run (a crash
+        leaves it to the system's temp cleaning); the next run reads the inputs again.
+        """
+        if self._snapshots is None:
+            self._snapshots = tempfile.TemporaryDirectory(prefix="toolkit-inputs-")
+        path = Path(self._snapshots.name) / f"{digest}.pdf"
+        if not path.exists():
+            path.write_bytes(data)
         return path
 
-    def _drop_snapshots(self, keys) -> None:
-        """Items at rest need no snapshot any more; the others keep theirs for the next run."""
-        for key in keys:
-            path = self._paths.get(key)
-            if path is not None and path.parent == self.out_dir / SNAPSHOTS and \
-                    self.ledger.get(key).resting:
-                path.unlink(missing_ok=True)
+    def _drop_snapshots(self) -> None:
+        if self._snapshots is not None:
+            self._snapshots.cleanup()
+            self._snapshots = None
 
     def _quarantine(self, item: Item, reason: str):
         try:
@@ -251,8 +258,7 @@ class Pipeline:
         if bar is not None:
             bar.close()
         self._current = self._stage = None
-        if not self.halted:
-            self._drop_snapshots(keys)
+        self._drop_snapshots()
         counts = {state.value: 0 for state in State}
         self.unsettled = 0  # items a later run must pick up again
         for key in keys:
