@@ -16,6 +16,7 @@ its name in the new folder (``materialize``): no provider call, no new state.
 import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 from toolkit import documents
@@ -82,14 +83,18 @@ def materialize(stored, size, sha256, target: Path, roots) -> bool:
         if source.resolve() == target.resolve() or not documents.verify(source, size, sha256):
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
-        part = target.with_name(f".{target.name}.part")
-        shutil.copyfile(source, part)
-        if not documents.verify(part, size, sha256):  # changed while we copied
-            part.unlink(missing_ok=True)
-            continue
-        with open(part, "rb") as handle:
-            os.fsync(handle.fileno())
-        os.replace(part, target)
+        fd, part = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
+        try:  # a private temp name: two workers materializing the same file never mix bytes
+            with os.fdopen(fd, "wb") as out, open(source, "rb") as data:
+                shutil.copyfileobj(data, out)
+                out.flush()
+                os.fsync(out.fileno())
+            if not documents.verify(part, size, sha256):  # changed while we copied
+                continue
+            os.chmod(part, os.stat(source).st_mode & 0o777)
+            os.replace(part, target)
+        finally:
+            Path(part).unlink(missing_ok=True)  # gone already after the rename
         documents.fsync_dir(target.parent)
         return True
     return False

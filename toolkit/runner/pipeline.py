@@ -40,6 +40,11 @@ def routed_options(options: dict, pages: int, page_by_page_from: int | None) -> 
     return options
 
 
+def odd_key(name: str, options: dict) -> str:
+    """The key of an input entry that has no content to key (a FIFO, a dangling link)."""
+    return task_key(content_digest(f"odd input entry\n{name}".encode()), options)
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class RetryPolicy:
     """Per-item, per-run budgets and the backoff between tries.
@@ -193,7 +198,7 @@ class Pipeline:
     def _odd(self, odd: Odd, keys: dict) -> None:
         """Quarantine an input entry that cannot be read as a file: keyed by its name (it
         has no content), ``failed(permanent)`` with the reason; the batch goes on."""
-        key = task_key(content_digest(f"odd input entry\n{odd.path.name}".encode()), self.options)
+        key = odd_key(odd.path.name, self.options)
         if key in keys:
             return
         keys[key] = None
