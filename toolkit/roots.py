@@ -52,7 +52,10 @@ def record(ledger_path, **roots) -> None:
     base = os.path.abspath(Path(ledger_path).parent)
     saved = {name: os.path.relpath(os.path.abspath(path), base)
              for name, path in roots.items() if path is not None}
-    documents.write_atomic(json.dumps(saved, sort_keys=True).encode(), marker)
+    try:
+        documents.write_atomic(json.dumps(saved, sort_keys=True).encode(), marker)
+    except OSError:
+        pass  # a convenience, not state: without it a new --out fetches instead of copying
 
 
 def relative(path, root) -> str:
