@@ -85,6 +85,7 @@ class FakeProvider:
         self.db_path, self.out_dir = Path(db_path), Path(out_dir)
         self.contract, self.clock, self.on_phase = contract, clock, on_phase
         self._lock, self._db, self._pid = threading.RLock(), None, None
+        self.db_path.parent.mkdir(parents=True, exist_ok=True)
         try:  # the database first: a file that is not one leaves no jobs folder behind
             with self._txn() as db:
                 records.create(db)
