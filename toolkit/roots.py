@@ -47,8 +47,8 @@ def recorded(ledger_path) -> dict[str, Path]:
 def record(ledger_path, **roots) -> None:
     """Record the roots once (a later run with another ``--out`` keeps the first ones)."""
     marker = roots_file(ledger_path)
-    if marker is None or marker.exists():
-        return
+    if marker is None or marker.exists() or not Path(ledger_path).is_file():
+        return  # a URL, an in-memory ledger (":memory:"): no file to record beside
     base = os.path.abspath(Path(ledger_path).parent)
     saved = {name: os.path.relpath(os.path.abspath(path), base)
              for name, path in roots.items() if path is not None}
