@@ -32,6 +32,7 @@ from toolkit.provider import (
 )
 from toolkit.provider.client import HttpProvider, ServiceProcess
 from toolkit.provider.service import ServiceFaults
+from toolkit.roots import artifact_file
 from toolkit.runner import RetryPolicy
 from toolkit.runner.naive import open_strategy
 
@@ -225,8 +226,8 @@ def test_response_cut_mid_body_is_never_accepted_and_items_end_done_with_verifie
         items = list(ledger.items())
     jobs = {job.job_id: job for job in provider.jobs()}
     for item in items:
-        assert verify(item.artifact_path, jobs[item.job_id].artifact_size,
-                      jobs[item.job_id].artifact_sha256)
+        assert verify(artifact_file(tmp_path / "ledger.sqlite", item.artifact_path),
+                      jobs[item.job_id].artifact_size, jobs[item.job_id].artifact_sha256)
     assert provider.stats()["executions"] == len(docs)
     assert sum(call["op"] == "fetch" for call in provider.calls()) == len(docs) + 2  # 2 were cut
     assert verdict(tmp_path, provider, docs).valid is True

@@ -10,7 +10,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "toolkit"
 RANKS = {
     "errors": 0,
     "identity": 1, "documents": 1, "storage": 1, "liveness": 1,
-    "ledger": 2, "provider": 2,
+    "ledger": 2, "provider": 2, "roots": 2,
     "runner": 3, "faults": 3, "checker": 3, "forensics": 3,
     "drills": 4, "viz": 4,
     "explore": 5,                        # crash exploration drives drills in forked children

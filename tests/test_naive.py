@@ -10,6 +10,7 @@ import pytest
 
 from toolkit.documents import verify
 from toolkit.ledger import State, open_ledger
+from toolkit.roots import artifact_file
 from toolkit.provider import Contract, FakeProvider
 from toolkit.runner import RetryPolicy, Runner
 from toolkit.runner.naive import STRATEGIES, open_strategy
@@ -96,7 +97,7 @@ def test_crash_mid_download_makes_output_exists_report_a_fake_done(tmp_path, sma
     provider = FakeProvider(tmp_path / f"{name}.db", tmp_path / f"{name}-jobs", Contract())
     produced = {job.job_id: job.artifact_sha256 for job in provider.jobs()}
     fake = [item.key for item in done if produced[item.job_id] != item.artifact_sha256
-            or not verify(item.artifact_path, item.artifact_size, produced[item.job_id])]
+            or not verify(artifact_file(ledger_path, item.artifact_path), item.artifact_size, produced[item.job_id])]
     assert bool(fake) is expect_fake  # ...but one of output-exists' "done" is half a file
 
 

@@ -3,6 +3,7 @@
 import collections
 import dataclasses
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -84,9 +85,9 @@ def test_crash_after_a_page_checkpoint_resumes_at_the_next_page_without_reexecut
     assert run(crash_after_page(2)) is None
     long_doc = ledger_items(tmp_path)["long-000.pdf"]
     assert long_doc.state is S.PARTIAL and long_doc.pages_done == 2  # evidence, never done
-    assert documents.verify(long_doc.artifact_path, long_doc.artifact_size,
+    assert documents.verify(tmp_path / "out" / long_doc.artifact_path, long_doc.artifact_size,
                             long_doc.artifact_sha256)
-    assert len(documents.page_texts(long_doc.artifact_path)) == 2
+    assert len(documents.page_texts(tmp_path / "out" / long_doc.artifact_path)) == 2
 
     assert run()["done"] == 4
     executed = page_executions(provider)
@@ -94,7 +95,7 @@ def test_crash_after_a_page_checkpoint_resumes_at_the_next_page_without_reexecut
     assert sum(executed.values()) == 2 + 2 * PAGES
     done = ledger_items(tmp_path)["long-000.pdf"]
     assert done.state is S.DONE and done.pages_done == PAGES
-    assert len(documents.page_texts(done.artifact_path)) == PAGES
+    assert len(documents.page_texts(tmp_path / "out" / done.artifact_path)) == PAGES
     assert check(history(tmp_path, provider, inputs)).valid is True
 
 
@@ -136,7 +137,7 @@ def test_transient_page_failure_retries_that_page_with_a_new_key_keeping_finishe
 def test_damaged_checkpoint_is_parked_for_review_never_resumed(tmp_path, batch):
     inputs, run, provider = batch
     run(crash_after_page(3))
-    checkpoint = ledger_items(tmp_path)["long-000.pdf"].artifact_path
+    checkpoint = tmp_path / "out" / ledger_items(tmp_path)["long-000.pdf"].artifact_path
     with open(checkpoint, "r+b") as handle:
         handle.truncate(100)
     counts = run()
@@ -155,7 +156,7 @@ def test_other_options_never_resume_another_identitys_checkpoint(tmp_path, batch
         french = [i for i in ledger.items() if i.source == "long-000.pdf" and i.key != german.key]
         assert ledger.get(german.key).state is S.PARTIAL  # untouched: another request
     assert len(french) == 1 and french[0].state is S.DONE and french[0].pages_done == PAGES
-    assert "Facture" in documents.page_texts(french[0].artifact_path)[0]
+    assert "Facture" in documents.page_texts(tmp_path / "out" / french[0].artifact_path)[0]
     first_french_page = [c for c in provider.calls()
                          if c["op"] == "submit" and document_of(c["task_key"]) == french[0].key][0]
     assert first_french_page["idem_key"] == f"{page_key(french[0].key, 1)}:1"  # from page 1
@@ -302,7 +303,7 @@ def test_audit_plans_resume_for_an_intact_checkpoint_and_review_for_a_damaged_on
     report = audit(tmp_path / "ledger.sqlite", artifacts=tmp_path / "out", inputs=tmp_path / "in")
     row = report.items.set_index("key").loc[item.key]
     assert (row["state"], row["action"]) == ("partial", "run") and "next page" in row["why"]
-    with open(item.artifact_path, "r+b") as handle:
+    with open(tmp_path / "out" / item.artifact_path, "r+b") as handle:
         handle.truncate(10)
     report = audit(tmp_path / "ledger.sqlite", artifacts=tmp_path / "out", inputs=tmp_path / "in")
     row = report.items.set_index("key").loc[item.key]
@@ -360,7 +361,7 @@ def test_failed_page_is_not_sent_again_on_a_damaged_checkpoint(tmp_path, batch, 
     item = ledger_items(tmp_path)["long-000.pdf"]
     assert (item.state, item.failure, item.pages_done) == (S.FAILED, "transient", 3)
     monkeypatch.setattr("toolkit.provider.fake.documents.process", real)
-    with open(item.artifact_path, "r+b") as handle:
+    with open(tmp_path / "out" / item.artifact_path, "r+b") as handle:
         handle.truncate(100)
     sent = len(provider.calls())
     run()
@@ -376,17 +377,18 @@ def test_damaged_page_by_page_output_is_assembled_again_from_its_pages_never_re_
     run()
     item = ledger_items(tmp_path)["long-000.pdf"]
     executed = provider.stats()["executions"]
-    with open(item.artifact_path, "r+b") as handle:
+    with open(tmp_path / "out" / item.artifact_path, "r+b") as handle:
         handle.truncate(200)
     run()
     again = ledger_items(tmp_path)["long-000.pdf"]
     assert again.state is S.DONE and again.artifact_sha256 == item.artifact_sha256
-    assert documents.verify(again.artifact_path, again.artifact_size, again.artifact_sha256)
+    assert documents.verify(tmp_path / "out" / again.artifact_path, again.artifact_size,
+                            again.artifact_sha256)
     assert provider.stats()["executions"] == executed
     for job in provider.jobs():  # the provider lost its results: nothing to assemble from
         if document_of(job.task_key) == item.key:
             Path(job.artifact_path).unlink()
-    Path(item.artifact_path).unlink()
+    Path(tmp_path / "out" / item.artifact_path).unlink()
     run()
     assert ledger_items(tmp_path)["long-000.pdf"].state is S.NEEDS_REVIEW
     assert provider.stats()["executions"] == executed
@@ -417,3 +419,14 @@ def test_cheap_page_count_for_routing_equals_preflights_for_healthy_long_and_poi
     (tmp_path / "missing.pdf").unlink(missing_ok=True)
     for path in [*paths, tmp_path / "missing.pdf"]:
         assert documents.page_count(path) == documents.preflight(path).pages, path.name
+
+
+def test_page_by_page_output_gets_the_same_file_mode_as_a_whole_document_output(tmp_path, batch):
+    """Fault: outputs joined from pages were written through a 0600 temp file while
+    fetched whole documents get the umask's mode. Property: every output of the batch
+    has one and the same mode."""
+    inputs, run, provider = batch
+    run()
+    modes = {item.source: os.stat(tmp_path / "out" / item.artifact_path).st_mode & 0o777
+             for item in ledger_items(tmp_path).values() if item.state is S.DONE}
+    assert len(modes) == 4 and len(set(modes.values())) == 1, modes

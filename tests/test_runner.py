@@ -6,6 +6,7 @@ import threading
 import pytest
 
 from toolkit.ledger import State, open_ledger
+from toolkit.roots import artifact_file
 from toolkit.provider import Contract, FakeProvider
 from toolkit.runner import RetryPolicy, Runner
 
@@ -164,7 +165,8 @@ def test_half_download_is_never_done_and_is_fetched_again(make, small_corpus):
         item = ledger.get(cut[0])
     from toolkit.documents import verify
 
-    assert verify(item.artifact_path, item.artifact_size, item.artifact_sha256)
+    assert verify(artifact_file(first.ledger.path, item.artifact_path), item.artifact_size,
+                  item.artifact_sha256)
 
 
 def test_damaged_artifact_of_a_done_item_is_refetched_never_reexecuted(make, small_corpus):
@@ -173,7 +175,8 @@ def test_damaged_artifact_of_a_done_item_is_refetched_never_reexecuted(make, sma
     run_once(first, small_corpus)
     with open_ledger(first.ledger.path) as ledger:
         victim = next(item for item in ledger.items() if item.state is S.DONE)
-    with open(victim.artifact_path, "r+b") as handle:
+    victim_file = artifact_file(first.ledger.path, victim.artifact_path)
+    with open(victim_file, "r+b") as handle:
         handle.truncate(100)
     second = runner()
     counts = run_once(second, small_corpus)
@@ -181,7 +184,7 @@ def test_damaged_artifact_of_a_done_item_is_refetched_never_reexecuted(make, sma
     assert provider.stats()["executions"] == 4
     from toolkit.documents import verify
 
-    assert verify(victim.artifact_path, victim.artifact_size, victim.artifact_sha256)
+    assert verify(victim_file, victim.artifact_size, victim.artifact_sha256)
 
 
 def test_lookup_unavailable_leaves_unknown_items_unresolved_never_resubmitted(make, small_corpus):

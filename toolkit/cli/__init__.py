@@ -11,6 +11,8 @@ failure (``StorageError``: disk full, I/O error) is one line and exit status 1. 
 
 import argparse
 import json
+import math
+import os
 import sys
 
 from toolkit.errors import StorageError, ToolkitError
@@ -45,19 +47,36 @@ def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return args.handler(args) or 0
+        status = args.handler(args) or 0
+        sys.stdout.flush()  # a reader that left fails here, inside the handling below
+        return status
     except StorageError as exc:  # the disk, not the input: fix it and run again
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except ToolkitError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader left (| head): not an error of ours, nothing to say
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # the interpreter's last flush has nowhere to fail
+        return 141  # as if SIGPIPE had ended us, as it ends other commands in a pipe
     except OSError as exc:
         print(f"error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def finite(flag: str, value):
+    """``value`` unless it is NaN or infinite (argparse's ``float`` takes both).
+
+    Raises:
+        ToolkitError: one line naming ``flag``.
+    """
+    if value is not None and not math.isfinite(value):
+        raise ToolkitError(f"{flag} must be a finite number, got {value!r}")
+    return value
 
 
 def table(rows: list[dict], columns: list[str]) -> str:

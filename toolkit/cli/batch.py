@@ -2,7 +2,7 @@
 
 import sys
 
-from toolkit.cli import command, emit
+from toolkit.cli import command, emit, finite
 from toolkit.errors import StorageError, ToolkitError
 
 
@@ -80,9 +80,11 @@ def _run(parser):
         from toolkit.runner import RetryPolicy
         from toolkit.runner.naive import open_strategy, resolve_strategy
 
-        inputs = sorted(Path(args.inputs).glob("*.pdf")) if Path(args.inputs).is_dir() else None
-        if not inputs:
-            raise ToolkitError(f"no PDF files in {args.inputs!r}")
+        from toolkit.runner.inputs import check_batch_paths
+
+        finite("--read-timeout", args.read_timeout)
+        finite("--transient-rate", args.transient_rate)
+        inputs = check_batch_paths(args)
         paging = {}
         if args.page_by_page_from is not None:
             if args.page_by_page_from < 1:
@@ -120,6 +122,8 @@ def _run(parser):
             if runner.health_recorded is False:
                 print("the halt could not be recorded as the ledger's health", file=sys.stderr)
             return 1
+        for error in dict.fromkeys(runner.local_errors):
+            print(error, file=sys.stderr)
         if runner.unsettled:
             print(f"{runner.unsettled} item(s) not at rest: run the same command again",
                   file=sys.stderr)

@@ -19,7 +19,11 @@ def _drill(parser):
         from toolkit.drills import DRILLS, run_catalogue
 
         if args.name == "list":
-            print("\n".join(f"{name:48s} {drill.summary}" for name, drill in DRILLS.items()))
+            if args.json:
+                print(json.dumps([{"drill": name, "summary": drill.summary}
+                                  for name, drill in DRILLS.items()], indent=2))
+            else:
+                print("\n".join(f"{name:48s} {drill.summary}" for name, drill in DRILLS.items()))
             return 0
         if args.name != "all" and args.name not in DRILLS:
             raise ToolkitError(f"unknown drill {args.name!r}: 'all', 'list' or one of "

@@ -17,26 +17,39 @@ def _ledger(parser):
     def run(args):
         from pathlib import Path
 
+        from toolkit.forensics.private import private_copy
         from toolkit.ledger import open_ledger
+        from toolkit.ledger.postgres import postgres_url
 
-        if not Path(args.path).is_file():
-            raise ToolkitError(f"no ledger at {args.path!r}")
-        if args.salvage:
-            from toolkit.ledger.salvage import salvage
+        if postgres_url(args.path):
+            with open_ledger(args.path) as ledger:
+                items, counts = ledger.items(), ledger.counts()
+        else:
+            if not Path(args.path).is_file():  # a FIFO or a device is never opened
+                raise ToolkitError(f"no ledger at {args.path!r}")
+            if args.salvage:
+                from toolkit.ledger.salvage import salvage
 
-            result = salvage(args.path, args.salvage)
-            emit(result, args.json, f"wrote {args.salvage}: {result['items']} items, "
-                 f"{len(result['needs_review'])} in needs_review (corrupt lines "
-                 f"{', '.join(map(str, result['corrupt_lines'])) or 'none'})")
-            return 0
-        with open_ledger(args.path) as ledger:
-            items, counts = ledger.items(), ledger.counts()
+                result = salvage(args.path, args.salvage)
+                emit(result, args.json, f"wrote {args.salvage}: {result['items']} items, "
+                     f"{len(result['needs_review'])} in needs_review (corrupt lines "
+                     f"{', '.join(map(str, result['corrupt_lines'])) or 'none'})")
+                return 0
+            with private_copy(args.path) as copy, open_ledger(copy) as ledger:
+                # a copy: no migration, schema, journal mode or lock file beside the original
+                items, counts = ledger.items(), ledger.counts()
         rows = [{"key": item.key[:12], "state": item.state.value, "attempt": item.attempt,
-                 "source": item.source or "", "failure": item.failure or ""} for item in items]
+                 "source": _one_line(item.source or ""), "failure": item.failure or ""}
+                for item in items]
         text = table(rows, ["key", "state", "attempt", "source", "failure"]) + "\n" + \
             "  ".join(f"{state}={count}" for state, count in counts.items() if count)
         emit({"items": len(items), "by_state": counts}, args.json, text)
     return run
+
+
+def _one_line(text: str) -> str:
+    """A file name as one table cell: a newline (or any control character) escaped."""
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
 
 
 @command("provider-stats", "Counters of a fake provider's database: submits, executions, successes.")

@@ -2,7 +2,7 @@
 
 import sys
 
-from toolkit.cli import command
+from toolkit.cli import command, finite
 from toolkit.errors import ToolkitError
 
 
@@ -29,6 +29,7 @@ def _serve(parser):
 
         if not 0 <= args.port <= 65535:
             raise ToolkitError("--port must be within 0..65535")
+        finite("--slow-seconds", args.slow_seconds)
         if min(args.slow_submits, args.slow_seconds, args.cut_fetches) < 0:
             raise ToolkitError("--slow-submits, --slow-seconds and --cut-fetches must be >= 0")
         faults = ServiceFaults(args.slow_submits, args.slow_seconds, args.cut_fetches)

@@ -3,7 +3,7 @@ call logs, the artifacts on disk, the inputs keyed as the runner keys them."""
 
 from pathlib import Path
 
-from toolkit import documents
+from toolkit import documents, roots
 from toolkit.checker import ArtifactOnDisk, Call, Execution, History
 from toolkit.identity import file_task_key
 from toolkit.ledger import Item, State, open_ledger
@@ -48,7 +48,7 @@ def collect_history(ledger_path, provider, inputs, contract, options_sets=({},),
     artifacts = {}
     for key, item in items.items():
         if item.state is State.DONE and item.artifact_path:
-            path = Path(item.artifact_path)
+            path = roots.artifact_file(ledger_path, item.artifact_path)
             found = documents.artifact_of(path) if path.is_file() else None
             artifacts[key] = ArtifactOnDisk(str(path), found is not None, found and found.size,
                                             found and found.sha256)

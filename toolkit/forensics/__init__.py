@@ -30,6 +30,7 @@ import sqlite3
 import stat
 import time
 
+from toolkit import roots
 from toolkit.errors import ToolkitError
 from toolkit.forensics import jsonl as _jsonl  # noqa: F401  (registers its adapters)
 from toolkit.forensics import sqlite as _sqlite
@@ -127,6 +128,9 @@ def audit(path, artifacts=None, inputs=None, *, now: float | None = None) -> Rep
         ToolkitError: one line, for a missing, unreadable or unrecognized
             ledger (listing the supported formats) or a bad folder argument.
     """
+    if artifacts is None:  # the outputs root the batch recorded (paths are relative to it)
+        recorded = roots.recorded(path).get("out")
+        artifacts = recorded if recorded is not None and recorded.is_dir() else None
     artifacts, inputs = _folder(artifacts, "--artifacts"), _folder(inputs, "--inputs")
     from toolkit.ledger.postgres import postgres_url, redact
 

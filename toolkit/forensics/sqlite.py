@@ -4,7 +4,9 @@ Every database is opened read-only (``mode=ro``) and read in one transaction. A 
 file is absent is opened ``immutable=1`` instead: a ``mode=ro`` connection
 would create ``-wal`` and ``-shm`` files next to it and leave them behind. If
 the file changes while it is read that way, the read is repeated with
-``mode=ro``. Only real tables are read, never views.
+``mode=ro``. A database with a ``-wal`` (a live writer, or one that died) is
+read from a private copy (``private.py``): ``mode=ro`` would create or rebuild
+its ``-shm``. Only real tables are read, never views.
 """
 
 import os
@@ -22,6 +24,7 @@ from toolkit.forensics.foreign import (
     parse_json_column,
 )
 from toolkit.forensics.history import STATE_SET, History
+from toolkit.forensics.private import private_copy
 from toolkit.forensics.model import Raw, Record, register
 
 TOOLKIT_FORMAT = "resume-toolkit-ledger/1"  # toolkit.ledger.sqlite.FORMAT
@@ -56,6 +59,9 @@ def read_database(path, adapters):
     back through a read-only connection; then a private copy of the database
     and its journal is rolled back and read instead, and the report says so.
     """
+    if os.path.exists(f"{path}-wal"):  # even mode=ro would create or rebuild -shm beside it
+        with private_copy(path) as copy:
+            return _read_database(copy, adapters)
     try:
         return _read_database(path, adapters)
     except sqlite3.OperationalError as exc:

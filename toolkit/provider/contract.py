@@ -5,6 +5,7 @@ Vocabulary shared by every provider implementation (the in-process
 from the contract, never from hope. Imports nothing but ``errors``.
 """
 
+import math
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 
@@ -55,8 +56,8 @@ class Contract:
             raise ValueError(f"lookup must be one of {LOOKUPS}, got {self.lookup!r}")
         if self.lag < 0 or (self.lag and self.lookup != "lagging"):
             raise ValueError("lag must be >= 0 and needs lookup='lagging'")
-        if self.key_retention is not None and self.key_retention <= 0:
-            raise ValueError("key_retention must be > 0 seconds or None")
+        if self.key_retention is not None and not 0 < self.key_retention < math.inf:
+            raise ValueError("key_retention must be a finite number of seconds > 0, or None")
         if self.run_polls < 0 or not 0.0 <= self.transient_rate <= 1.0:
             raise ValueError("run_polls must be >= 0 and transient_rate within [0, 1]")
 

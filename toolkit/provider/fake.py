@@ -77,8 +77,8 @@ class FakeProvider:
         self.db_path, self.out_dir = Path(db_path), Path(out_dir)
         self.contract, self.clock, self.on_phase = contract, clock, on_phase
         self._lock, self._db, self._pid = threading.RLock(), None, None
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        try:
+        self.db_path.parent.mkdir(parents=True, exist_ok=True)
+        try:  # the database first: a file that is not one leaves no jobs folder behind
             with self._txn() as db:
                 records.create(db)
         except StorageError:
@@ -87,6 +87,7 @@ class FakeProvider:
             raise ToolkitError(f"{self.db_path}: {exc}") from exc
         except sqlite3.Error as exc:
             raise ToolkitError(f"cannot open provider database {self.db_path}: {exc}") from exc
+        self.out_dir.mkdir(parents=True, exist_ok=True)
 
     def _connect(self):
         return sqlite_read(self._what, self._open)
@@ -134,9 +135,11 @@ class FakeProvider:
             raise PermanentError(f"no job {job_id}")
         return row
 
-    @staticmethod
-    def _job(row) -> Job:
-        return Job(**{**{f.name: row[f.name] for f in fields(Job)}, "status": JobStatus(row["status"])})
+    def _job(self, row) -> Job:
+        job = {f.name: row[f.name] for f in fields(Job)}
+        if job["artifact_path"]:  # stored relative to the jobs folder: the job names the file
+            job["artifact_path"] = str(self.out_dir / job["artifact_path"])
+        return Job(**{**job, "status": JobStatus(row["status"])})
 
     def _read(self, job_id: str) -> Job:
         with self._lock:
@@ -162,9 +165,10 @@ class FakeProvider:
             if self.on_phase:
                 self.on_phase("claimed", job_id)
             try:
-                artifact = documents.process(row["upload"], self.out_dir / f"{job_id}.pdf",
-                                             json.loads(row["options"]))
-                result = (JobStatus.SUCCEEDED, None, None, artifact.path, artifact.size, artifact.sha256)
+                artifact = documents.process(self.out_dir / row["upload"],
+                                             self.out_dir / f"{job_id}.pdf", json.loads(row["options"]))
+                result = (JobStatus.SUCCEEDED, None, None, _relative(artifact.path, self.out_dir),
+                          artifact.size, artifact.sha256)
             except PermanentError as exc:
                 result = (JobStatus.FAILED, "permanent", str(exc), None, None, None)
             except Exception as exc:  # disk full, I/O error: a retry may succeed
@@ -245,8 +249,10 @@ class FakeProvider:
             "INSERT INTO jobs (id, job_id, idem_key, claim, task_key, payload_hash, upload, options,"
             " status, created, updated, exec_no, executor_pid, executor_started)"
             " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (claim) DO NOTHING",
-            (next_id, job_id, idem_key, claim, task, payload, str(upload), options_json,
+            (next_id, job_id, idem_key, claim, task, payload, _relative(upload, self.out_dir),
+             options_json,
              "queued" if deferred else "running", now, now, int(not deferred), pid, started))
+        # upload: relative to the jobs folder, as every path in this database is
         if cur.rowcount != 1:
             return None
         if not deferred:
@@ -394,6 +400,11 @@ class FakeProvider:
     def executions(self) -> list[dict]:
         """Every finished execution, in order (fields of ``checker.Execution``)."""
         return self._query(records.executions)
+
+
+def _relative(path, root) -> str:
+    """A path as this database stores it: relative to the jobs folder (moves with it)."""
+    return os.path.relpath(os.path.abspath(path), os.path.abspath(root))
 
 
 def provider_at(db_path, contract: Contract = Contract()) -> FakeProvider:

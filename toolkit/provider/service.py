@@ -40,6 +40,7 @@ import uuid
 from pathlib import Path
 
 from ..errors import KeyReuseError, PermanentError, ToolkitError, TransientError
+from ..identity import canonical_json
 from .contract import Contract, ProviderConflict
 from .fake import FakeProvider
 
@@ -91,6 +92,8 @@ class ProviderApp:
         self.provider = FakeProvider(db_path, out_dir, contract, on_phase=self._on_phase)
         self.spool = Path(out_dir) / ".spool"  # uploads being received, artifacts being sent
         self.spool.mkdir(parents=True, exist_ok=True)
+        for stale in self.spool.glob("*.pdf"):  # left by a service killed mid-request
+            stale.unlink(missing_ok=True)
         self._count_lock = threading.Lock()
         self._counts = {"submit": 0, "fetch": 0}
         self.not_ready: str | None = None  # set by a failed write; cleared by a good probe
@@ -183,10 +186,11 @@ class ProviderApp:
     def _submit(self, request):
         idem_key = request.headers.get("Idempotency-Key")
         task_key = request.args.get("task_key") or None
-        try:
-            options = json.loads(request.args.get("options", "{}"))
-        except ValueError as exc:
-            raise _BadRequest(f"options is not JSON: {exc}") from exc
+        try:  # NaN, Infinity: Python's json reads them, JSON has no such numbers
+            options = json.loads(request.args.get("options", "{}"), parse_constant=_not_json)
+            canonical_json(options)
+        except (ValueError, TypeError) as exc:
+            raise _BadRequest(f"options is not plain JSON: {exc}") from exc
         if not idem_key or not isinstance(options, dict):
             raise _BadRequest("need an Idempotency-Key header and options as a JSON object")
         expected = parse_digest(request.headers.get("Content-Digest"))
@@ -207,10 +211,14 @@ class ProviderApp:
     def _receive(self, request, expected: str) -> Path:
         """Spool the request body to a file and check it against its digest."""
         path, digest = self.spool / f"in-{uuid.uuid4().hex}.pdf", hashlib.sha256()
-        with open(path, "wb") as out:
-            while chunk := request.stream.read(CHUNK):
-                digest.update(chunk)
-                out.write(chunk)
+        try:  # an aborted, oversized (413) or failing upload leaves no spool file behind
+            with open(path, "wb") as out:
+                while chunk := request.stream.read(CHUNK):
+                    digest.update(chunk)
+                    out.write(chunk)
+        except BaseException:
+            path.unlink(missing_ok=True)
+            raise
         if digest.hexdigest() != expected:
             path.unlink(missing_ok=True)
             raise TransientError("upload damaged in transit (digest mismatch): nothing accepted")
@@ -263,6 +271,10 @@ def _stream(path: Path, limit: int):
                 yield chunk
     finally:
         path.unlink(missing_ok=True)
+
+
+def _not_json(constant: str):
+    raise ValueError(f"{constant} is not a JSON number")
 
 
 def _json(document, status: int = 200):

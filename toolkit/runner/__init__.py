@@ -13,10 +13,11 @@ every other strategy (keying, preflight, health, the loop) is ``Pipeline``;
 long documents page by page (checkpoints, ``partial``, resume) are ``PageByPage``.
 """
 
+import contextlib
 import os
 from pathlib import Path
 
-from toolkit import documents
+from toolkit import documents, roots
 from toolkit.errors import (KeyReuseError, LeaseHeldError, PermanentError, StaleTokenError,
                             StateConflictError, TransientError)
 from toolkit.ledger import PERMANENT, TRANSIENT, Item, State
@@ -209,12 +210,12 @@ class Runner(PageByPage, Pipeline):
         """Fetch to a temp file, verify, rename, fsync, and only then commit ``done``."""
         self._stage = "fetch"
         final = self._output_path(item)
-        final.parent.mkdir(parents=True, exist_ok=True)
         part = final.with_name(f".{final.name}.part")
         while budget.fetches < self.policy.fetches:
             budget.fetches += 1
             self._renew(item, token)
             try:
+                final.parent.mkdir(parents=True, exist_ok=True)
                 self.provider.fetch(job.job_id, part)
             except (TransientError, TimeoutError):
                 self._backoff(budget.fetches)
@@ -222,24 +223,48 @@ class Runner(PageByPage, Pipeline):
             except PermanentError as exc:
                 self._move(item, S.NEEDS_REVIEW, token, reason=f"artifact not fetchable: {exc}")
                 return REST
+            except OSError as exc:  # --out not writable here: the job is fine, a rerun fetches
+                return self._unstored(final, part, exc)
             self.hook("during_fetch", item.key, path=part)
             if documents.verify(part, job.artifact_size, job.artifact_sha256):
                 if self._paged(item):
                     return self._checkpoint(item, job, part, token, budget)
-                with open(part, "rb") as handle:  # the bytes on disk before the name points at them
-                    os.fsync(handle.fileno())
-                os.replace(part, final)
-                documents.fsync_dir(final.parent)
+                try:
+                    with open(part, "rb") as handle:  # the bytes on disk before the name
+                        os.fsync(handle.fileno())
+                    os.replace(part, final)
+                    documents.fsync_dir(final.parent)
+                except OSError as exc:
+                    return self._unstored(final, part, exc)
                 self.hook("before_commit", item.key, to=S.DONE)
-                self._move(item, S.DONE, token, job_id=job.job_id, artifact_path=str(final),
+                self._move(item, S.DONE, token, job_id=job.job_id,
+                           artifact_path=roots.relative(final, self.out_dir),
                            artifact_size=job.artifact_size, artifact_sha256=job.artifact_sha256)
                 return REST
             part.unlink(missing_ok=True)  # a half download is never done
         return REST
 
+    def _unstored(self, final, part, exc) -> bool:
+        """A local write under --out failed: the item stays ``submitted`` (the provider's
+        result is safe and a rerun fetches it); the run ends with exit 1, "run again"."""
+        self.local_errors.append(f"cannot write {final}: {exc.strerror or exc}")
+        with contextlib.suppress(OSError):
+            part.unlink(missing_ok=True)
+        return REST
+
+    def _artifact_file(self, item) -> Path:
+        return roots.resolve(self.out_dir, item.artifact_path)
+
     def _artifact_intact(self, item) -> bool:
-        return bool(item.artifact_path) and documents.verify(
-            item.artifact_path, item.artifact_size, item.artifact_sha256)
+        """Verified under ``--out``; or found verified under the recorded outputs root and
+        materialized here (a rerun with another ``--out``): reads and a copy, no state."""
+        if not item.artifact_path:
+            return False
+        if documents.verify(self._artifact_file(item), item.artifact_size, item.artifact_sha256):
+            return True
+        return not Path(item.artifact_path).is_absolute() and roots.materialize(
+            item.artifact_path, item.artifact_size, item.artifact_sha256,
+            self.out_dir / item.artifact_path, self.other_roots)
 
     def _done(self, item, token, budget):
         """A done item whose artifact is damaged is re-fetched, never re-executed."""

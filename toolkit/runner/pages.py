@@ -22,7 +22,7 @@ damaged one parks the item (the finished pages are no longer proven).
 import os
 from pathlib import Path
 
-from toolkit import documents
+from toolkit import documents, roots
 from toolkit.errors import PermanentError, TransientError
 from toolkit.identity import idem_key, page_key
 from toolkit.ledger import State
@@ -81,12 +81,15 @@ class PageByPage:
         last = page == total
         target = self._output_path(item) if last else \
             self._checkpoint_dir() / f"{item.key}.{page:04d}.pdf"
-        earlier = [item.artifact_path] if item.pages_done else []
+        earlier = [self._artifact_file(item)] if item.pages_done else []
+        mode = os.stat(part).st_mode & 0o777  # what a new file gets here (the umask's)
         made = documents.concat([*earlier, part], target)  # temp file, fsync, rename
+        os.chmod(made.path, mode)  # the temp file was 0600: outputs look alike either way
         part.unlink(missing_ok=True)
         to = S.DONE if last else S.PARTIAL
         self.hook("before_commit", item.key, to=to)
-        self._move(item, to, token, job_id=job.job_id, pages_done=page, artifact_path=made.path,
+        self._move(item, to, token, job_id=job.job_id, pages_done=page,
+                   artifact_path=roots.relative(made.path, self.out_dir),
                    artifact_size=made.size, artifact_sha256=made.sha256)
         self._drop_checkpoints(item, keep=None if last else made.path)
         if last:

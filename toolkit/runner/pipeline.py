@@ -11,14 +11,16 @@ import os
 import random
 import socket
 import sys
+import tempfile
 import time
 from pathlib import Path
 
-from toolkit import documents
+from toolkit import documents, roots
 from toolkit.errors import LeaseHeldError, LedgerError
 from toolkit.identity import canonical_json, content_digest, task_key
 from toolkit.ledger import PERMANENT, Item, State
 from toolkit.provider import Contract
+from toolkit.runner.inputs import Odd, read_input
 from toolkit.runner.ops import mark_unhealthy, recover_abandoned, require_healthy
 
 S = State
@@ -36,6 +38,11 @@ def routed_options(options: dict, pages: int, page_by_page_from: int | None) -> 
     if page_by_page_from is not None and pages >= page_by_page_from:
         return {**options, PAGE_BY_PAGE: True}
     return options
+
+
+def odd_key(name: str, options: dict) -> str:
+    """The key of an input entry that has no content to key (a FIFO, a dangling link)."""
+    return task_key(content_digest(f"odd input entry\n{name}".encode()), options)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -133,16 +140,20 @@ class Pipeline:
         self.page_by_page_from = page_by_page_from
         self._paths: dict[str, Path] = {}
         self._pages: dict[str, int] = {}  # page count of each document routed page by page
+        self._snapshots = None  # tempfile.TemporaryDirectory of this run's input snapshots
+        self.other_roots: list[Path] = []  # the recorded outputs root, when --out is another
         self._current = self._stage = None
         self._started = time.monotonic()
         self.lost_replies = self.reused = 0
         self.halted: str | None = None  # why the batch stopped taking work, if it did
         self.health_recorded: bool | None = None  # whether that halt reached the health marker
         self.unsettled = 0
+        self.local_errors: list[str] = []  # writes under --out that failed (the run goes on)
         self.recovered: list[str] = []  # keys taken over from dead owners at start
         self.lost_leases: list[str] = []  # keys another owner took over while we worked on them
 
     def close(self):
+        self._drop_snapshots()
         self.ledger.close()
 
     # -- observer ----------------------------------------------------------------
@@ -159,13 +170,17 @@ class Pipeline:
         """
         keys = {}  # ordered, and O(1) membership: resume of a large batch stays linear
         for path in sorted(Path(p) for p in inputs):
-            digest = content_digest(path)
+            try:
+                data = read_input(path)  # read once: the bytes hashed are the bytes sent
+            except Odd as odd:  # a FIFO, a directory, a dangling link: its own item, parked
+                self._odd(odd, keys)
+                continue
+            digest = content_digest(data)
             options = self.options
             if self.page_by_page_from is not None:  # the routing needs the page count first
-                pages = documents.page_count(path)
+                pages = documents.page_count(self._snapshot(digest, data))
                 options = routed_options(self.options, pages, self.page_by_page_from)
             key = task_key(digest, options)
-            self._paths[key] = path
             if PAGE_BY_PAGE in options:
                 self._pages[key] = pages
             if key in keys:
@@ -173,11 +188,45 @@ class Pipeline:
             keys[key] = None
             self.ledger.add(key, source=path.name, digest=digest)
             item = self.ledger.get(key)
+            # What is sent is a private snapshot of the hashed bytes, never the input file
+            # itself: a file replaced after this read is new content for a later run.
+            self._paths[key] = path if item.state is S.DONE else self._snapshot(digest, data)
             if item.state is S.PENDING:
-                check = documents.preflight(path)
+                check = documents.preflight(self._paths[key])
                 if not check.ok:
                     self._quarantine(item, check.reason)
         return list(keys)
+
+    def _odd(self, odd: Odd, keys: dict) -> None:
+        """Quarantine an input entry that cannot be read as a file: keyed by its name (it
+        has no content), ``failed(permanent)`` with the reason; the batch goes on."""
+        key = odd_key(odd.path.name, self.options)
+        if key in keys:
+            return
+        keys[key] = None
+        self.ledger.add(key, source=odd.path.name, digest=None)
+        item = self.ledger.get(key)
+        if item.state is S.PENDING:
+            self._quarantine(item, f"unreadable input entry ({odd.reason})")
+
+    def _snapshot(self, digest: str, data: bytes) -> Path:
+        """This run's private copy of an input's hashed bytes, named by their digest.
+
+        In a private temp folder, not under --out: an --out that fails midway must not
+        turn a document into an unreadable one. Removed at the end of the run (a crash
+        leaves it to the system's temp cleaning); the next run reads the inputs again.
+        """
+        if self._snapshots is None:
+            self._snapshots = tempfile.TemporaryDirectory(prefix="toolkit-inputs-")
+        path = Path(self._snapshots.name) / f"{digest}.pdf"
+        if not path.exists():
+            path.write_bytes(data)
+        return path
+
+    def _drop_snapshots(self) -> None:
+        if self._snapshots is not None:
+            self._snapshots.cleanup()
+            self._snapshots = None
 
     def _quarantine(self, item: Item, reason: str):
         try:
@@ -199,6 +248,7 @@ class Pipeline:
         self.halted, keys, bar = None, [], None
         try:
             self.recovered = recover_abandoned(self.ledger, self.worker)
+            self._record_roots(inputs)
             keys = self.enqueue(inputs)
             if self.progress:
                 from tqdm.auto import tqdm
@@ -216,6 +266,7 @@ class Pipeline:
         if bar is not None:
             bar.close()
         self._current = self._stage = None
+        self._drop_snapshots()
         counts = {state.value: 0 for state in State}
         self.unsettled = 0  # items a later run must pick up again
         for key in keys:
@@ -223,6 +274,15 @@ class Pipeline:
             counts[item.state.value] += 1
             self.unsettled += not item.resting
         return counts
+
+    def _record_roots(self, inputs) -> None:
+        """Paths in the ledger are relative to the roots; record them once, beside it."""
+        where = getattr(self.ledger, "path", None)
+        recorded = roots.recorded(where).get("out")
+        if recorded is not None and recorded.resolve() != self.out_dir.resolve():
+            self.other_roots = [recorded]
+        folders = {Path(path).parent for path in inputs}
+        roots.record(where, out=self.out_dir, inputs=folders.pop() if len(folders) == 1 else None)
 
     def process(self, key: str):
         """Advance one item until it rests for this run."""

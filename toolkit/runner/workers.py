@@ -24,14 +24,15 @@ from pathlib import Path
 
 from toolkit.documents import page_count
 from toolkit.errors import LedgerError, ToolkitError
-from toolkit.identity import file_task_key
+from toolkit.identity import content_digest, task_key
 from toolkit.ledger import State, open_ledger
 from toolkit.ledger import postgres_health as pg_health
 from toolkit.ledger.postgres import postgres_url
 from toolkit.runner import RetryPolicy, Runner, default_worker
 from toolkit.runner.naive import STRATEGIES
+from toolkit.runner.inputs import Odd, read_input
 from toolkit.runner.ops import health_marker, recover_abandoned, require_healthy
-from toolkit.runner.pipeline import routed_options
+from toolkit.runner.pipeline import odd_key, routed_options
 
 
 class QueueRunner(Runner):
@@ -225,9 +226,18 @@ def _provider(spec: _Spec):
     return provider_at(spec.provider_db, spec.contract or Contract())
 
 
+def _input_key(path, options, page_by_page_from):
+    try:
+        data = read_input(path)  # never blocks on a FIFO; an odd entry has its own key
+    except Odd:
+        return odd_key(Path(path).name, options)
+    if page_by_page_from is not None:
+        options = routed_options(options, page_count(path), page_by_page_from)
+    return task_key(content_digest(data), options)
+
+
 def _batch_counts(location, inputs, options, page_by_page_from=None):
-    keys = {file_task_key(path, options if page_by_page_from is None else routed_options(
-        options, page_count(path), page_by_page_from)) for path in inputs}
+    keys = {_input_key(path, options, page_by_page_from) for path in inputs}
     counts = {state.value: 0 for state in State}
     unsettled = 0
     try:

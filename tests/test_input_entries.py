@@ -1,0 +1,91 @@
+"""Input folders as users keep them: odd entries, odd names, odd ledger paths.
+
+Every run here is a real ``python -m toolkit`` process with a timeout: an entry
+that blocks (a FIFO) must fail the test, not hang it.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from toolkit.ledger import State, open_ledger
+
+LIMIT = 120  # seconds; a run that blocks on a FIFO never finishes
+
+
+def run_cli(*args):
+    try:
+        return subprocess.run([sys.executable, "-m", "toolkit", *map(str, args)],
+                              capture_output=True, text=True, timeout=LIMIT)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"toolkit {' '.join(map(str, args))} blocked for {LIMIT} s")
+
+
+def _batch_args(tmp_path):
+    return ["--inputs", tmp_path / "in", "--ledger", tmp_path / "l.sqlite",
+            "--provider-db", tmp_path / "p.sqlite", "--out", tmp_path / "out", "--no-progress"]
+
+
+@pytest.mark.slow
+def test_odd_input_entries_are_quarantined_one_by_one_and_upper_case_pdfs_are_run(
+        tmp_path, small_corpus):
+    """Fault: the inputs folder holds ``SCAN.PDF``, a PDF without a suffix, a FIFO named
+    ``x.pdf``, a dangling symlink, a symlink loop and a directory named ``d.pdf``.
+    Property: the run never blocks; both PDFs are done; each odd entry is its own
+    ``failed(permanent)`` item naming why; the batch exits 0 (at rest)."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    healthy = [path for path in small_corpus if path.name.startswith("doc-")]
+    shutil.copyfile(healthy[0], folder / "SCAN.PDF")
+    shutil.copyfile(healthy[1], folder / "no-suffix")
+    (folder / "notes.txt").write_text("not a PDF, not named as one: not an input\n")
+    os.mkfifo(folder / "x.pdf")
+    os.symlink(tmp_path / "nowhere.pdf", folder / "dangling.pdf")
+    os.symlink(folder / "loop.pdf", folder / "loop.pdf")
+    (folder / "d.pdf").mkdir()
+    done = run_cli("run", *_batch_args(tmp_path))
+    assert done.returncode == 0, done.stderr
+    with open_ledger(tmp_path / "l.sqlite") as ledger:
+        items = {item.source: item for item in ledger.items()}
+    assert {items["SCAN.PDF"].state, items["no-suffix"].state} == {State.DONE}
+    why = {name: items[name].reason for name in ("x.pdf", "dangling.pdf", "loop.pdf", "d.pdf")}
+    assert all(items[name].state is State.FAILED for name in why)
+    assert "FIFO" in why["x.pdf"] and "dangling" in why["dangling.pdf"]
+    assert "loop" in why["loop.pdf"] and "directory" in why["d.pdf"]
+    assert "notes.txt" not in items and len(items) == 6
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "directory"])
+def test_ledger_path_that_is_not_a_regular_file_is_refused_in_one_line(
+        tmp_path, small_corpus, kind):
+    """Fault: ``--ledger`` is a FIFO, a symlink to ``/dev/zero`` or a directory. Property:
+    refused at once with one line and exit 2 (never read without end); nothing created."""
+    shutil.copytree(small_corpus[0].parent, tmp_path / "in")
+    ledger = tmp_path / "l.jsonl"
+    {"fifo": os.mkfifo, "directory": os.mkdir,
+     "dev-zero": lambda path: os.symlink("/dev/zero", path)}[kind](ledger)
+    before = sorted(os.listdir(tmp_path))
+    args = _batch_args(tmp_path)
+    args[args.index(tmp_path / "l.sqlite")] = ledger
+    refused = run_cli("run", *args)
+    assert refused.returncode == 2 and "not a regular file" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    assert sorted(os.listdir(tmp_path)) == before
+
+
+def test_provider_db_that_is_a_pdf_creates_no_jobs_folder(tmp_path, small_corpus):
+    """Fault: ``--provider-db`` names a PDF (a slip of the argument order). Property:
+    exit 2 with one line; no ``<stem>-jobs`` folder (or anything else) is created."""
+    from toolkit.cli import main
+
+    shutil.copytree(small_corpus[0].parent, tmp_path / "in")
+    shutil.copyfile(small_corpus[0], tmp_path / "file.pdf")
+    before = sorted(os.listdir(tmp_path))
+    args = _batch_args(tmp_path)
+    args[args.index(tmp_path / "p.sqlite")] = tmp_path / "file.pdf"
+    assert main(["run", *map(str, args)]) == 2
+    assert sorted(os.listdir(tmp_path)) == before

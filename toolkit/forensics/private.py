@@ -1,0 +1,64 @@
+"""A private copy of a ledger file, for views that must never write beside the original.
+
+SQLite writes even through ``mode=ro``: a reader of a WAL database creates (or
+rebuilds) the ``-shm`` index, and the toolkit's own ledger API migrates an
+older schema, sets the journal mode, writes a schema into a 0-byte file, and
+the JSONL ledger takes ``PATH.lock``. A view reads a copy instead: the file
+and its ``-wal`` copied into a private folder, opened there, the folder
+removed. Nothing is created, changed or touched beside the original.
+
+The copy is of one moment: the file and its ``-wal`` are copied, then their
+size and mtime are compared with what they were before; a writer that moved
+meanwhile makes us copy again (a checkpoint between the two copies would
+otherwise pair an old database with a restarted WAL).
+"""
+
+import contextlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from toolkit.errors import ToolkitError
+
+SIDE_FILES = ("-wal",)  # -shm is an index SQLite rebuilds from the WAL; -journal: see sqlite.py
+_TRIES = 5
+
+
+def _fingerprint(path: Path):
+    found = []
+    for candidate in (path, *(Path(f"{path}{side}") for side in SIDE_FILES)):
+        try:
+            info = os.stat(candidate)
+            found.append((info.st_size, info.st_mtime_ns))
+        except FileNotFoundError:
+            found.append(None)
+    return found
+
+
+@contextlib.contextmanager
+def private_copy(path):
+    """Yield the path of a private copy of ``path`` (and its ``-wal``); removed afterwards.
+
+    Raises:
+        ToolkitError: the file keeps changing under us, or cannot be read.
+    """
+    path = Path(path)
+    with tempfile.TemporaryDirectory(prefix="toolkit-view-") as folder:
+        copy = Path(folder) / path.name
+        for _ in range(_TRIES):
+            before = _fingerprint(path)
+            try:
+                shutil.copyfile(path, copy)
+                for side in SIDE_FILES:
+                    source, target = Path(f"{path}{side}"), Path(f"{copy}{side}")
+                    target.unlink(missing_ok=True)
+                    if source.exists():
+                        shutil.copyfile(source, target)
+            except OSError as exc:
+                raise ToolkitError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from exc
+            if _fingerprint(path) == before:
+                break
+        else:
+            raise ToolkitError(f"{str(path)!r} kept changing while it was read: try again")
+        yield copy

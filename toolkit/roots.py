@@ -1,0 +1,109 @@
+"""A batch's roots: paths in the ledger are relative to them, never to the working directory.
+
+An item's ``artifact_path`` is relative to the outputs root (``doc.1a2b3c4d.pdf``,
+``.checkpoints/<key>.0002.pdf``); the fake provider's uploads and artifacts are
+relative to its jobs folder. The roots themselves are given on the command line
+and recorded once, beside a file ledger, in ``<ledger>.roots.json``, each root
+relative to the ledger's folder: the batch folder moved as a whole (``mv batch
+batch2``) still resolves. A PostgreSQL ledger records none: each machine gives
+its own roots on its command line, only the relative paths are shared.
+
+A rerun with another ``--out`` finds an artifact missing there, takes it from
+the recorded outputs root, verifies size and SHA-256, and only then gives it
+its name in the new folder (``materialize``): no provider call, no new state.
+"""
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from toolkit import documents
+
+SUFFIX = ".roots.json"
+
+
+def roots_file(ledger_path) -> Path | None:
+    """Where a file ledger's roots are recorded (None for a PostgreSQL URL)."""
+    if ledger_path is None or str(ledger_path).startswith(("postgres:", "postgresql:")):
+        return None
+    return Path(f"{ledger_path}{SUFFIX}")
+
+
+def recorded(ledger_path) -> dict[str, Path]:
+    """The recorded roots (``{"out": Path, "inputs": Path}``), resolved; {} if none."""
+    marker = roots_file(ledger_path)
+    try:
+        saved = json.loads(marker.read_text()) if marker is not None else {}
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(saved, dict):
+        return {}
+    base = Path(ledger_path).parent
+    return {name: base / value for name, value in saved.items() if isinstance(value, str)}
+
+
+def record(ledger_path, **roots) -> None:
+    """Record the roots once (a later run with another ``--out`` keeps the first ones)."""
+    marker = roots_file(ledger_path)
+    if marker is None or marker.exists() or not Path(ledger_path).is_file():
+        return  # a URL, an in-memory ledger (":memory:"): no file to record beside
+    base = os.path.abspath(Path(ledger_path).parent)
+    saved = {name: os.path.relpath(os.path.abspath(path), base)
+             for name, path in roots.items() if path is not None}
+    try:
+        documents.write_atomic(json.dumps(saved, sort_keys=True).encode(), marker)
+    except OSError:
+        pass  # a convenience, not state: without it a new --out fetches instead of copying
+
+
+def relative(path, root) -> str:
+    """``path`` as stored: relative to ``root`` (the outputs root, the jobs folder)."""
+    return os.path.relpath(os.path.abspath(path), os.path.abspath(root))
+
+
+def resolve(root, stored) -> Path:
+    """The file a stored path names under ``root``; an absolute stored path is itself.
+
+    A ledger written before roots stored paths relative to its working
+    directory: when nothing is under ``root`` but such a file exists, it is used.
+    """
+    path = Path(root) / stored
+    if not Path(stored).is_absolute() and not path.exists() and Path(stored).is_file():
+        return Path(stored)
+    return path
+
+
+def materialize(stored, size, sha256, target: Path, roots) -> bool:
+    """Give ``target`` the verified bytes of ``stored`` found under one of ``roots``.
+
+    Copied to a temp file beside ``target``, verified, fsynced, renamed: a half
+    copy or another file's bytes never get the name. False when no root holds it.
+    """
+    for root in roots:
+        source = Path(root) / stored
+        if source.resolve() == target.resolve() or not documents.verify(source, size, sha256):
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, part = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
+        try:  # a private temp name: two workers materializing the same file never mix bytes
+            with os.fdopen(fd, "wb") as out, open(source, "rb") as data:
+                shutil.copyfileobj(data, out)
+                out.flush()
+                os.fsync(out.fileno())
+            if not documents.verify(part, size, sha256):  # changed while we copied
+                continue
+            os.chmod(part, os.stat(source).st_mode & 0o777)
+            os.replace(part, target)
+        finally:
+            Path(part).unlink(missing_ok=True)  # gone already after the rename
+        documents.fsync_dir(target.parent)
+        return True
+    return False
+
+
+def artifact_file(ledger_path, stored) -> Path:
+    """The file an item's stored ``artifact_path`` names, under the ledger's recorded root."""
+    out = recorded(ledger_path).get("out")
+    return Path(stored) if out is None else resolve(out, stored)

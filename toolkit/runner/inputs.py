@@ -1,0 +1,155 @@
+"""Finding a batch's inputs, and reading each exactly once, without ever blocking.
+
+An entry of the inputs folder is an input when its name ends in ``.pdf`` in any
+case (``SCAN.PDF``), or when it is a regular file whose content starts as a PDF
+does (``%PDF-``). Only regular files are read: the entry is opened with
+``O_NONBLOCK`` (a FIFO or a device never blocks the open) and ``fstat`` of the
+open descriptor decides (what we read is what we checked, not what the name
+pointed at a moment earlier). Anything else that looks like an input (a
+dangling or looping symlink, a directory, a FIFO, an unreadable file) is kept
+as an ``Odd`` entry: the runner quarantines it as its own item with the reason,
+and the batch goes on.
+"""
+
+import errno
+import os
+import stat
+from pathlib import Path
+
+from toolkit.errors import ToolkitError
+
+PDF_MAGIC = b"%PDF-"
+_CHUNK = 1 << 20
+
+
+class Odd(OSError):
+    """An input entry that is not a readable regular file; ``reason`` says why."""
+
+    def __init__(self, path, reason: str):
+        super().__init__(f"{Path(path).name}: {reason}")
+        self.path, self.reason = Path(path), reason
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def read_input(path, limit: int | None = None) -> bytes:
+    """The bytes of the regular file ``path`` (at most ``limit``), read once.
+
+    Raises:
+        Odd: a dangling or looping symlink, a directory, FIFO, device, or an unreadable file.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        if exc.errno == errno.ENOENT and os.path.islink(path):
+            raise Odd(path, "a dangling symlink") from exc
+        if exc.errno == errno.ELOOP:
+            raise Odd(path, "a symlink loop") from exc
+        raise Odd(path, exc.strerror or str(exc)) from exc
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise Odd(path, _kind(mode))
+        chunks, left = [], limit
+        while left is None or left > 0:
+            chunk = os.read(fd, _CHUNK if left is None else min(_CHUNK, left))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            if left is not None:
+                left -= len(chunk)
+        return b"".join(chunks)
+    except Odd:
+        raise
+    except OSError as exc:  # EISDIR on some systems, EIO, ...
+        raise Odd(path, exc.strerror or str(exc)) from exc
+    finally:
+        os.close(fd)
+
+
+def scan(folder) -> list[Path]:
+    """The input entries of ``folder``, sorted: ``*.pdf`` in any case (of any file type,
+    so that odd ones are quarantined, not silently skipped) and regular files that are
+    PDFs by content."""
+    found = []
+    for entry in os.scandir(folder):
+        if entry.name.lower().endswith(".pdf"):
+            found.append(Path(entry.path))
+            continue
+        try:
+            regular = entry.is_file(follow_symlinks=True)
+        except OSError:
+            regular = False
+        if regular:
+            try:
+                if read_input(entry.path, len(PDF_MAGIC)) == PDF_MAGIC:
+                    found.append(Path(entry.path))
+            except Odd:
+                pass  # not named as an input and not readable as one: not ours
+    return sorted(found)
+
+
+def within(inner, outer) -> bool:
+    """``inner`` is ``outer`` or inside it (both resolved; neither needs to exist)."""
+    inner, outer = Path(inner).resolve(), Path(outer).resolve()
+    return inner == outer or outer in inner.parents
+
+
+def require_regular(path, flag: str) -> None:
+    """A ledger or database path must be a regular file (or not exist yet).
+
+    Raises:
+        ToolkitError: it is a FIFO, a device, a directory, a dangling symlink...
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        if os.path.islink(path):
+            raise ToolkitError(f"{flag} {str(path)!r} is a dangling symlink") from None
+        return
+    except OSError as exc:
+        raise ToolkitError(f"{flag} {str(path)!r}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(mode):
+        raise ToolkitError(f"{flag} {str(path)!r} is {_kind(mode)}, not a regular file")
+
+
+def check_batch_paths(args) -> list[Path]:
+    """``run``'s paths, checked before anything is created; the inputs, scanned.
+
+    ``--out``, the ledger and the provider's files inside (or equal to) ``--inputs``
+    are refused, not excluded: outputs taken for inputs on the next run would make
+    every rerun new work (3 -> 6 -> 9 executions), and a rule that skips them would
+    silently skip a user's own files of the same name.
+
+    Raises:
+        ToolkitError: one line, for any of these.
+    """
+    folder = Path(args.inputs)
+    if not folder.is_dir():
+        raise ToolkitError(f"--inputs {args.inputs!r} is not a directory")
+    places = [("--out", args.out), ("--ledger", args.ledger)]
+    if args.provider_db:
+        db = Path(args.provider_db)
+        places += [("--provider-db", db), ("--provider-db's jobs folder",
+                                           db.with_name(db.stem + "-jobs"))]
+    for flag, place in places:
+        if "://" not in str(place) and within(place, folder):
+            raise ToolkitError(f"{flag} {str(place)!r} is inside --inputs {args.inputs!r}: "
+                               "give it a place outside the inputs folder")
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise ToolkitError(f"--out {args.out!r} exists and is not a directory")
+    if "://" not in str(args.ledger):
+        require_regular(args.ledger, "--ledger")
+    if args.provider_db:
+        require_regular(args.provider_db, "--provider-db")
+    inputs = scan(folder)
+    if not inputs:
+        raise ToolkitError(f"no PDF files in {args.inputs!r}")
+    return inputs
