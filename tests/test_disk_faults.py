@@ -25,6 +25,7 @@ from toolkit.checker import check
 from toolkit.drills.history import collect_history
 from toolkit.ledger import open_ledger
 from toolkit.provider import parse_contract, provider_at
+from toolkit.roots import artifact_file
 
 pytestmark = pytest.mark.slow
 CONTRACT = "non-idempotent"  # no dedupe: a blind resubmit would be a second execution
@@ -84,7 +85,8 @@ def assert_recovers(tmp, corpus, ledger_name, before, contract=CONTRACT):
     verdict = check(history)
     assert verdict.valid is True, verdict.to_json()
     done = [item for item in history.items.values() if item.state.value == "done"]
-    assert all(documents.verify(i.artifact_path, i.artifact_size, i.artifact_sha256) for i in done)
+    assert all(documents.verify(artifact_file(tmp / ledger_name, i.artifact_path), i.artifact_size,
+                                i.artifact_sha256) for i in done)
     assert all(item.resting for item in history.items.values())
     leftovers = [p for p in tmp.rglob("*") if p.name.endswith((".tmp", ".part", ".upgrade"))
                  or ".probe-" in p.name]

@@ -14,13 +14,18 @@ otherwise pair an old database with a restarted WAL).
 """
 
 import contextlib
+import fcntl
 import os
 import shutil
+import struct
 import tempfile
 from pathlib import Path
 
 from toolkit.errors import ToolkitError
 
+# SQLite's unix VFS: every connection to a WAL database holds a shared lock on one byte of
+# its -shm file (the "dead man switch", offset 120 + 8 lock bytes) for as long as it is open.
+_SHM_DMS_OFFSET = 128
 SIDE_FILES = ("-wal",)  # -shm is an index SQLite rebuilds from the WAL; -journal: see sqlite.py
 _TRIES = 5
 
@@ -34,6 +39,28 @@ def _fingerprint(path: Path):
         except FileNotFoundError:
             found.append(None)
     return found
+
+
+def live_wal_connection(path) -> bool:
+    """Whether another process has the WAL database at ``path`` open right now.
+
+    Asked with ``F_GETLK``, which only reports a conflicting lock and takes none: a
+    live writer's ``-shm`` is its own, and a reader through it changes nothing that
+    outlives the read; a ``-wal`` left by a dead writer has no such lock, and even a
+    ``mode=ro`` reader would rebuild its ``-shm``, so that one is read from a copy.
+    """
+    try:
+        fd = os.open(f"{path}-shm", os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        request = struct.pack("hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, _SHM_DMS_OFFSET, 1, 0)
+        answer = fcntl.fcntl(fd, fcntl.F_GETLK, request)
+        return struct.unpack("hhqqi4x", answer)[0] != fcntl.F_UNLCK
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 @contextlib.contextmanager

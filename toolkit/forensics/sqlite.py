@@ -24,7 +24,7 @@ from toolkit.forensics.foreign import (
     parse_json_column,
 )
 from toolkit.forensics.history import STATE_SET, History
-from toolkit.forensics.private import private_copy
+from toolkit.forensics.private import live_wal_connection, private_copy
 from toolkit.forensics.model import Raw, Record, register
 
 TOOLKIT_FORMAT = "resume-toolkit-ledger/1"  # toolkit.ledger.sqlite.FORMAT
@@ -59,7 +59,8 @@ def read_database(path, adapters):
     back through a read-only connection; then a private copy of the database
     and its journal is rolled back and read instead, and the report says so.
     """
-    if os.path.exists(f"{path}-wal"):  # even mode=ro would create or rebuild -shm beside it
+    if os.path.exists(f"{path}-wal") and not live_wal_connection(path):
+        # a dead writer's WAL: even mode=ro would create or rebuild -shm beside it
         with private_copy(path) as copy:
             return _read_database(copy, adapters)
     try:
