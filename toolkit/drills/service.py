@@ -12,8 +12,11 @@ import time
 
 from toolkit.errors import ToolkitError
 
-READ_TIMEOUT = 0.5  # seconds the client waits for a reply
-SLOW_SECONDS = 1.5  # a slow submit's job runs this long: three read timeouts
+# The client's read timeout has room for a normal reply on two loaded cores (a 0.5 s
+# timeout also expired on ordinary submits there, and a blind retry's count then
+# depended on the load); only the one slow submit outlasts it.
+READ_TIMEOUT = 2.0  # seconds the client waits for a reply
+SLOW_SECONDS = 3.0  # a slow submit's job runs this long: longer than READ_TIMEOUT
 SERVICE_FAULTS = ("slow_submit", "cut_fetch")
 
 
