@@ -19,7 +19,7 @@ TEXTS = ["Invoice INV-00231  page 1 of 2\nCustomer: Acme GmbH\n"
          "Item 1: model XR-2040 pump housing, quantity 3, unit price 1,234.50 EUR",
          "Total amount due: 3,703.50 EUR\nDate: 2024-03-15"]
 # Preflight reason kind expected for each poison kind the corpus makes.
-EXPECTED_REASON = {"truncated": "truncated", "blank-page": "blank-page",
+EXPECTED_REASON = {"truncated": "truncated", "damaged": "damaged",
                    "not-pdf": "not-pdf", "spliced": "repaired"}
 
 
@@ -48,7 +48,7 @@ def healthy(tmp_path):
 
 
 def test_healthy_pdf_passes_preflight_with_its_page_count(healthy):
-    assert preflight(healthy) == documents.Preflight(True, None, 2)
+    assert preflight(healthy) == documents.Preflight(True, None, 2, ("text", "text"))
 
 
 def test_truncated_pdf_is_caught_by_preflight_although_mupdf_repairs_it(healthy, tmp_path):

@@ -5,11 +5,12 @@ from a seeded ``random.Random`` and ``pdf_bytes`` writes no dates or ids.
 """
 
 import random
+import re
 from pathlib import Path
 
 from toolkit.documents import pdf_bytes
 
-POISON_KINDS = ("truncated", "blank-page", "not-pdf", "spliced")
+POISON_KINDS = ("truncated", "damaged", "not-pdf", "spliced")
 """Poison file ``poison-NNN.pdf`` has kind ``POISON_KINDS[NNN % 4]``."""
 
 _CUSTOMERS = ("Acme Industrial GmbH", "Borealis Trading Ltd", "Nordlicht Werke AG",
@@ -73,10 +74,26 @@ def _poison_bytes(kind, rng):
     if kind == "spliced":  # middle third gone, head and tail intact: passes the tail check
         third = len(data) // 3
         return data[:third] + data[2 * third:]
-    if kind == "blank-page":  # a valid PDF whose second page has no text
-        texts = _healthy_texts(rng)
-        return pdf_bytes(texts[:1] + [""] + texts[1:])
+    if kind == "damaged":  # 8 bytes overwritten inside a compressed content stream
+        return damage_stream(data, rng)
     return b"<html><body><h1>502 Bad Gateway</h1></body></html>\n"  # not-pdf
+
+
+def streams(data: bytes) -> list[tuple[int, int]]:
+    """``(start, end)`` byte ranges of the stream bodies of a PDF written by ``pdf_bytes``."""
+    return [(m.end(), data.index(b"endstream", m.end()))
+            for m in re.finditer(rb"(?<!end)stream\r?\n", data)]
+
+
+def damage_stream(data: bytes, rng, length: int = 8) -> bytes:
+    """``data`` with ``length`` seeded bytes overwritten at a seeded offset inside a stream.
+
+    MuPDF opens such a file without complaint (the xref is intact) and reads
+    what it can of the stream: the damage shows only as warnings on the page.
+    """
+    start, end = rng.choice([span for span in streams(data) if span[1] - span[0] > 2 * length])
+    offset = rng.randrange(start + length, end - length)
+    return data[:offset] + bytes(rng.randrange(256) for _ in range(length)) + data[offset + length:]
 
 
 def make_corpus(out_dir, docs: int = 30, poison: int = 3, seed: int = 0, *,
