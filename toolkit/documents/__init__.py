@@ -23,6 +23,7 @@ from pathlib import Path
 
 from toolkit.documents.preflight import (PAGE_KINDS, Preflight, damage, mupdf as _mupdf,  # noqa: F401
                                         open_sound, page_count, preflight, read_page)
+from toolkit.documents.ocr import routed as ocr_routed
 from toolkit.documents.render import check as check_rendered, pdf_bytes
 from toolkit.errors import PermanentError
 

@@ -70,3 +70,30 @@ def page_text(page, options: dict) -> str:
     if damaged:
         raise PermanentError(f"damaged: page {page.number + 1}: {damaged}")
     return text
+
+
+def needs_ocr(path) -> bool:
+    """True when some page of ``path`` has images and no fonts: a scanned page.
+
+    Read from the page resources only (no content stream is parsed), so it is
+    cheap enough to key every input of every rerun. False for a file MuPDF
+    cannot open (preflight will say why).
+    """
+    pymupdf = mupdf()
+    try:
+        with pymupdf.open(path, filetype="pdf") as doc:
+            return any(doc.get_page_images(n) and not doc.get_page_fonts(n)
+                       for n in range(doc.page_count))
+    except Exception:  # poison: keyed as it is, quarantined by preflight
+        return False
+
+
+def routed(path, options: dict) -> dict:
+    """``options`` plus the OCR route (``ocr_options``) when ``path`` has scanned pages.
+
+    The route changes how the result is made, so it is part of the request
+    identity: the same file read by another engine or language is other work.
+    """
+    if not needs_ocr(path):
+        return options
+    return {**ocr_options(options.get("ocr_language", DEFAULT_LANGUAGE)), **options}

@@ -158,10 +158,10 @@ class Pipeline:
         keys = {}  # ordered, and O(1) membership: resume of a large batch stays linear
         for path in sorted(Path(p) for p in inputs):
             digest = content_digest(path)
-            options = self.options
+            options = documents.ocr_routed(path, self.options)  # scans: the OCR route is identity
             if self.page_by_page_from is not None:  # the routing needs the page count first
                 pages = documents.page_count(path)
-                options = routed_options(self.options, pages, self.page_by_page_from)
+                options = routed_options(options, pages, self.page_by_page_from)
             key = task_key(digest, options)
             self._paths[key] = path
             if PAGE_BY_PAGE in options:

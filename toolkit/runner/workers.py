@@ -22,7 +22,7 @@ import dataclasses
 import multiprocessing
 from pathlib import Path
 
-from toolkit.documents import page_count
+from toolkit.documents import ocr_routed, page_count
 from toolkit.errors import ToolkitError
 from toolkit.identity import file_task_key
 from toolkit.ledger import State, open_ledger
@@ -224,8 +224,9 @@ def _provider(spec: _Spec):
 
 
 def _batch_counts(location, inputs, options, page_by_page_from=None):
-    keys = {file_task_key(path, options if page_by_page_from is None else routed_options(
-        options, page_count(path), page_by_page_from)) for path in inputs}
+    keys = {file_task_key(path, ocr_routed(path, options) if page_by_page_from is None else
+                          routed_options(ocr_routed(path, options), page_count(path),
+                                         page_by_page_from)) for path in inputs}
     counts = {state.value: 0 for state in State}
     unsettled = 0
     try:
