@@ -1,5 +1,10 @@
 """The real document work: poison preflight, page text, "translation", PDF output.
 
+Preflight (``preflight.py``) reads MuPDF's own warnings page by page; image
+pages are read by Tesseract (``ocr.py``); outputs keep every script and are
+checked by extracting them again (``render.py``); scans for fixtures are made
+by ``scans.py`` and the corpus by ``corpus.py``.
+
 PyMuPDF is imported lazily, inside the functions that need it, so importing
 this module stays cheap for the CLI, the ledger and the checker.
 
@@ -10,7 +15,8 @@ kept); every other word is upper-cased ("not in the glossary"). ``process``
 counts protected tokens before and after and refuses to call a result done
 when they differ; the option ``{"drop_codes": true}`` drops model codes on
 purpose so tests exercise that check honestly. Option keys other than
-``target`` and ``drop_codes`` are part of the request identity only.
+``target``, ``drop_codes``, ``page`` and the OCR route's ``ocr_language`` and
+``ocr_engine`` are part of the request identity only.
 """
 
 import hashlib
@@ -21,8 +27,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from toolkit.documents.preflight import (PAGE_KINDS, Preflight, damage, mupdf as _mupdf,  # noqa: F401
-                                        open_sound, page_count, preflight, read_page)
+from toolkit.documents.preflight import PAGE_KINDS, Preflight, page_count, preflight  # noqa: F401
+from toolkit.documents.preflight import mupdf as _mupdf
 from toolkit.documents.ocr import routed as ocr_routed
 from toolkit.documents.render import check as check_rendered, pdf_bytes
 from toolkit.errors import PermanentError
