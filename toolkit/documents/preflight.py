@@ -26,6 +26,8 @@ _COVER = 0.5  # an image over at least half the page area makes an image page
 _DAMAGE = re.compile(r"zlib|flate|lzw|ccitt|jbig2|dct|jpeg|syntax error|unknown keyword|"
                      r"invalid|read error|repair|corrupt|cannot|error", re.IGNORECASE)
 PAGE_KINDS = ("text", "image", "blank")
+_GARBLED_KEY = re.compile(r"/[^\s/<>\[\]()]*#(?:[0-1][0-9A-F]|[7-9A-F][0-9A-F])[^\s/<>\[\]()]*")
+_SHOWS_TEXT = re.compile(rb"(?:\bTj|\bTJ|[\s\])]['\"])\s")  # Tj, TJ, ' and " show text
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,20 +72,49 @@ def classify(page, text: str) -> str:
     return "blank"
 
 
+def _silent_damage(page) -> str | None:
+    """Damage MuPDF does not warn about, on a page that came out blank: a page object
+    that is not a page (MuPDF shows it as an empty page), a page dictionary with a key of
+    control or non-ASCII bytes (an overwritten /Contents), a /Contents reference to
+    something that is not a stream, or text operators that drew no text (the font
+    resource they name is gone)."""
+    doc = page.parent
+    if doc.xref_get_key(page.xref, "Type") != ("name", "/Page"):  # MuPDF shows an empty page
+        return f"page object {page.xref} is not a /Page: {doc.xref_object(page.xref)[:60]!r}"
+    garbled = _GARBLED_KEY.search(doc.xref_object(page.xref, compressed=True))
+    if garbled:  # e.g. /Contents overwritten: the page simply loses its content
+        return f"page dictionary has a garbled key {garbled.group(0)!r}"
+    kind, value = doc.xref_get_key(page.xref, "Contents")
+    if kind in ("xref", "array"):
+        refs = [int(number) for number in re.findall(r"(\d+) 0 R", value)]
+        if not refs or not all(0 < ref < doc.xref_length() and doc.xref_is_stream(ref)
+                               for ref in refs):
+            return f"/Contents {value} is not a content stream"
+    elif kind != "null":
+        return f"/Contents is {kind} {value}"
+    if _SHOWS_TEXT.search(page.read_contents()):
+        return "text operators drew no text (a font or resource they need is missing)"
+    return None
+
+
 def read_page(page):
-    """``(text, kind, damage)`` of one page: its text, class, and the first damage warning.
+    """``(text, kind, damage)`` of one page: its text, class, and the first damage found.
 
     An image page is also rendered small, so a damaged image stream speaks now
     and not only when OCR renders it. The warning buffer is global to MuPDF:
-    reset before, read after, with no other MuPDF call in between.
+    flushed (MuPDF folds a repeated warning into "... repeated N times", so a
+    page repeating the last page's warning would show only that) and reset
+    before, read after, with no other MuPDF call in between.
     """
     pymupdf = mupdf()
+    pymupdf.mupdf.fz_flush_warnings()
     pymupdf.TOOLS.reset_mupdf_warnings()
     text = page.get_text()
     kind = classify(page, text)
     if kind == "image":
         page.get_pixmap(dpi=24, colorspace=pymupdf.csGRAY)
-    return text, kind, damage(pymupdf.TOOLS.mupdf_warnings())
+    warned = damage(pymupdf.TOOLS.mupdf_warnings())
+    return text, kind, warned or (_silent_damage(page) if kind == "blank" else None)
 
 
 def preflight(path, page: int | None = None) -> Preflight:
