@@ -132,11 +132,10 @@ def test_right_to_left_lines_compare_as_multisets_and_a_lost_letter_is_named():
         check(data, ["فاتورة ب 12.50"])
 
 
-def test_a_character_no_installed_font_covers_is_a_permanent_failure_naming_it(tmp_path):
-    source = tmp_path / "plain.pdf"
-    source.write_bytes(pdf_bytes(["Invoice INV-00231"]))
-    with pytest.raises(PermanentError, match=r"no installed font covers '\\U0010fffd'"):
-        pdf_bytes(["Invoice \U0010fffd"])
+def test_a_character_no_installed_font_covers_is_a_permanent_failure_naming_it():
+    """Linear B (U+10000) is in no font of the chain: refused by name, never drawn as a dot."""
+    with pytest.raises(PermanentError, match=r"no installed font covers '𐀀' \(U\+10000\)"):
+        pdf_bytes(["Invoice \U00010000 INV-00231"])
 
 
 def test_fixtures_command_writes_scans_mixed_and_multi_script_documents(tmp_path):

@@ -61,6 +61,8 @@ def runs(line: str) -> list[tuple[tuple, str]]:
     """
     out, missing = [], []
     for char in line:
+        if not char.isspace() and not _shown(char):
+            continue  # control, format, private-use: nothing a reader sees, nothing to keep
         entry = out[-1][0] if out and char.isspace() else _font_for(char)
         if entry is None:
             missing.append(char)
@@ -150,10 +152,15 @@ def pdf_bytes(texts: list[str]) -> bytes:
         doc.close()
 
 
+def _shown(char: str) -> bool:
+    """Not a control, format, surrogate, private-use or unassigned character."""
+    return unicodedata.category(char)[0] != "C"
+
+
 def _visible(text: str) -> str:
-    """NFKC, without whitespace and control/format characters: what a reader sees."""
+    """NFKC, without whitespace and the characters ``_shown`` leaves out: what a reader sees."""
     return "".join(char for char in unicodedata.normalize("NFKC", text)
-                   if not char.isspace() and unicodedata.category(char)[0] != "C")
+                   if not char.isspace() and _shown(char))
 
 
 def _rtl(text: str) -> bool:
