@@ -146,3 +146,14 @@ def test_fixtures_command_writes_scans_mixed_and_multi_script_documents(tmp_path
     with pymupdf.open(paths[0]) as bilevel, pymupdf.open(paths[1]) as gray:
         filters = [doc.xref_get_key(doc[0].get_images()[0][0], "Filter")[1] for doc in (bilevel, gray)]
     assert filters == ["/CCITTFaxDecode", "/DCTDecode"]
+
+
+def test_a_page_drawing_only_spaces_is_blank_not_damaged(tmp_path):
+    """Text operators that drew only spaces are a blank page, not a lost font (no false alarm)."""
+    import pymupdf
+
+    doc = pymupdf.open()
+    doc.new_page().insert_text((72, 72), "Invoice INV-00231")
+    doc.new_page().insert_text((72, 72), "   ", fontname="helv")
+    doc.save(tmp_path / "spaces.pdf")
+    assert preflight(tmp_path / "spaces.pdf").kinds == ("text", "blank")

@@ -92,7 +92,8 @@ def _silent_damage(page) -> str | None:
             return f"/Contents {value} is not a content stream"
     elif kind != "null":
         return f"/Contents is {kind} {value}"
-    if _SHOWS_TEXT.search(page.read_contents()):
+    drew = any(block.get("lines") for block in page.get_text("rawdict")["blocks"])  # even spaces
+    if _SHOWS_TEXT.search(page.read_contents()) and not drew:
         return "text operators drew no text (a font or resource they need is missing)"
     return None
 
