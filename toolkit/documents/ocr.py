@@ -13,7 +13,7 @@ import subprocess
 from functools import cache
 from pathlib import Path
 
-from toolkit.documents.preflight import damage, mupdf
+from toolkit.documents.preflight import classify, damage, mupdf
 from toolkit.errors import PermanentError
 
 OCR_DPI = 200
@@ -73,17 +73,24 @@ def page_text(page, options: dict) -> str:
 
 
 def needs_ocr(path) -> bool:
-    """True when some page of ``path`` has images and no fonts: a scanned page.
+    """True when some page of ``path`` is a scanned page (``preflight.classify``).
 
-    Read from the page resources only (no content stream is parsed), so it is
-    cheap enough to key every input of every rerun. False for a file MuPDF
-    cannot open (preflight will say why).
+    Read from the page resources first (no content stream is parsed): a page
+    with images and no fonts is a scan; only a page with both (a scan with a
+    stamp or a partial OCR layer, or a text page with a figure) is classified,
+    by the same rule preflight uses. Cheap enough to key every input of every
+    rerun. False for a file MuPDF cannot open (preflight will say why).
     """
     pymupdf = mupdf()
+
+    def scanned(doc, n):
+        if not doc.get_page_images(n):
+            return False
+        return not doc.get_page_fonts(n) or classify(doc[n]) == "image"
+
     try:
         with pymupdf.open(path, filetype="pdf") as doc:
-            return any(doc.get_page_images(n) and not doc.get_page_fonts(n)
-                       for n in range(doc.page_count))
+            return any(scanned(doc, n) for n in range(doc.page_count))
     except Exception:  # poison: keyed as it is, quarantined by preflight
         return False
 
