@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.documents import ocr_routed, page_texts, preflight, process
+from toolkit.documents import ocr_routed, page_texts, pdf_bytes, preflight, process
 from toolkit.documents.corpus import _healthy_texts
 from toolkit.documents.preflight import damage, mupdf
+from toolkit.documents.render import check
 from toolkit.documents.scans import add_scan_page, scan_image
 from toolkit.errors import PermanentError
 
@@ -137,3 +138,62 @@ def test_scan_with_a_bates_stamp_goes_to_ocr_and_keeps_the_scanned_body_and_the_
     tokens = re.findall(r"\b[A-Z]{2,4}-\d{3,5}\b|\b\d+[.,]\d{2}\b", body)
     assert tokens and all(token in out for token in tokens)
     assert len(out) > 0.8 * len(body) and "ABC-000123" in out
+
+
+@pytest.mark.parametrize("script, text, font", [
+    ("Thai", "ใบแจ้งหนี้ INV-00231 ยอดรวม 12.50", "Noto Sans Thai"),
+    ("Devanagari", "चालान INV-00231 कुल 12.50", "Noto Sans Devanagari"),
+    ("Armenian", "Հաշիվ INV-00231 ընդամենը 12.50", "Noto Sans Armenian"),
+    ("Ethiopic", "ደረሰኝ INV-00231 ጠቅላላ 12.50", "Noto Sans Ethiopic"),
+])
+def test_thai_devanagari_armenian_ethiopic_are_drawn_by_installed_noto_fonts_not_refused(
+        script, text, font):
+    """fonts-noto-core has a font for each script, but the fixed chain did not list them:
+    "no installed font covers" was raised. The chain now falls back to every installed
+    Noto font by coverage; the output embeds that font and carries every character."""
+    data = pdf_bytes([text])
+    check(data, [text])  # raises if a character is lost
+    with mupdf().open(stream=data, filetype="pdf") as doc:
+        fonts = [entry[3] for entry in doc.get_page_fonts(0)]
+    assert any(font in name for name in fonts), (script, fonts)
+
+
+def test_text_no_installed_font_draws_is_refused_at_preflight_before_it_is_sent(tmp_path):
+    """A character no installed font draws (an emoji: no emoji font is installed) used to
+    be found only when the provider rendered the output, after it had executed (billed)
+    the document. Preflight, which the pipeline runs before enqueueing, refuses it now,
+    naming the character. A variation selector after it (invisible) is not named."""
+    pymupdf = mupdf()
+    doc = pymupdf.open()
+    page = doc.new_page()
+    page.insert_text((72, 72), "Moon X INV-00231", fontname="helv")
+    # The font's ToUnicode maps the code of "X" to U+1F311 U+FE0F, as a PDF with an emoji
+    # (drawn by some font the writer had) carries it; nothing here draws it.
+    cmap = xref = doc.get_new_xref()
+    doc.update_object(xref, "<<>>")
+    doc.update_stream(xref, b"/CIDInit /ProcSet findresource begin 12 dict begin begincmap "
+                            b"/CMapName /Emoji def 1 begincodespacerange <00> <FF> "
+                            b"endcodespacerange 1 beginbfchar <58> <D83CDF11FE0F> endbfchar "
+                            b"endcmap CMapName currentdict /CMap defineresource pop end end")
+    doc.xref_set_key(page.get_fonts()[0][0], "ToUnicode", f"{cmap} 0 R")
+    doc.save(tmp_path / "emoji.pdf")
+    assert "\U0001F311" in page_texts(tmp_path / "emoji.pdf")[0]
+    verdict = preflight(tmp_path / "emoji.pdf")
+    assert not verdict.ok
+    assert verdict.reason == "unrenderable: page 1: no installed font covers '🌑' (U+1F311) x1"
+
+
+def test_dense_page_is_set_smaller_on_one_output_page_not_reflowed_onto_three(tmp_path):
+    """A dense real page (pdflatex: ~120 lines of 90 characters) used to overflow the 52
+    output lines per page: a 117-page input became 163 pages, a 4-page one 7, and page
+    requests no longer lined up with input pages. One output page per input page now (the
+    type is set smaller), for Latin-1 text (helv) and for text with other scripts (Noto)."""
+    pymupdf = mupdf()
+    for extra in ("", " Ωμέγα"):
+        texts = [f"Line {n} of a dense page, model XR-{2000 + n}{extra}" for n in range(3)]
+        texts[1] = "\n".join(f"Line {n} of a dense page, model XR-{2000 + n}{extra}" for n in range(130))
+        data = pdf_bytes(texts)
+        check(data, texts)  # every line where it belongs, every character kept
+        with pymupdf.open(stream=data, filetype="pdf") as doc:
+            assert doc.page_count == 3
+            assert len(doc[1].get_text().splitlines()) == 130

@@ -20,6 +20,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from toolkit.documents.fonts import uncovered
+
 _TAIL = 1024  # bytes searched for %%EOF / startxref, as PDF readers do
 _COVER = 0.5  # an image over at least half the page area makes an image page
 # A page with such an image whose text blocks cover less than this share of the page is a
@@ -164,8 +166,9 @@ def preflight(path, page: int | None = None) -> Preflight:
     (no ``%%EOF``/``startxref`` in the tail), unreadable, repaired (MuPDF had
     to rebuild the xref on open: it repairs silently, so we ask it),
     encrypted, zero-pages, then per page: unreadable, damaged (MuPDF warned of
-    a stream error while reading it), and at the end no-content (every page
-    blank). A blank page in a document with content is fine. Never raises
+    a stream error while reading it), unrenderable (a character of its text that
+    no installed font draws, ``fonts.uncovered``: refused before the request is
+    sent and billed, not after), and at the end no-content (every page blank). A blank page in a document with content is fine. Never raises
     for a bad file.
     """
     failure, doc, repaired = open_sound(path, accept_moved_xref=True)
@@ -182,7 +185,7 @@ def preflight(path, page: int | None = None) -> Preflight:
             if not 1 <= number <= pages:
                 return Preflight(False, f"no-page: no page {number} in {pages} pages", pages)
             try:
-                _, kind, damaged = read_page(doc, number - 1)
+                text, kind, damaged = read_page(doc, number - 1)
             except Exception as exc:  # a page MuPDF cannot interpret: poison, not a crash
                 return Preflight(False, f"unreadable: page {number}: {exc}", pages)
             if repaired and (damaged or kind == "blank"):  # a lost page looks blank here
@@ -190,6 +193,11 @@ def preflight(path, page: int | None = None) -> Preflight:
                                  f"and page {number} came out {damaged or 'blank'}", 0)
             if damaged:
                 return Preflight(False, f"damaged: page {number}: {damaged}", pages)
+            missing = uncovered(text) if kind == "text" else None
+            if missing:  # refused here, before the request is sent (and billed)
+                shown = ", ".join(f"{c!r} (U+{ord(c):04X}) x{n}" for c, n in sorted(missing.items()))
+                return Preflight(False, f"unrenderable: page {number}: no installed font covers "
+                                 f"{shown}", pages)
             kinds.append(kind)
     if page is None and set(kinds) == {"blank"}:
         return Preflight(False, f"no-content: all {pages} pages are blank", pages, tuple(kinds))

@@ -2,55 +2,34 @@
 
 Text that is all Latin-1 is written as before, in the base-14 Helvetica
 (``helv``): the same bytes as ever for the same texts. Anything else is cut
-into runs of characters, each run set in the first font of ``FONT_CHAIN`` that
-has a glyph for it (Noto for Latin, Greek, Cyrillic, Arabic, Hebrew, maths and
-symbols; MuPDF's built-in Droid Sans Fallback for CJK), embedded and
-subsetted. A character no font covers is a loss, and losses are caught by
+into runs of characters, each run set in the font ``fonts.font_for`` picks
+(``FONT_CHAIN`` first: Noto for Latin, Greek, Cyrillic, Arabic, Hebrew, maths
+and symbols, MuPDF's built-in Droid Sans Fallback for CJK; then any installed
+Noto font whose cmap has it: Thai, Devanagari, Armenian, Ethiopic, ...),
+embedded and subsetted. Glyphs are placed one after another, without
+shaping: Indic vowel signs are not reordered, but every character is kept.
+One output page per input page (a long page is set smaller). A character no font covers is a loss, and losses are caught by
 ``check``: the output's text, extracted again, must equal what was meant to
 be written, after NFKC, line by line (exactly for left-to-right lines; as a
 multiset of characters for lines with right-to-left script, whose extraction
 order is not reliable). Whitespace and control characters take no part.
 """
 
-import re
 import textwrap
 import unicodedata
 from collections import Counter
-from functools import cache
-from pathlib import Path
 
+from toolkit.documents.fonts import FONT_CHAIN, FONT_SIZE as _FONT_SIZE, advance  # noqa: F401
+from toolkit.documents.fonts import font as _font, font_for as _font_for, shown as _shown
 from toolkit.documents.preflight import mupdf
 from toolkit.errors import PermanentError
 
-_NOTO = Path("/usr/share/fonts/truetype/noto")
-# (name, font file or MuPDF built-in name, right-to-left), tried in order for each character.
-FONT_CHAIN = (("NotoSans", _NOTO / "NotoSans-Regular.ttf", False),
-              ("NotoSansArabic", _NOTO / "NotoSansArabic-Regular.ttf", True),
-              ("NotoSansHebrew", _NOTO / "NotoSansHebrew-Regular.ttf", True),
-              ("NotoSansMath", _NOTO / "NotoSansMath-Regular.ttf", False),
-              ("NotoSansSymbols", _NOTO / "NotoSansSymbols-Regular.ttf", False),
-              ("NotoSansSymbols2", _NOTO / "NotoSansSymbols2-Regular.ttf", False),
-              ("cjk", "cjk", False))
-_LINE_WIDTH, _LINES_PER_PAGE, _FONT_SIZE, _LEADING = 90, 52, 10, 13
+_LINE_WIDTH, _LINES_PER_PAGE, _LEADING = 90, 52, 13
 _LEFT, _TOP, _WIDTH = 56, 72, 483  # A4 (595 x 842 pt) with 56 pt margins
-
-
-@cache
-def _font(source):
-    """A loaded font, or None when its file is not installed (the chain skips it)."""
-    pymupdf = mupdf()
-    if isinstance(source, str):
-        return pymupdf.Font(source)
-    return pymupdf.Font(fontfile=str(source)) if source.is_file() else None
-
-
-def _font_for(char: str):
-    """The first entry of ``FONT_CHAIN`` with a glyph for ``char``, or None."""
-    for entry in FONT_CHAIN:
-        font = _font(entry[1])
-        if font is not None and font.has_glyph(ord(char)):
-            return entry
-    return None
+# One output page per input page: a page with more than 52 lines is set smaller (font and
+# leading scaled by 52 / lines), down to this scale (2 pt type on 2.6 pt leading, 260
+# lines); only a page longer than that overflows onto a further page.
+_MIN_SCALE = 0.2
 
 
 def runs(line: str) -> list[tuple[tuple, str]]:
@@ -75,26 +54,50 @@ def runs(line: str) -> list[tuple[tuple, str]]:
     return out
 
 
-def _width(line: str) -> float:
-    return sum(_font(entry[1]).text_length(text, fontsize=_FONT_SIZE) for entry, text in runs(line))
+def _measure(text: str, entry) -> tuple[float, tuple]:
+    """``(width, last entry)`` of ``text`` at ``_FONT_SIZE`` after a run in ``entry`` (None at
+    the start of a line): the fonts ``runs`` would choose, added up from cached advances.
+
+    Raises:
+        PermanentError: as ``runs``, for a character no installed font covers.
+    """
+    width = 0.0
+    for char in text:
+        if char.isspace():
+            chosen = entry if entry is not None else _font_for(char)
+        elif not _shown(char):
+            continue
+        else:
+            chosen = _font_for(char)
+        if chosen is None:
+            runs(text)  # raises, naming every character of ``text`` no font covers
+        width, entry = width + advance(chosen, char), chosen
+    return width, entry
 
 
 def _wrap(raw: str) -> list[str]:
-    """Greedy wrap by measured width; a token wider than a line (CJK) breaks between characters."""
-    lines, current = [], ""
+    """Greedy wrap by measured width; a token wider than a line (CJK) breaks between characters.
+
+    Each token is measured once and added to the width of the line so far (measuring
+    the whole candidate line again per token was quadratic: 1 min of a 117-page run).
+    """
+    lines, current, width, entry = [], "", 0.0, None
     for token in raw.split(" "):
         candidate = f"{current} {token}" if current else token
-        if _width(candidate) <= _WIDTH:
-            current = candidate
+        more, last = _measure(f" {token}" if current else token, entry)
+        if width + more <= _WIDTH:
+            current, width, entry = candidate, width + more, last
             continue
         if current:
             lines.append(current)
-        current = ""
+        current, width, entry = "", 0.0, None
         for char in token:  # only a token wider than the line reaches past its first char
-            if current and _width(current + char) > _WIDTH:
+            more, last = _measure(char, entry)
+            if current and width + more > _WIDTH:
                 lines.append(current)
-                current = ""
-            current += char
+                current, width, entry = "", 0.0, None
+                more, last = _measure(char, None)
+            current, width, entry = current + char, width + more, last
     return lines + [current]
 
 
@@ -103,7 +106,8 @@ def _latin1(texts) -> bool:
 
 
 def page_lines(texts: list[str]) -> list[list[str]]:
-    """The lines each output page carries: wrapped to the width, 52 per page."""
+    """The lines each output page carries: wrapped to the width, one page per text (set
+    smaller when it has more than 52 lines, see ``_scale``; beyond 260 lines, split)."""
     plain = _latin1(texts)
     pages = []
     for text in texts:
@@ -114,13 +118,19 @@ def page_lines(texts: list[str]) -> list[list[str]]:
                                            break_on_hyphens=False) or [""])
             else:
                 lines.extend(_wrap(raw))
-        for start in range(0, max(len(lines), 1), _LINES_PER_PAGE):
-            pages.append(lines[start:start + _LINES_PER_PAGE])
+        most = int(_LINES_PER_PAGE / _MIN_SCALE)
+        for start in range(0, max(len(lines), 1), most):
+            pages.append(lines[start:start + most])
     return pages
 
 
+def _scale(lines: list[str]) -> float:
+    """1 for a page of at most 52 lines, else what fits them all on the page."""
+    return min(1.0, _LINES_PER_PAGE / max(len(lines), 1))
+
+
 def pdf_bytes(texts: list[str]) -> bytes:
-    """Render one page per text (more if a text overflows); same input, same bytes.
+    """Render one page per text (more only past 260 lines); same input, same bytes.
 
     No dates, no producer, no random ``/ID``: empty metadata and
     ``no_new_id=True``, so the bytes depend on the texts and the MuPDF version only.
@@ -133,15 +143,16 @@ def pdf_bytes(texts: list[str]) -> bytes:
             page = doc.new_page(width=595, height=842)
             if not any(line.strip() for line in lines):
                 continue
+            size = _FONT_SIZE * _scale(lines)
             if plain:
-                page.insert_text((_LEFT, _TOP), "\n".join(lines), fontsize=_FONT_SIZE,
+                page.insert_text((_LEFT, _TOP), "\n".join(lines), fontsize=size,
                                  lineheight=_LEADING / _FONT_SIZE, fontname="helv")
                 continue
             writer = pymupdf.TextWriter(page.rect)
             for row, line in enumerate(lines):
-                point = pymupdf.Point(_LEFT, _TOP + row * _LEADING)
+                point = pymupdf.Point(_LEFT, _TOP + row * _LEADING * size / _FONT_SIZE)
                 for (_, source, rtl), text in runs(line):
-                    _, point = writer.append(point, text, font=_font(source), fontsize=_FONT_SIZE,
+                    _, point = writer.append(point, text, font=_font(source), fontsize=size,
                                              right_to_left=rtl)
             writer.write_text(page)
         if not plain:
@@ -150,11 +161,6 @@ def pdf_bytes(texts: list[str]) -> bytes:
         return doc.tobytes(garbage=4, deflate=True, no_new_id=True)
     finally:
         doc.close()
-
-
-def _shown(char: str) -> bool:
-    """Not a control, format, surrogate, private-use or unassigned character."""
-    return unicodedata.category(char)[0] != "C"
 
 
 def _visible(text: str) -> str:
