@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.documents import ocr_routed, page_texts, pdf_bytes, preflight, process
+from toolkit.documents import ocr_routed, page_texts, pdf_bytes, preflight, process, translate
 from toolkit.documents.corpus import _healthy_texts
 from toolkit.documents.preflight import damage, mupdf
 from toolkit.documents.render import check
@@ -197,3 +197,43 @@ def test_dense_page_is_set_smaller_on_one_output_page_not_reflowed_onto_three(tm
         with pymupdf.open(stream=data, filetype="pdf") as doc:
             assert doc.page_count == 3
             assert len(doc[1].get_text().splitlines()) == 130
+
+
+def _scan(tmp_path, name: str, text: str, rotate: int = 0) -> Path:
+    pymupdf = mupdf()
+    doc = pymupdf.open()
+    add_scan_page(doc, scan_image(text, random.Random(7), 6.0), "gray")
+    doc[0].set_rotation(rotate)
+    doc.save(tmp_path / name)
+    return tmp_path / name
+
+
+@pytest.mark.slow
+def test_greek_scan_read_with_english_data_is_refused_ocr_unreadable_not_done_with_garbage(tmp_path):
+    """Only `eng` language data is installed: a Greek scan read as English came out as
+    Latin-looking garbage ("Etatpeia AA~a") and ended `done`. Tesseract's own mean word
+    confidence (~45 here, ~96 on clean English scans) is under the threshold: a permanent
+    failure `ocr-unreadable`, and no output is written."""
+    text = "Τιμολόγιο αριθμός 231 για την εταιρεία Άλφα\nΠοσότητα τρία, τιμή μονάδας δώδεκα ευρώ\n" * 6
+    path = _scan(tmp_path, "greek.pdf", text)
+    options = ocr_routed(path, {"target": "de"})
+    with pytest.raises(PermanentError, match=r"ocr-unreadable: page 1: mean word confidence \d+ < 70"):
+        process(path, tmp_path / "out.pdf", options)
+    assert not (tmp_path / "out.pdf").exists()
+
+
+@pytest.mark.slow
+def test_sideways_scan_is_read_upright_into_one_page_not_three_pages_of_gibberish(tmp_path):
+    """A scan with /Rotate 90 was read sideways: gibberish, reflowed onto 3 output pages
+    from 1 input page, `done`. Orientation detection turns it upright: one output page
+    carrying the scan's codes and amounts, within 2 % CER of the translated text."""
+    import Levenshtein
+
+    body = _healthy_texts(random.Random(5))[0]
+    path = _scan(tmp_path, "sideways.pdf", body, rotate=90)
+    out = process(path, tmp_path / "out.pdf", ocr_routed(path, {"target": "de"}))
+    layer = page_texts(out.path)
+    assert len(layer) == 1
+    want = " ".join(translate(body, {"target": "de"}).split())
+    got = " ".join(layer[0].split())
+    assert Levenshtein.distance(got, want) / len(want) <= 0.02
