@@ -69,4 +69,7 @@ def test_full_disk_fails_every_write_after_the_first_ones_and_changes_nothing(le
 def test_every_fault_names_a_point_the_runner_or_a_naive_strategy_reaches():
     from toolkit.runner import HOOK_POINTS
 
-    assert {fault.point for fault in FAULTS.values()} <= set(HOOK_POINTS) | {"during_state_write"}
+    from toolkit.faults import PROVIDER_POINTS
+
+    reached = set(HOOK_POINTS) | {"during_state_write"} | set(PROVIDER_POINTS)
+    assert {fault.point for fault in FAULTS.values()} <= reached

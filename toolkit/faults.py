@@ -54,7 +54,13 @@ FAULTS = {fault.name: fault for fault in (
           summary="the process dies before committing its second reply"),
     Fault("crash_after_checkpoint", "after_checkpoint", "crash", nth=2,
           summary="the process dies after checkpointing page 2 of a long document"),
+    Fault("crash_mid_ocr", "ocr_executed", "crash",
+          summary="the process dies in an OCR job: Tesseract has run, the provider has not "
+                  "committed the result (fired by the in-process provider, not the runner)"),
 )}
+
+# Points reached by the in-process provider's ``on_phase`` (drills wire them), not the runner.
+PROVIDER_POINTS = ("ocr_executed",)
 
 # Faults that replace a ledger primitive rather than act at a hook point.
 LEDGER_FAULTS = ("torn_jsonl_write", "disk_full")

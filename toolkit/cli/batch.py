@@ -15,19 +15,28 @@ def _fixtures(parser):
                         help="long healthy documents, long-NNN.pdf (default 0)")
     parser.add_argument("--long-pages", type=int, default=6,
                         help="pages of each long document (default 6)")
+    parser.add_argument("--scans", type=int, default=0,
+                        help="scanned image-only documents, scan-NNN.pdf (default 0)")
+    parser.add_argument("--mixed", type=int, default=0,
+                        help="text + scanned (+ blank) page documents, mixed-NNN.pdf (default 0)")
+    parser.add_argument("--scripts", type=int, default=0,
+                        help="multi-script documents, script-NNN.pdf (default 0)")
     parser.add_argument("--seed", type=int, default=0)
 
     def run(args):
         from toolkit.documents import make_corpus
 
-        if args.docs < 0 or args.poison < 0 or args.long_docs < 0:
-            raise ToolkitError("--docs, --poison and --long-docs must be >= 0")
+        if min(args.docs, args.poison, args.long_docs, args.scans, args.mixed, args.scripts) < 0:
+            raise ToolkitError("--docs, --poison, --long-docs, --scans, --mixed and --scripts "
+                               "must be >= 0")
         if args.long_pages < 1:
             raise ToolkitError("--long-pages must be >= 1")
         paths = make_corpus(args.dir, docs=args.docs, poison=args.poison, seed=args.seed,
-                            long_docs=args.long_docs, long_pages=args.long_pages)
+                            long_docs=args.long_docs, long_pages=args.long_pages,
+                            scans=args.scans, mixed=args.mixed, scripts=args.scripts)
         print(f"wrote {len(paths)} files ({args.docs} healthy, {args.long_docs} long, "
-              f"{args.poison} poison) to {args.dir}")
+              f"{args.poison} poison, {args.scans} scans, {args.mixed} mixed, "
+              f"{args.scripts} multi-script) to {args.dir}")
     return run
 
 

@@ -1,5 +1,10 @@
 """The real document work: poison preflight, page text, "translation", PDF output.
 
+Preflight (``preflight.py``) reads MuPDF's own warnings page by page; image
+pages are read by Tesseract (``ocr.py``); outputs keep every script and are
+checked by extracting them again (``render.py``); scans for fixtures are made
+by ``scans.py`` and the corpus by ``corpus.py``.
+
 PyMuPDF is imported lazily, inside the functions that need it, so importing
 this module stays cheap for the CLI, the ledger and the checker.
 
@@ -10,18 +15,22 @@ kept); every other word is upper-cased ("not in the glossary"). ``process``
 counts protected tokens before and after and refuses to call a result done
 when they differ; the option ``{"drop_codes": true}`` drops model codes on
 purpose so tests exercise that check honestly. Option keys other than
-``target`` and ``drop_codes`` are part of the request identity only.
+``target``, ``drop_codes``, ``page`` and the OCR route's ``ocr_language`` and
+``ocr_engine`` are part of the request identity only.
 """
 
 import hashlib
 import os
 import re
 import tempfile
-import textwrap
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from toolkit.documents.preflight import PAGE_KINDS, Preflight, page_count, preflight  # noqa: F401
+from toolkit.documents.preflight import mupdf as _mupdf
+from toolkit.documents.ocr import routed as ocr_routed
+from toolkit.documents.render import check as check_rendered, pdf_bytes
 from toolkit.errors import PermanentError
 
 GLOSSARIES = {
@@ -45,19 +54,6 @@ _CODE = re.compile(r"[A-Z]{1,6}-\d")
 _WORD = re.compile(r"[^\W\d_]+")
 
 
-_TAIL = 1024  # bytes searched for %%EOF / startxref, as PDF readers do
-_LINE_WIDTH, _LINES_PER_PAGE, _FONT_SIZE, _LEADING = 90, 52, 10, 13
-
-
-@dataclass(frozen=True, slots=True)
-class Preflight:
-    """Verdict of ``preflight``; ``reason`` is ``"<kind>: <detail>"`` when not ok."""
-
-    ok: bool
-    reason: str | None
-    pages: int
-
-
 @dataclass(frozen=True, slots=True)
 class Artifact:
     """A written output file, identified by its size and SHA-256."""
@@ -65,94 +61,6 @@ class Artifact:
     path: str
     size: int
     sha256: str
-
-
-def _mupdf():
-    """Import PyMuPDF on first use; keep its warnings in its buffer, not on stderr."""
-    import pymupdf
-
-    pymupdf.TOOLS.mupdf_display_errors(False)
-    pymupdf.TOOLS.mupdf_display_warnings(False)
-    return pymupdf
-
-
-def preflight(path, page: int | None = None) -> Preflight:
-    """Tell a healthy PDF from poison, cheaply, before the item is enqueued.
-
-    With ``page`` (1-based), only that page's text is checked: the check of
-    one page request, which must not cost a read of the whole document.
-
-    Checks, in order: missing, empty, not-pdf (no ``%PDF-`` head), truncated
-    (no ``%%EOF``/``startxref`` in the tail), unreadable, repaired (MuPDF had
-    to rebuild the xref on open: it repairs silently, so we ask it),
-    encrypted, zero-pages, blank-page (a page without text). Never raises for
-    a bad file.
-    """
-    failure, doc = _open_sound(path)
-    if failure is not None:
-        return failure
-    with doc:
-        if doc.needs_pass or doc.is_encrypted:
-            return Preflight(False, "encrypted: password protected", doc.page_count)
-        pages = doc.page_count
-        if pages == 0:
-            return Preflight(False, "zero-pages: the document has no pages", 0)
-        for number in range(1, pages + 1) if page is None else (page,):
-            if not 1 <= number <= pages:
-                return Preflight(False, f"no-page: no page {number} in {pages} pages", pages)
-            try:
-                text = doc[number - 1].get_text()
-            except Exception as exc:  # a page MuPDF cannot interpret: poison, not a crash
-                return Preflight(False, f"unreadable: page {number}: {exc}", pages)
-            if not text.strip():
-                return Preflight(False, f"blank-page: page {number} has no text", pages)
-    return Preflight(True, None, pages)
-
-
-def page_count(path) -> int:
-    """The page count ``preflight`` reports (0 for a file that is not a sound PDF),
-    without reading any page's text: cheap enough to route every input of a rerun."""
-    failure, doc = _open_sound(path)
-    if failure is not None:
-        return failure.pages
-    with doc:
-        return doc.page_count
-
-
-def _open_sound(path):
-    """``(failure, None)`` for a file that is not a sound PDF, else ``(None, open document)``:
-    the byte checks, then MuPDF's open, refused when it had to repair the file."""
-    path = Path(path)
-    try:
-        with open(path, "rb") as handle:
-            head = handle.read(_TAIL)
-            size = os.fstat(handle.fileno()).st_size
-            handle.seek(max(0, size - _TAIL))
-            tail = handle.read()
-    except FileNotFoundError:
-        return Preflight(False, f"missing: {path.name} does not exist", 0), None
-    except OSError as exc:
-        return Preflight(False, f"unreadable: {exc}", 0), None
-    if size == 0:
-        return Preflight(False, "empty: zero bytes", 0), None
-    if b"%PDF-" not in head:
-        return Preflight(False, "not-pdf: no %PDF- header", 0), None
-    for marker in (b"%%EOF", b"startxref"):
-        if marker not in tail:
-            return Preflight(False, f"truncated: no {marker.decode()} in the last {_TAIL} bytes",
-                             0), None
-    pymupdf = _mupdf()
-    pymupdf.TOOLS.reset_mupdf_warnings()  # the buffer is global: clear it before open
-    try:
-        doc = pymupdf.open(path, filetype="pdf")
-    except Exception as exc:  # FileDataError and friends: MuPDF gave up
-        return Preflight(False, f"unreadable: {exc}", 0), None
-    warnings = pymupdf.TOOLS.mupdf_warnings()
-    if doc.is_repaired or "repair" in warnings:
-        doc.close()
-        first = warnings.splitlines()[0] if warnings else "is_repaired"
-        return Preflight(False, f"repaired: MuPDF rebuilt the file on open ({first})", 0), None
-    return None, doc
 
 
 def page_texts(path, page: int | None = None) -> list[str]:
@@ -220,39 +128,6 @@ def translate(text: str, options: dict) -> str:
     return "".join(out)
 
 
-def _page_lines(texts):
-    """Wrap each text to the page width and split overlong pages (never inside a code)."""
-    pages = []
-    for text in texts:
-        lines = []
-        for raw in text.splitlines() or [""]:
-            lines.extend(textwrap.wrap(raw, _LINE_WIDTH, break_long_words=False,
-                                       break_on_hyphens=False) or [""])
-        for start in range(0, max(len(lines), 1), _LINES_PER_PAGE):
-            pages.append(lines[start:start + _LINES_PER_PAGE])
-    return pages
-
-
-def pdf_bytes(texts: list[str]) -> bytes:
-    """Render one page per text (more if a text overflows); same input, same bytes.
-
-    No dates, no producer, no random ``/ID``: empty metadata and
-    ``no_new_id=True``, so the bytes depend on the texts and the MuPDF version only.
-    """
-    pymupdf = _mupdf()
-    doc = pymupdf.open()
-    try:
-        for lines in _page_lines(texts):
-            page = doc.new_page(width=595, height=842)
-            if any(line.strip() for line in lines):
-                page.insert_text((56, 72), "\n".join(lines), fontsize=_FONT_SIZE,
-                                 lineheight=_LEADING / _FONT_SIZE, fontname="helv")
-        doc.set_metadata({})
-        return doc.tobytes(garbage=4, deflate=True, no_new_id=True)
-    finally:
-        doc.close()
-
-
 def write_atomic(data: bytes, out_path) -> Path:
     """Write ``data`` to a temp file beside ``out_path``, fsync, rename over it."""
     out_path = Path(out_path)
@@ -287,17 +162,41 @@ def render(texts: list[str], out_path) -> Artifact:
     return Artifact(str(out_path), len(data), hashlib.sha256(data).hexdigest())
 
 
+def source_texts(path, kinds, options: dict) -> list[str]:
+    """The text of each page (with ``options["page"]``, of that page only): the text
+    layer of text and blank pages, Tesseract's reading of image pages (``kinds`` from preflight).
+
+    Raises:
+        PermanentError: MuPDF cannot read a page, or OCR refuses (see ``ocr.page_text``).
+    """
+    from toolkit.documents import ocr
+
+    pymupdf = _mupdf()
+    page = options.get("page")
+    try:
+        with pymupdf.open(path, filetype="pdf") as doc:
+            numbers = [page] if page is not None else range(1, doc.page_count + 1)
+            return [ocr.page_text(doc[n - 1], options) if kind == "image" else doc[n - 1].get_text()
+                    for n, kind in zip(numbers, kinds, strict=True)]
+    except (PermanentError, RuntimeError):
+        raise
+    except Exception as exc:  # FileDataError, a page MuPDF cannot interpret, ...
+        raise PermanentError(f"cannot read {Path(path).name}: {exc}") from exc
+
+
 def process(input_path, output_path, options: dict) -> Artifact:
-    """Preflight, extract, translate, check protected tokens, render atomically.
+    """Preflight, extract (OCR for image pages), translate, check, render atomically.
 
     With ``options["page"] = n`` only page n (1-based) is processed: one unit
-    of a document processed page by page. Nothing is written unless every
-    check passed; a failed call leaves ``output_path`` as it was.
+    of a document processed page by page. Two checks guard ``done``: the
+    translation keeps every protected token, and the rendered output, read
+    back, carries the whole translation (``render.check``). Nothing is written
+    unless every check passed; a failed call leaves ``output_path`` as it was.
 
     Raises:
         PermanentError: poison input (with the preflight reason), a page the
-            document does not have, unsupported target, or a translation or
-            rendering that lost protected tokens.
+            document does not have, unsupported target, OCR refused, or a
+            translation or rendering that lost tokens or characters.
     """
     page = options.get("page")
     if page is not None and (not isinstance(page, int) or isinstance(page, bool) or page < 1):
@@ -306,17 +205,13 @@ def process(input_path, output_path, options: dict) -> Artifact:
     if not verdict.ok:  # a page the document lacks is a bad request, not poison
         raise PermanentError(verdict.reason if verdict.reason.startswith("no-page")
                              else f"poison input: {verdict.reason}")
-    source = page_texts(input_path, page)
+    source = source_texts(input_path, verdict.kinds, options)
     translated = [translate(text, options) for text in source]
     lost = lost_tokens("\n".join(source), "\n".join(translated))
     if lost:
         raise PermanentError(f"translation lost protected tokens: {_show(lost)}")
     data = pdf_bytes(translated)
-    pymupdf = _mupdf()
-    with pymupdf.open(stream=data, filetype="pdf") as rendered:
-        lost = lost_tokens("\n".join(source), "\n".join(page.get_text() for page in rendered))
-    if lost:
-        raise PermanentError(f"rendered output lost protected tokens: {_show(lost)}")
+    check_rendered(data, translated)
     write_atomic(data, output_path)
     return Artifact(str(output_path), len(data), hashlib.sha256(data).hexdigest())
 

@@ -52,6 +52,7 @@ class Drill:
     options: tuple = ({},)  # the request options of run n: options[n % len(options)]
     slow_owner: bool = False  # another live process holds the first item's lease, slowly
     cancel_after_first_run: bool = False  # the operator cancels one in-flight item
+    scans: int = 0  # scanned documents and mixed (text + scan + blank) ones, each: OCR route
     expect_valid: bool = True
     expect: tuple[str, ...] = ()  # anomaly kinds the checker must find
     expect_parked: int | None = None  # items left in needs_review, when that is the measure
@@ -202,6 +203,11 @@ CATALOGUE = [
     # half file under the final name needs a crash mid-write (half-download/output-exists).
     Drill("http-cut-download", "over HTTP: the artifact response stops halfway; fetched again",
           contract="idempotent", http=True, service_faults=("cut_fetch",), docs=3, runs=1),
+    # Scans go the OCR route (Tesseract, for real): a lost reply, then the process dies
+    # inside an OCR job; the provider re-runs the abandoned job, the client looks it up.
+    *_pair("scan-batch", "text, scanned and mixed documents: a lost reply, then a crash mid-OCR",
+           "blind-retry", ("double_execution",), faults=("lost_reply", "crash_mid_ocr"),
+           docs=2, scans=1),
     *_matrix(),
 ]
 DRILLS = {drill.name: drill for drill in CATALOGUE}
@@ -221,7 +227,7 @@ def run_drill(drill: Drill, workdir=None, seed: int = 0, strategy=None) -> Drill
             return run_drill(drill, tmp, seed)
     work = Path(workdir)
     inputs = documents.make_corpus(work / "in", docs=drill.docs, poison=drill.poison, seed=seed,
-                                   long_docs=drill.long_docs)
+                                   long_docs=drill.long_docs, scans=drill.scans, mixed=drill.scans)
     contract = dataclasses.replace(parse_contract(drill.contract), seed=seed)
     with contextlib.ExitStack() as stack:
         if drill.http:
@@ -229,7 +235,31 @@ def run_drill(drill: Drill, workdir=None, seed: int = 0, strategy=None) -> Drill
         else:
             provider = stack.enter_context(FakeProvider(work / "provider.db",
                                                         work / "provider-jobs", contract))
-        return _run(drill, work, inputs, contract, provider)
+        ocr = _ocr_phase_faults(drill, provider, inputs)
+        result = _run(drill, work, inputs, contract, provider)
+        return dataclasses.replace(result, fired=result.fired + tuple((0, *s) for s in ocr.fired))
+
+
+def _ocr_phase_faults(drill, provider, inputs):
+    """Faults fired by the in-process provider itself (``crash_mid_ocr``), once per drill:
+    at its ``executed`` phase of a job whose document goes the OCR route."""
+    from toolkit.identity import file_task_key
+
+    injector = Injector(tuple(name for name in drill.faults if name == "crash_mid_ocr"))
+    if not injector.plan or drill.http:
+        return injector
+    ocr_keys = set()
+    for path in inputs:
+        routed = documents.ocr_routed(path, {})
+        if "route" in routed:
+            ocr_keys.update(file_task_key(path, {**option, **routed}) for option in drill.options)
+
+    def on_phase(phase, job_id):
+        job = next(job for job in provider.jobs() if job.job_id == job_id)
+        if job.task_key in ocr_keys:
+            injector(f"ocr_{phase}", job_id)
+    provider.on_phase = on_phase
+    return injector
 
 
 def _run(drill, work, inputs, contract, provider) -> DrillResult:

@@ -56,7 +56,8 @@ def collect_history(ledger_path, provider, inputs, contract, options_sets=({},),
     keyed = {}  # task key -> (path, page count when the document goes page by page)
     for path in inputs:
         for options in options_sets:
-            routed = routed_options(options, checks[path].pages, page_by_page_from)
+            routed = routed_options(documents.ocr_routed(path, options), checks[path].pages,
+                                    page_by_page_from)
             keyed[file_task_key(path, routed)] = (path, checks[path].pages
                                                   if PAGE_BY_PAGE in routed else None)
     return History(

@@ -176,10 +176,10 @@ class Pipeline:
                 self._odd(odd, keys)
                 continue
             digest = content_digest(data)
-            options = self.options
+            options = documents.ocr_routed(data, self.options)  # scans: the OCR route is identity
             if self.page_by_page_from is not None:  # the routing needs the page count first
                 pages = documents.page_count(self._snapshot(digest, data))
-                options = routed_options(self.options, pages, self.page_by_page_from)
+                options = routed_options(options, pages, self.page_by_page_from)
             key = task_key(digest, options)
             if PAGE_BY_PAGE in options:
                 self._pages[key] = pages

@@ -22,7 +22,7 @@ import dataclasses
 import multiprocessing
 from pathlib import Path
 
-from toolkit.documents import page_count
+from toolkit.documents import ocr_routed, page_count
 from toolkit.errors import LedgerError, ToolkitError
 from toolkit.identity import content_digest, task_key
 from toolkit.ledger import State, open_ledger
@@ -231,6 +231,7 @@ def _input_key(path, options, page_by_page_from):
         data = read_input(path)  # never blocks on a FIFO; an odd entry has its own key
     except Odd:
         return odd_key(Path(path).name, options)
+    options = ocr_routed(data, options)  # scans: the OCR route is identity
     if page_by_page_from is not None:
         options = routed_options(options, page_count(path), page_by_page_from)
     return task_key(content_digest(data), options)
