@@ -82,3 +82,35 @@ def test_byte_sweep_anywhere_in_the_file_never_ends_done_with_lost_text(tmp_path
             assert page_texts(out) == expected, (broken.name, offset)
             same += 1
     assert sum(refused.values()) + same == 64 and refused["damaged"] > 0 and same > 0
+
+
+def test_damaged_file_checked_in_another_thread_never_marks_a_healthy_one_damaged(tmp_path):
+    """MuPDF's warning buffer is one per process: while one thread (a second worker, the
+    in-process provider) reads a damaged file, a preflight of a healthy file in another
+    thread must not pick up its warnings. Before the MuPDF lock, two workers quarantined
+    a healthy corpus document as 'damaged: ... cannot find startxref'."""
+    import threading
+
+    from toolkit.documents import make_corpus, preflight
+
+    make_corpus(tmp_path, docs=3, poison=4, seed=1)
+    damaged = [p for p in sorted(tmp_path.glob("poison-*.pdf"))  # those MuPDF opens and warns on
+               if preflight(p).reason.startswith(("damaged", "repaired"))]
+    healthy = sorted(tmp_path.glob("doc-*.pdf"))
+    assert len(damaged) == 2 and all(preflight(p).ok for p in healthy)
+    stop, verdicts = threading.Event(), []
+
+    def read_damaged():
+        while not stop.is_set():
+            for path in damaged:
+                preflight(path)
+
+    noisy = threading.Thread(target=read_damaged)
+    noisy.start()
+    try:
+        for _ in range(40):
+            verdicts.extend(preflight(path) for path in healthy)
+    finally:
+        stop.set()
+        noisy.join()
+    assert [v.reason for v in verdicts if not v.ok] == []

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from toolkit.documents.preflight import PAGE_KINDS, Preflight, page_count, preflight  # noqa: F401
-from toolkit.documents.preflight import mupdf as _mupdf
+from toolkit.documents.preflight import mupdf as _mupdf, one_at_a_time
 from toolkit.documents.ocr import routed as ocr_routed
 from toolkit.documents.render import check as check_rendered, pdf_bytes
 from toolkit.errors import PermanentError
@@ -63,6 +63,7 @@ class Artifact:
     sha256: str
 
 
+@one_at_a_time
 def page_texts(path, page: int | None = None) -> list[str]:
     """The text of each page, in order (with ``page``, of that 1-based page only).
 
@@ -184,6 +185,7 @@ def source_texts(path, kinds, options: dict) -> list[str]:
         raise PermanentError(f"cannot read {Path(path).name}: {exc}") from exc
 
 
+@one_at_a_time
 def process(input_path, output_path, options: dict) -> Artifact:
     """Preflight, extract (OCR for image pages), translate, check, render atomically.
 
@@ -216,6 +218,7 @@ def process(input_path, output_path, options: dict) -> Artifact:
     return Artifact(str(output_path), len(data), hashlib.sha256(data).hexdigest())
 
 
+@one_at_a_time
 def concat(parts, out_path) -> Artifact:
     """Join PDFs in order into ``out_path`` (atomically); same parts, same bytes."""
     pymupdf = _mupdf()

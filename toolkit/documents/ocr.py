@@ -22,7 +22,7 @@ import tempfile
 from functools import cache
 from pathlib import Path
 
-from toolkit.documents.preflight import classify, damage, mupdf
+from toolkit.documents.preflight import classify, damage, mupdf, one_at_a_time
 from toolkit.errors import PermanentError
 
 OCR_DPI = 200
@@ -56,6 +56,7 @@ def ocr_options(language: str = DEFAULT_LANGUAGE) -> dict:
     return {"route": "ocr", "ocr_language": language, "ocr_engine": engine()}
 
 
+@one_at_a_time
 def page_text(page, options: dict) -> str:
     """Recognise the text of an image page.
 
@@ -105,6 +106,7 @@ def _tesseract(pix, language: str, folder: str) -> tuple[str, float | None]:
     return text, (sum(confidences) / len(confidences) if confidences else None)
 
 
+@one_at_a_time
 def needs_ocr(path) -> bool:
     """True when some page of ``path`` (a path, or the input's bytes) is a scanned page.
 

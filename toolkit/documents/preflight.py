@@ -15,8 +15,10 @@ and the warning in the reason. Each page is classified on the way:
 PyMuPDF is imported on first use (``import toolkit`` stays light).
 """
 
+import functools
 import os
 import re
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,6 +59,24 @@ class Preflight:
     reason: str | None
     pages: int
     kinds: tuple = ()
+
+
+# MuPDF's warning buffer is one per process, and PyMuPDF is not thread-safe: a check
+# that resets the buffer, reads a page and reads the buffer back must not see the
+# warnings of a document another thread (a second worker, the in-process provider)
+# is reading meanwhile, or a truncated file's "cannot find startxref" lands on a
+# healthy one. Every entry point that drives MuPDF holds this lock (reentrant: they
+# call each other).
+MUPDF_LOCK = threading.RLock()
+
+
+def one_at_a_time(function):
+    """Run ``function`` holding ``MUPDF_LOCK``."""
+    @functools.wraps(function)
+    def locked(*args, **kwargs):
+        with MUPDF_LOCK:
+            return function(*args, **kwargs)
+    return locked
 
 
 def mupdf():
@@ -124,6 +144,7 @@ def _silent_damage(page) -> str | None:
     return None
 
 
+@one_at_a_time
 def read_page(doc, number: int):
     """``(text, kind, damage)`` of page ``number`` (0-based) of ``doc``: its text, class,
     and the first damage found.
@@ -156,6 +177,7 @@ def read_page(doc, number: int):
     return text, kind, warned or (_silent_damage(page) if kind == "blank" else None)
 
 
+@one_at_a_time
 def preflight(path, page: int | None = None) -> Preflight:
     """Tell a healthy PDF from poison, before the item is enqueued.
 
@@ -204,6 +226,7 @@ def preflight(path, page: int | None = None) -> Preflight:
     return Preflight(True, None, pages, tuple(kinds))
 
 
+@one_at_a_time
 def page_count(path) -> int:
     """The page count ``preflight`` reports (0 for a file that is not a sound PDF),
     without reading any page's text: cheap enough to route every input of a rerun."""

@@ -21,7 +21,7 @@ from collections import Counter
 
 from toolkit.documents.fonts import FONT_CHAIN, FONT_SIZE as _FONT_SIZE, advance  # noqa: F401
 from toolkit.documents.fonts import font as _font, font_for as _font_for, shown as _shown
-from toolkit.documents.preflight import mupdf
+from toolkit.documents.preflight import mupdf, one_at_a_time
 from toolkit.errors import PermanentError
 
 _LINE_WIDTH, _LINES_PER_PAGE, _LEADING = 90, 52, 13
@@ -129,6 +129,7 @@ def _scale(lines: list[str]) -> float:
     return min(1.0, _LINES_PER_PAGE / max(len(lines), 1))
 
 
+@one_at_a_time
 def pdf_bytes(texts: list[str]) -> bytes:
     """Render one page per text (more only past 260 lines); same input, same bytes.
 
@@ -187,6 +188,7 @@ def extracted_lines(page) -> list[str]:
     return ["".join(text for _, text in sorted(spans)) for _, spans in sorted(rows.items())]
 
 
+@one_at_a_time
 def check(data: bytes, texts: list[str]) -> None:
     """Extract ``data`` again and compare it with ``texts``, as the module docstring says.
 
