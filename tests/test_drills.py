@@ -80,7 +80,8 @@ def test_cli_drill_json_is_one_list_and_exit_zero_when_all_as_expected():
     rows = json.loads(result.stdout)
     assert rows == [{"drill": "half-download/output-exists", "strategy": "output-exists",
                      "contract": "idempotent", "submit_calls": 4, "executions": 4, "valid": False,
-                     "expected_valid": False, "anomalies": ["fake_done"]}]
+                     "expected_valid": False, "anomalies": ["fake_done"], "status": "as expected",
+                     "reason": ""}]
 
 
 def test_cli_unknown_drill_is_a_one_line_error():

@@ -26,25 +26,31 @@ def _drill(parser):
                                f"{', '.join(DRILLS)}")
         names = None if args.name == "all" else [args.name]
         if args.strategy is not None:
-            from toolkit.runner.naive import resolve_strategy
+            from toolkit.runner.registry import resolve_strategy
 
             resolve_strategy(args.strategy)  # a bad reference is one line, before any work
         results = run_catalogue(names, strategy=args.strategy, progress=lambda r: print(
-            f"  {r.drill.name}: {'as expected' if r.passed else 'UNEXPECTED'}", file=sys.stderr))
+            f"  {r.drill.name}: {r.status}", file=sys.stderr))
         rows = [result.row() for result in results]
         if args.json:
             print(json.dumps([{k: row[k] for k in (
                 "drill", "strategy", "contract", "submit_calls", "executions", "valid",
-                "expected_valid", "anomalies")} for row in rows], indent=2))
+                "expected_valid", "anomalies", "status", "reason")} for row in rows], indent=2))
         else:
-            shown = [{**row, "verdict": _verdict(row["valid"]), "expected": _verdict(
-                row["expected_valid"]), "anomalies": ",".join(row["anomalies"]) or "-",
-                "submits": row["submit_calls"], "execs": row["executions"]} for row in rows]
+            shown = [{**row, "verdict": "-" if row["status"] == "n/a" else _verdict(row["valid"]),
+                      "expected": _verdict(row["expected_valid"]),
+                      "anomalies": ",".join(row["anomalies"]) or "-",
+                      "submits": row["submit_calls"], "execs": row["executions"]} for row in rows]
             print(table(shown, ["drill", "strategy", "contract", "submits", "execs", "outcome",
-                                "verdict", "expected", "anomalies"]))
-            failed = sum(not row["passed"] for row in rows)
-            print(f"\n{len(rows)} drills, {len(rows) - failed} as expected, {failed} unexpected")
-        return 1 if any(not row["passed"] for row in rows) else 0
+                                "verdict", "expected", "status", "anomalies"]))
+            for row in rows:
+                if row["reason"]:
+                    print(f"  {row['drill']}: {row['status']}: {row['reason']}")
+            tally = {status: sum(row["status"] == status for row in rows) for status in
+                     ("as expected", "UNEXPECTED", "inconclusive", "n/a")}
+            print(f"\n{len(rows)} drills: " + ", ".join(f"{n} {status}" for status, n in
+                                                     tally.items() if n))
+        return 1 if any(result.failing for result in results) else 0
     return run
 
 

@@ -43,7 +43,7 @@ from urllib.parse import quote, urlsplit
 from ..errors import KeyReuseError, PermanentError, ToolkitError, TransientError
 from ..identity import canonical_json
 from .contract import Contract, Job, JobStatus, ProviderConflict
-from .service import (
+from .wire import (
     CHUNK,
     CONTRACT_HEADER,
     HOST,
@@ -288,6 +288,10 @@ class HttpProvider:
 
     def executions(self) -> list[dict]:
         return self._call("GET", "/executions")["executions"]
+
+    def faults_fired(self) -> dict:
+        """``{fault: times fired}`` of the service's own faults (slow submits, cut fetches)."""
+        return self._call("GET", "/faults")
 
 
 class ServiceProcess:

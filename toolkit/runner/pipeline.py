@@ -139,6 +139,7 @@ class Pipeline:
         self.halted: str | None = None  # why the batch stopped taking work, if it did
         self.unsettled = 0
         self.recovered: list[str] = []  # keys taken over from dead owners at start
+        self.quarantined: set[str] = set()  # poison found by preflight: never processed
 
     def close(self):
         self.ledger.close()
@@ -175,6 +176,10 @@ class Pipeline:
                 check = documents.preflight(path)
                 if not check.ok:
                     self._quarantine(item, check.reason)
+                    item = self.ledger.get(key)
+            if item.state is S.FAILED and item.failure == PERMANENT and \
+                    (item.reason or "").startswith("poison:"):
+                self.quarantined.add(key)  # run() never hands it to process()
         return list(keys)
 
     def _quarantine(self, item: Item, reason: str):
@@ -203,7 +208,8 @@ class Pipeline:
 
                 bar = tqdm(total=len(keys), file=sys.stderr, unit="doc", leave=False)
             for key in keys:
-                self.process(key)
+                if key not in self.quarantined:
+                    self.process(key)
                 if bar is not None:
                     bar.update(1)
         except LedgerError as exc:
