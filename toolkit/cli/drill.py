@@ -10,7 +10,12 @@ from toolkit.errors import ToolkitError
 @command("drill", "Run fault drills (safe and naive strategies) and print their verdicts.")
 def _drill(parser):
     parser.add_argument("name", help="'all', or one drill's name (see 'drill list')")
-    parser.add_argument("--json", action="store_true", help="print one JSON list")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON list; each row with its findings (file, witness "
+                             "calls, remedy)")
+    parser.add_argument("--explain", action="store_true",
+                        help="after the table, explain every row: faults fired, each finding "
+                             "with its document, witness calls and a remedy")
     parser.add_argument("--strategy", default=None,
                         help="run every scenario with this strategy instead: a name, or "
                              "module:Class for your own pipeline (a toolkit.runner.Pipeline)")
@@ -33,16 +38,20 @@ def _drill(parser):
             f"  {r.drill.name}: {r.status}", file=sys.stderr))
         rows = [result.row() for result in results]
         if args.json:
-            print(json.dumps([{k: row[k] for k in (
+            from toolkit.drills.explain import findings_json
+
+            print(json.dumps([{**{k: row[k] for k in (
                 "drill", "strategy", "contract", "submit_calls", "executions", "valid",
-                "expected_valid", "anomalies", "status", "reason")} for row in rows], indent=2))
+                "expected_valid", "anomalies", "status", "reason", "headline", "costly")},
+                "findings": findings_json(result)} for row, result in zip(rows, results)],
+                indent=2))
         else:
-            shown = [{**row, "verdict": "-" if row["status"] == "n/a" else _verdict(row["valid"]),
+            shown = [{**row, "headline": row["headline"] or "-", "verdict": "-" if row["status"] == "n/a" else _verdict(row["valid"]),
                       "expected": _verdict(row["expected_valid"]),
                       "anomalies": ",".join(row["anomalies"]) or "-",
                       "submits": row["submit_calls"], "execs": row["executions"]} for row in rows]
             print(table(shown, ["drill", "strategy", "contract", "submits", "execs", "outcome",
-                                "verdict", "expected", "status", "anomalies"]))
+                                "verdict", "expected", "status", "headline", "anomalies"]))
             for row in rows:
                 if row["reason"]:
                     print(f"  {row['drill']}: {row['status']}: {row['reason']}")
@@ -50,6 +59,10 @@ def _drill(parser):
                      ("as expected", "UNEXPECTED", "inconclusive", "n/a")}
             print(f"\n{len(rows)} drills: " + ", ".join(f"{n} {status}" for status, n in
                                                      tally.items() if n))
+            if args.explain:
+                from toolkit.drills.explain import explain_result
+
+                print("\n" + "\n\n".join(explain_result(result) for result in results))
         return 1 if any(result.failing for result in results) else 0
     return run
 

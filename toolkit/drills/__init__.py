@@ -18,6 +18,7 @@ from pathlib import Path
 
 from toolkit import documents
 from toolkit.checker import History, Verdict, check
+from toolkit.checker.findings import headline
 from toolkit.drills.actors import _barrier_hook, _cancel_one_in_flight, _chain, _start_slow_owner
 from toolkit.drills.conclusive import RACE, missing_faults, not_applicable, service_shots
 from toolkit.drills.history import _items, collect_history
@@ -56,6 +57,7 @@ class Drill:
     expect_valid: bool = True
     expect: tuple[str, ...] = ()  # anomaly kinds the checker must find
     expect_parked: int | None = None  # items left in needs_review, when that is the measure
+    note: str = ""  # said in the row: why a naive design is harmless here
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -83,6 +85,7 @@ class DrillResult:
     fired: tuple
     missing: tuple = ()  # required faults that never fired: the verdict proves nothing
     not_applicable: str | None = None  # why the drill was not run with this strategy
+    run_starts: tuple = ()  # wall-clock start of each run: places witnesses by run
 
     @property
     def passed(self) -> bool:
@@ -90,8 +93,10 @@ class DrillResult:
         if self.not_applicable or self.missing:
             return False
         parked = self.by_state.get("needs_review", 0)
+        found = {*self.verdict.anomalies, *self.verdict.costly}
         return (self.verdict.valid is self.drill.expect_valid
-                and set(self.drill.expect) <= set(self.verdict.anomalies)
+                and set(self.drill.expect) <= found
+                and set(self.verdict.costly) <= set(self.drill.expect)
                 and self.drill.expect_parked in (None, parked))
 
     @property
@@ -120,7 +125,7 @@ class DrillResult:
         if self.missing:
             return f"the fault never fired: {', '.join(self.missing)}" + (
                 " (the anomalies stand without it)" if self._finding_without_fault else "")
-        return ""
+        return self.drill.note
 
     @property
     def outcome(self) -> str:
@@ -132,6 +137,7 @@ class DrillResult:
                 "executions": self.executions, "outcome": self.outcome,
                 "valid": self.verdict.valid, "expected_valid": self.drill.expect_valid,
                 "anomalies": sorted(self.verdict.anomalies), "passed": self.passed,
+                "costly": sorted(self.verdict.costly), "headline": headline(self.verdict),
                 "status": self.status, "reason": self.reason}
 
 
@@ -164,10 +170,12 @@ def _matrix():
             expect = () if strategy == "safe" or harmless else \
                 ("blind_resubmit",) if dedupes else ("blind_resubmit", "double_execution")
             name = f"contract[{contract}]" + ("" if strategy == "safe" else f"/{strategy}")
+            note = "harmless here: the provider dedupes a key it keeps forever" \
+                if strategy != "safe" and harmless else ""
             drills.append(Drill(name, "a lost reply, then a crash after the next intent",
                                 strategy=strategy, contract=contract,
                                 faults=("lost_reply", "crash_after_second_intent"),
-                                expect_valid=not expect, expect=expect))
+                                expect_valid=not expect, expect=expect, note=note))
     return drills
 
 
@@ -204,11 +212,13 @@ CATALOGUE = [
            "blind-retry", ("double_execution",), faults=("disk_full",)),
     # The job-registry rules (owner recovery, conflicts, cancellation, health, identity).
     # A slow live owner keeps its lease; the naive thief finds an intent with no job yet
-    # and parks a document that the owner then completes: valid, but measurably worse.
+    # and parks a document that the owner then completes: safe, but costly (paid for,
+    # not delivered: parked_after_success).
     Drill("owner-recovery", "a live but slow process holds a lease past its expiry",
           slow_owner=True, runs=1, expect_parked=0),
     Drill("owner-recovery/steal-expired", "the same, with a worker that steals expired leases",
-          strategy="steal-expired", slow_owner=True, runs=1, expect_parked=1),
+          strategy="steal-expired", slow_owner=True, runs=1, expect_parked=1,
+          expect=("parked_after_success",)),
     # The fake provider runs a job only when it is polled, so the abandoned first job
     # never bills here; the checker still proves the second key was sent blind.
     *_pair("active-conflict", "the reply is lost while the job still runs: attach, never re-create",
@@ -270,8 +280,9 @@ def run_drill(drill: Drill, workdir=None, seed: int = 0, strategy=None) -> Drill
 def _run(drill, work, inputs, contract, provider) -> DrillResult:
     suffix = ".json" if drill.strategy == "rewrite-state" else f".{drill.ledger}"
     ledger_path = work / f"ledger{suffix}"
-    steps, fired = [], []
+    steps, fired, starts = [], [], []
     for run in range(drill.runs):
+        starts.append(time.time())
         faults = drill.faults if run == 0 or drill.persistent else ()
         if run and health_marker(ledger_path).exists():
             clear_health(ledger_path)  # the operator freed the disk and cleared the marker
@@ -287,7 +298,7 @@ def _run(drill, work, inputs, contract, provider) -> DrillResult:
         counts[State(item.state).value] += 1
     return DrillResult(drill, history, check(history), tuple(steps), counts,
                        stats["submit_calls"], stats["executions"], tuple(fired),
-                       missing_faults(drill, fired))
+                       missing_faults(drill, fired), run_starts=tuple(starts))
 
 
 def _policy(drill, run) -> RetryPolicy:
