@@ -9,7 +9,9 @@ from toolkit.errors import ToolkitError
 
 @command("drill", "Run fault drills (safe and naive strategies) and print their verdicts.")
 def _drill(parser):
-    parser.add_argument("name", help="'all', or one drill's name (see 'drill list')")
+    parser.add_argument("name", nargs="?", default=None,
+                        help="'all', or one drill's name (see 'drill list'); with --command: "
+                             "'all' (default) or one black-box scenario")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON list; each row with its findings (file, witness "
                              "calls, remedy)")
@@ -20,9 +22,22 @@ def _drill(parser):
                         help="run every scenario with this strategy instead: a name, or "
                              "module:Class for your own pipeline (a toolkit.runner.Pipeline)")
 
+    parser.add_argument("--command", default=None, metavar="CMD",
+                        help="drill an unmodified program (any language) run through the shell "
+                             "against serve-provider, with TOOLKIT_PROVIDER_URL, TOOLKIT_INPUTS "
+                             "and TOOLKIT_OUT set; rerun until it rests")
+    parser.add_argument("--inputs", default=None, help="with --command: a folder of input PDFs")
+    parser.add_argument("--contract", default="non-idempotent",
+                        help="with --command: the service's base contract (default "
+                             "non-idempotent)")
+
     def run(args):
         from toolkit.drills import DRILLS, run_catalogue
 
+        if args.command is not None:
+            return _blackbox(args)
+        if args.name is None:
+            raise ToolkitError("give 'all', 'list' or a drill's name (or --command CMD)")
         if args.name == "list":
             print("\n".join(f"{name:48s} {drill.summary}" for name, drill in DRILLS.items()))
             return 0
@@ -69,3 +84,34 @@ def _drill(parser):
 
 def _verdict(valid):
     return {True: "valid", False: "INVALID", None: "undecided"}[valid]
+
+
+def _blackbox(args):
+    """``drill --command CMD --inputs DIR``: every service scenario, judged by the oracle."""
+    from toolkit.blackbox import run_all
+
+    if args.inputs is None:
+        raise ToolkitError("--command needs --inputs DIR (the input PDFs)")
+    if args.strategy is not None:
+        raise ToolkitError("give --command or --strategy, not both")
+    names = None if args.name in (None, "all") else [args.name]
+    results = run_all(args.command, args.inputs, args.contract, names, progress=lambda r: print(
+        f"  {r.scenario.name}: {r.status}", file=sys.stderr))
+    rows = [result.row() for result in results]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        shown = [{**row, "runs": f"{row['runs']} ({'rests' if row['rested'] else 'no rest'})",
+                  "exits": ",".join(str(code) for code in row["exit_codes"]),
+                  "found": ",".join(dict.fromkeys(f["kind"] for f in row["findings"])) or "-"}
+                 for row in rows]
+        print(table(shown, ["scenario", "contract", "runs", "exits", "executions", "status",
+                            "found"]))
+        for result in results:
+            for finding in result.findings:
+                print(f"\n{result.scenario.name}: {finding.kind} {finding.file or '?'}: "
+                      f"{finding.detail}")
+                for w in finding.witnesses:
+                    print(f"    witness: run {w['run']}, {w['what']}, key {w['idem_key']} "
+                          f"at {w['seconds']:.2f} s")
+    return 1 if any(result.status not in ("valid",) for result in results) else 0

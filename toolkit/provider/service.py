@@ -24,7 +24,8 @@ response names the contract in ``Toolkit-Contract``.
 Faults that happen for real (``ServiceFaults``): the first N submits run
 slowly (the job sits ``running`` for S seconds, then commits, then the reply
 goes out, to a client that may have given up); the first N artifact responses
-announce the full ``Content-Length`` and stop halfway.
+announce the full ``Content-Length`` and stop halfway; the first N submits are
+accepted and executed, then the connection is dropped without a reply.
 """
 
 import dataclasses
@@ -65,7 +66,7 @@ class ProviderApp:
         self.spool = Path(out_dir) / ".spool"  # uploads being received, artifacts being sent
         self.spool.mkdir(parents=True, exist_ok=True)
         self._count_lock = threading.Lock()
-        self._counts = {"submit": 0, "fetch": 0}
+        self._counts = {"submit": 0, "fetch": 0, "drop": 0}
         self.not_ready: str | None = None  # set by a failed write; cleared by a good probe
         get, post = ["GET"], ["POST"]
         self.url_map = Map([
@@ -176,6 +177,8 @@ class ProviderApp:
         finally:
             self._local.slow = False
             upload.unlink(missing_ok=True)
+        if self._next("drop") <= self.faults.drop_submits:
+            _drop(request.environ)  # the job is accepted and ran; its reply never leaves
         return _json({"job": job.to_dict()})
 
     def _receive(self, request, expected: str) -> Path:
@@ -223,7 +226,8 @@ class ProviderApp:
         """How many times each service fault fired: a drill whose fault never fired proves nothing."""
         with self._count_lock:
             return _json({"slow_submits": min(self._counts["submit"], self.faults.slow_submits),
-                          "cut_fetches": min(self._counts["fetch"], self.faults.cut_fetches)})
+                          "cut_fetches": min(self._counts["fetch"], self.faults.cut_fetches),
+                          "drop_submits": min(self._counts["drop"], self.faults.drop_submits)})
 
     def _records(self, request, name):
         provider = self.provider
@@ -232,6 +236,14 @@ class ProviderApp:
         rows = [job.to_dict() for job in provider.jobs()] if name == "jobs" else \
             getattr(provider, name)()
         return _json({name: rows})
+
+
+def _drop(environ) -> None:
+    """Close the client's connection now, with no reply: the caller sees a reset, not an answer."""
+    sock = environ.get("werkzeug.socket")
+    if sock is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        sock.shutdown(socket.SHUT_RDWR)  # werkzeug's later write fails as a dropped connection
 
 
 def _stream(path: Path, limit: int):

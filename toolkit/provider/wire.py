@@ -21,6 +21,7 @@ class ServiceFaults:
     slow_submits: int = 0  # the first N submits: the job stays running ``slow_seconds``
     slow_seconds: float = 0.0
     cut_fetches: int = 0  # the first N artifact responses stop after half their bytes
+    drop_submits: int = 0  # the first N submits: accepted and run, then the connection drops
 
 
 def content_digest(sha256_hex: str) -> str:
