@@ -12,7 +12,7 @@ RANKS = {
     "identity": 1, "documents": 1,
     "ledger": 2, "provider": 2,
     "runner": 3, "faults": 3, "checker": 3, "forensics": 3,
-    "drills": 4, "viz": 4,
+    "drills": 4, "viz": 4, "blackbox": 4,  # black-box drills: the service, the oracle
     "explore": 5,                        # crash exploration drives drills in forked children
     "widgets": 6, "cli": 6, "__main__": 7, "__init__": 7,
 }
