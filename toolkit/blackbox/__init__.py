@@ -79,14 +79,14 @@ class BlackboxResult:
 
     @property
     def status(self) -> str:
-        unsafe = [f for f in self.findings if f.kind != "unresolved"]
+        unsafe = [f for f in self.findings if f.kind not in ("unresolved", "parked")]
         if unsafe:
             return "INVALID"
         if not self.fault_fired:
             return "inconclusive"
         if not self.rested and not self.scenario.may_not_rest:
             return "never rests"
-        return "valid"
+        return "parked" if any(f.kind == "parked" for f in self.findings) else "valid"
 
     def row(self) -> dict:
         return {"scenario": self.scenario.name, "contract": self.contract,
@@ -120,36 +120,56 @@ def run_scenario(command: str, inputs_dir, scenario: Scenario, contract: str = "
         with tempfile.TemporaryDirectory(prefix=f"blackbox-{scenario.name}-") as tmp:
             return run_scenario(command, inputs_dir, scenario, contract, tmp)
     work = Path(workdir)
-    inputs, out, folder = work / "inputs", work / "out", work / "work"
-    for path in (inputs, out, folder):
-        path.mkdir(parents=True, exist_ok=True)
-    for source in sources:
-        shutil.copy2(source, inputs / source.name)
+    inputs, out, folder = prepare(work, sources)
     service = ServiceProcess(work / "provider.db", work / "provider-jobs", spec,
                              faults=scenario.faults)
     runs, starts = [], []
     with service:
-        env = {**os.environ, "TOOLKIT_PROVIDER_URL": service.url,
-               "TOOLKIT_INPUTS": str(inputs), "TOOLKIT_OUT": str(out)}
         provider = HttpProvider(service.url)
         try:
-            rested = False
-            for run in range(1, MAX_RUNS + 1):
-                before = len(provider.calls())
-                starts.append(time.time())
-                code, tail = run_command(command, folder, env, work / f"run-{run}.log")
-                made = len(provider.calls()) - before
-                runs.append(RunRecord(run, code, made, tail))
-                if code == 0 and made == 0 and run > 1 and runs[-2].exit_code == 0:
-                    rested = True
-                    break
-            _settle(provider)
+            rested = rerun_to_rest(command, folder, environment(service.url, inputs, out),
+                                   provider, work, runs, starts)
             fired = provider.faults_fired()
             executions = len(provider.executions())
         finally:
             provider.close()
     findings = judge(inputs, out, work / "provider.db", starts, rested)
     return BlackboxResult(scenario, spec, tuple(runs), rested, executions, tuple(findings), fired)
+
+
+def prepare(work: Path, sources) -> tuple[Path, Path, Path]:
+    """A fresh work folder: a copy of the inputs, an empty output folder, the program's folder."""
+    inputs, out, folder = work / "inputs", work / "out", work / "work"
+    for path in (inputs, out, folder):
+        path.mkdir(parents=True, exist_ok=True)
+    for source in sources:
+        shutil.copy2(source, inputs / source.name)
+    return inputs, out, folder
+
+
+def environment(url, inputs, out) -> dict:
+    return {**os.environ, "TOOLKIT_PROVIDER_URL": url, "TOOLKIT_INPUTS": str(inputs),
+            "TOOLKIT_OUT": str(out)}
+
+
+def rerun_to_rest(command, folder, env, provider, work, runs, starts, first=1) -> bool:
+    """Run ``command`` until it rests: exit 0, then a run with exit 0 and no provider call.
+
+    ``runs`` and ``starts`` are extended (runs before ``first`` were done by the caller).
+    Returns whether it rested within ``MAX_RUNS`` runs in all.
+    """
+    rested = False
+    for run in range(first, MAX_RUNS + 1):
+        before = len(provider.calls())
+        starts.append(time.time())
+        code, tail = run_command(command, folder, env, work / f"run-{run}.log")
+        made = len(provider.calls()) - before
+        runs.append(RunRecord(run, code, made, tail))
+        if code == 0 and made == 0 and len(runs) > 1 and runs[-2].exit_code == 0:
+            rested = True
+            break
+    _settle(provider)
+    return rested
 
 
 def run_command(command: str, cwd, env, log_path) -> tuple[int | None, str]:

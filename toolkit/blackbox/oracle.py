@@ -5,8 +5,10 @@
   (a job's input is its content-addressed upload, ``uploads/<sha256>.pdf``);
 * **fake done**: a file in ``TOOLKIT_OUT`` whose bytes are no artifact the
   provider produced (a half download, a stale result);
-* **lost**: a healthy input with no output equal to one of its artifacts,
-  once the program rests (if it never rests: ``unresolved``);
+* **lost**: a healthy input executed successfully but with no output equal
+  to one of its artifacts once the program rests; with no execution at all
+  it is ``parked`` (the oracle cannot tell a parked intent from an input
+  never tried); if the program never rests, ``unresolved``;
 * **poison submitted**: an input that fails preflight reached the provider.
 """
 
@@ -102,8 +104,12 @@ def judge(inputs_dir, out_dir, provider_db, run_starts, rested: bool) -> list[Fi
                              "artifact the provider produced: a half file or a stale result"))
     for path in inputs:
         if healthy[path] and path not in delivered:
-            kind = "lost_item" if rested else "unresolved"
+            if not rested:
+                kind, why = "unresolved", " (the program never came to rest)"
+            elif made.get(digest[path]):
+                kind, why = "lost_item", ", although it was executed: paid for, not delivered"
+            else:  # nothing ran: a design that parks an intent it cannot resolve rests so
+                kind, why = "parked", " and no execution: parked (or never tried)"
             found.append(Finding(kind, path.name, "no output equal to an artifact the provider "
-                                 "produced for it" + ("" if rested else
-                                                      " (the program never came to rest)")))
+                                 "produced for it" + why))
     return found
