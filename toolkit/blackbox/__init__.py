@@ -22,7 +22,7 @@ from pathlib import Path
 from toolkit.errors import ToolkitError
 from toolkit.provider.wire import ServiceFaults
 
-MAX_RUNS = 6
+MAX_RUNS = 4
 RUN_TIMEOUT = 120.0  # seconds one run of the program may take before its group is killed
 DROP = ServiceFaults(drop_submits=1)
 
