@@ -17,7 +17,7 @@ NAIVE = [drill for drill in CATALOGUE if drill.strategy != "safe"]
 def test_drill_verdict_is_the_expected_one(drill, tmp_path):
     result = run_drill(drill, tmp_path)
     assert result.verdict.valid is drill.expect_valid, result.verdict.anomalies
-    assert set(drill.expect) <= set(result.verdict.anomalies)
+    assert set(drill.expect) <= {*result.verdict.anomalies, *result.verdict.costly}
     assert result.passed
 
 
@@ -78,9 +78,13 @@ def test_cli_drill_json_is_one_list_and_exit_zero_when_all_as_expected():
                              "--json"], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     rows = json.loads(result.stdout)
+    findings = rows[0].pop("findings")
+    assert [(f["kind"], f["file"]) for f in findings] == [("fake_done", "doc-000.pdf")]
+    assert rows[0].pop("headline") == "fake_done" and rows[0].pop("costly") == []
     assert rows == [{"drill": "half-download/output-exists", "strategy": "output-exists",
                      "contract": "idempotent", "submit_calls": 4, "executions": 4, "valid": False,
-                     "expected_valid": False, "anomalies": ["fake_done"]}]
+                     "expected_valid": False, "anomalies": ["fake_done"], "status": "as expected",
+                     "reason": ""}]
 
 
 def test_cli_unknown_drill_is_a_one_line_error():

@@ -34,7 +34,7 @@ from toolkit.provider.client import HttpProvider, ServiceProcess
 from toolkit.provider.service import ServiceFaults
 from toolkit.roots import artifact_file
 from toolkit.runner import RetryPolicy
-from toolkit.runner.naive import open_strategy
+from toolkit.runner.registry import open_strategy
 
 READ_TIMEOUT = 2.0  # the client's read timeout in these tests
 SLOW = 3.0  # a slow submit keeps its job running this long: longer than READ_TIMEOUT

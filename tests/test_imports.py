@@ -12,7 +12,7 @@ RANKS = {
     "identity": 1, "documents": 1, "storage": 1, "liveness": 1,
     "ledger": 2, "provider": 2, "roots": 2,
     "runner": 3, "faults": 3, "checker": 3, "forensics": 3,
-    "drills": 4, "viz": 4,
+    "drills": 4, "viz": 4, "blackbox": 4,  # black-box drills: the service, the oracle
     "explore": 5,                        # crash exploration drives drills in forked children
     "widgets": 6, "cli": 6, "__main__": 7, "__init__": 7,
 }
@@ -66,3 +66,28 @@ def test_import_toolkit_loads_no_heavy_library():
 def test_modules_stay_small():
     for path in PACKAGE.rglob("*.py"):
         assert len(path.read_text().splitlines()) <= 450, f"{path} is over ~400 lines: split it"
+
+
+def test_public_api_loads_lazily_without_heavy_libraries():
+    """``from toolkit import Pipeline, Runner, check, audit, run_drill`` works and loads
+    neither pandas, matplotlib nor PyMuPDF."""
+    code = ("import sys\nfrom toolkit import Pipeline, Runner, check, audit, run_drill\n"
+            "assert issubclass(Runner, Pipeline) and callable(check) and callable(audit)\n"
+            "assert callable(run_drill)\n"
+            "print(' '.join(m for m in ('pandas', 'matplotlib', 'pymupdf', 'fitz')"
+            " if m in sys.modules))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True).stdout.strip()
+    assert loaded == ""
+
+
+def test_console_script_resume_toolkit_is_python_m_toolkit():
+    """pyproject's ``resume-toolkit`` entry point is the same ``main`` as ``python -m toolkit``."""
+    import tomllib
+
+    from toolkit import cli
+
+    project = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["project"]
+    module, _, name = project["scripts"]["resume-toolkit"].partition(":")
+    assert module == "toolkit.cli" and getattr(cli, name) is cli.main
+    assert "from toolkit.cli import main" in (PACKAGE / "__main__.py").read_text()

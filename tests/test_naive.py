@@ -13,7 +13,7 @@ from toolkit.ledger import State, open_ledger
 from toolkit.roots import artifact_file
 from toolkit.provider import Contract, FakeProvider
 from toolkit.runner import RetryPolicy, Runner
-from toolkit.runner.naive import STRATEGIES, open_strategy
+from toolkit.runner.registry import STRATEGIES, open_strategy
 
 S = State
 STRICT = Contract(idempotent_keys=False)  # where only the client's discipline prevents doubles
@@ -142,8 +142,9 @@ def test_two_workers_on_one_item_without_leases_execute_it_twice(tmp_path, small
     assert bool(doubled(stats)) is expect_double
 
 
-def test_every_cli_strategy_name_is_implemented():
-    from toolkit.cli.batch import STRATEGY_NAMES
+def test_every_registered_strategy_is_one_the_cli_accepts():
+    """One registry: every name the CLI's ``--strategy`` takes resolves to its class there."""
+    from toolkit.runner.registry import resolve_strategy
 
-    assert tuple(STRATEGIES) == STRATEGY_NAMES
+    assert all(resolve_strategy(name) is cls for name, cls in STRATEGIES.items())
     assert STRATEGIES["safe"] is Runner

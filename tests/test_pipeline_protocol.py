@@ -10,7 +10,7 @@ import pytest
 from toolkit.drills import DRILLS, run_drill
 from toolkit.errors import ToolkitError
 from toolkit.runner import Pipeline
-from toolkit.runner.naive import STRATEGIES, resolve_strategy
+from toolkit.runner.registry import STRATEGIES, resolve_strategy
 
 ROOT = Path(__file__).resolve().parents[1]
 HOPEFUL = "examples.my_pipeline:HopefulPipeline"

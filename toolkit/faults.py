@@ -115,8 +115,11 @@ ACTIONS = {"timeout": _timeout, "crash": _crash, "truncate": _truncate,
            "truncate_crash": _truncate_crash, "unavailable": _unavailable}
 
 
-def tear_jsonl_writes(ledger, nth: int = 1):
-    """The ``nth`` append of a JSONL ledger writes half its line, then the process dies."""
+def tear_jsonl_writes(ledger, nth: int = 1, on_fire=None):
+    """The ``nth`` append of a JSONL ledger writes half its line, then the process dies.
+
+    ``on_fire()`` is called when it happens (a drill whose fault never fired proves nothing).
+    """
     counter = itertools.count(1)
     append = ledger._append
 
@@ -124,19 +127,23 @@ def tear_jsonl_writes(ledger, nth: int = 1):
         if next(counter) != nth:
             return append(line)
         os.write(ledger._fd, line[: len(line) // 2])  # really on disk, without its newline
+        if on_fire is not None:
+            on_fire()
         raise Crash()
 
     ledger._append = torn_append
     return ledger
 
 
-def fill_disk(ledger, after: int = 1):
+def fill_disk(ledger, after: int = 1, on_fire=None):
     """Every ledger write after the first ``after`` ones fails, as on a full disk."""
     counter = itertools.count(1)
     write = ledger._write
 
     def failing_write(old, new, event):
         if next(counter) > after:
+            if on_fire is not None:
+                on_fire()
             raise LedgerError("cannot record: No space left on device (injected)")
         return write(old, new, event)
 

@@ -110,6 +110,7 @@ class Verdict:
     anomalies: dict[str, list[Anomaly]]
     notes: tuple[str, ...] = ()
     possibly_executed: tuple[str, ...] = ()
+    costly: dict = dataclasses.field(default_factory=dict)  # kind -> [Anomaly]: wasteful, not unsafe
 
     def to_json(self) -> dict:
         return {"valid": self.valid,
@@ -389,7 +390,8 @@ def check(history: History) -> Verdict:
         possibly |= {e.key for e in history.events if _is(e.to, S.UNKNOWN)}
     anomalies = {kind: found[kind] for kind in KINDS if kind in found}
     valid = False if anomalies else (None if notes else True)
-    return Verdict(valid, anomalies, tuple(notes), tuple(sorted(map(str, possibly))))
+    return Verdict(valid, anomalies, tuple(notes), tuple(sorted(map(str, possibly))),
+                   costly(history))
 
 
 _SENTENCES = {
@@ -412,5 +414,7 @@ def explain(anomaly: Anomaly) -> str:
     return head.format(key=anomaly.key) + (f" ({detail})." if detail else ".")
 
 
+# Costly findings (checker.costly) and the fixture format use the types above.
+from toolkit.checker.costly import costly  # noqa: E402
 # The fixture format reads and writes the types above; re-exported for callers.
 from toolkit.checker.fixtures import dump_history, load_history  # noqa: E402

@@ -40,11 +40,6 @@ def _fixtures(parser):
     return run
 
 
-STRATEGY_NAMES = ("safe", "blind-retry", "output-exists", "batch-commit", "rewrite-state",
-                  "no-lease", "timeout-as-failed", "steal-expired", "ignore-write-errors",
-                  "restart-long-docs")
-
-
 @command("run", "Run a batch: preflight, intent, submit, reconcile, fetch and verify. Safe to rerun "
                 "after any crash.")
 def _run(parser):
@@ -54,7 +49,9 @@ def _run(parser):
     where.add_argument("--provider-db", help="the fake provider's SQLite file (in-process)")
     where.add_argument("--provider-url", help="a serve-provider service, http://127.0.0.1:PORT")
     parser.add_argument("--out", required=True, help="folder for verified artifacts")
-    parser.add_argument("--strategy", default="safe", choices=STRATEGY_NAMES)
+    parser.add_argument("--strategy", default="safe",
+                        help="a named strategy (safe, blind-retry, ...) or module:Class, your own "
+                             "toolkit.runner.Pipeline; --workers N runs it as a pool of N")
     parser.add_argument("--contract", default=None,
                         help="provider contract, e.g. idempotent (default), non-idempotent, "
                              "idempotent,lag=2; with --provider-url the service states it")
@@ -87,10 +84,11 @@ def _run(parser):
 
         from toolkit.provider import parse_contract, provider_at
         from toolkit.runner import RetryPolicy
-        from toolkit.runner.naive import open_strategy, resolve_strategy
+        from toolkit.runner.registry import open_strategy, resolve_strategy
 
         from toolkit.runner.inputs import check_batch_paths
 
+        resolve_strategy(args.strategy)  # a bad reference is one line, before any work
         finite("--read-timeout", args.read_timeout)
         finite("--transient-rate", args.transient_rate)
         inputs = check_batch_paths(args)

@@ -9,15 +9,35 @@ from toolkit.errors import ToolkitError
 
 @command("drill", "Run fault drills (safe and naive strategies) and print their verdicts.")
 def _drill(parser):
-    parser.add_argument("name", help="'all', or one drill's name (see 'drill list')")
-    parser.add_argument("--json", action="store_true", help="print one JSON list")
+    parser.add_argument("name", nargs="?", default=None,
+                        help="'all', or one drill's name (see 'drill list'); with --command: "
+                             "'all' (default) or one black-box scenario")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON list; each row with its findings (file, witness "
+                             "calls, remedy)")
+    parser.add_argument("--explain", action="store_true",
+                        help="after the table, explain every row: faults fired, each finding "
+                             "with its document, witness calls and a remedy")
     parser.add_argument("--strategy", default=None,
                         help="run every scenario with this strategy instead: a name, or "
                              "module:Class for your own pipeline (a toolkit.runner.Pipeline)")
 
+    parser.add_argument("--command", default=None, metavar="CMD",
+                        help="drill an unmodified program (any language) run through the shell "
+                             "against serve-provider, with TOOLKIT_PROVIDER_URL, TOOLKIT_INPUTS "
+                             "and TOOLKIT_OUT set; rerun until it rests")
+    parser.add_argument("--inputs", default=None, help="with --command: a folder of input PDFs")
+    parser.add_argument("--contract", default="non-idempotent",
+                        help="with --command: the service's base contract (default "
+                             "non-idempotent)")
+
     def run(args):
         from toolkit.drills import DRILLS, run_catalogue
 
+        if args.command is not None:
+            return _blackbox(args)
+        if args.name is None:
+            raise ToolkitError("give 'all', 'list' or a drill's name (or --command CMD)")
         if args.name == "list":
             if args.json:
                 print(json.dumps([{"drill": name, "summary": drill.summary}
@@ -30,27 +50,72 @@ def _drill(parser):
                                f"{', '.join(DRILLS)}")
         names = None if args.name == "all" else [args.name]
         if args.strategy is not None:
-            from toolkit.runner.naive import resolve_strategy
+            from toolkit.runner.registry import resolve_strategy
 
             resolve_strategy(args.strategy)  # a bad reference is one line, before any work
         results = run_catalogue(names, strategy=args.strategy, progress=lambda r: print(
-            f"  {r.drill.name}: {'as expected' if r.passed else 'UNEXPECTED'}", file=sys.stderr))
+            f"  {r.drill.name}: {r.status}", file=sys.stderr))
         rows = [result.row() for result in results]
         if args.json:
-            print(json.dumps([{k: row[k] for k in (
+            from toolkit.drills.explain import findings_json
+
+            print(json.dumps([{**{k: row[k] for k in (
                 "drill", "strategy", "contract", "submit_calls", "executions", "valid",
-                "expected_valid", "anomalies")} for row in rows], indent=2))
+                "expected_valid", "anomalies", "status", "reason", "headline", "costly")},
+                "findings": findings_json(result)} for row, result in zip(rows, results)],
+                indent=2))
         else:
-            shown = [{**row, "verdict": _verdict(row["valid"]), "expected": _verdict(
-                row["expected_valid"]), "anomalies": ",".join(row["anomalies"]) or "-",
-                "submits": row["submit_calls"], "execs": row["executions"]} for row in rows]
+            shown = [{**row, "headline": row["headline"] or "-", "verdict": "-" if row["status"] == "n/a" else _verdict(row["valid"]),
+                      "expected": _verdict(row["expected_valid"]),
+                      "anomalies": ",".join(row["anomalies"]) or "-",
+                      "submits": row["submit_calls"], "execs": row["executions"]} for row in rows]
             print(table(shown, ["drill", "strategy", "contract", "submits", "execs", "outcome",
-                                "verdict", "expected", "anomalies"]))
-            failed = sum(not row["passed"] for row in rows)
-            print(f"\n{len(rows)} drills, {len(rows) - failed} as expected, {failed} unexpected")
-        return 1 if any(not row["passed"] for row in rows) else 0
+                                "verdict", "expected", "status", "headline", "anomalies"]))
+            for row in rows:
+                if row["reason"]:
+                    print(f"  {row['drill']}: {row['status']}: {row['reason']}")
+            tally = {status: sum(row["status"] == status for row in rows) for status in
+                     ("as expected", "UNEXPECTED", "inconclusive", "n/a")}
+            print(f"\n{len(rows)} drills: " + ", ".join(f"{n} {status}" for status, n in
+                                                     tally.items() if n))
+            if args.explain:
+                from toolkit.drills.explain import explain_result
+
+                print("\n" + "\n\n".join(explain_result(result) for result in results))
+        return 1 if any(result.failing for result in results) else 0
     return run
 
 
 def _verdict(valid):
     return {True: "valid", False: "INVALID", None: "undecided"}[valid]
+
+
+def _blackbox(args):
+    """``drill --command CMD --inputs DIR``: every service scenario, judged by the oracle."""
+    from toolkit.blackbox import run_all
+
+    if args.inputs is None:
+        raise ToolkitError("--command needs --inputs DIR (the input PDFs)")
+    if args.strategy is not None:
+        raise ToolkitError("give --command or --strategy, not both")
+    names = None if args.name in (None, "all") else [args.name]
+    results = run_all(args.command, args.inputs, args.contract, names, progress=lambda r: print(
+        f"  {r.scenario.name}: {r.status}", file=sys.stderr))
+    rows = [result.row() for result in results]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        shown = [{**row, "runs": f"{row['runs']} ({'rests' if row['rested'] else 'no rest'})",
+                  "exits": ",".join(str(code) for code in row["exit_codes"]),
+                  "found": ",".join(dict.fromkeys(f["kind"] for f in row["findings"])) or "-"}
+                 for row in rows]
+        print(table(shown, ["scenario", "contract", "runs", "exits", "executions", "status",
+                            "found"]))
+        for result in results:
+            for finding in result.findings:
+                print(f"\n{result.scenario.name}: {finding.kind} {finding.file or '?'}: "
+                      f"{finding.detail}")
+                for w in finding.witnesses:
+                    print(f"    witness: run {w['run']}, {w['what']}, key {w['idem_key']} "
+                          f"at {w['seconds']:.2f} s")
+    return 1 if any(result.status not in ("valid", "parked") for result in results) else 0

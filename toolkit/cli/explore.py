@@ -11,8 +11,16 @@ from toolkit.cli import command, emit, table
 def _explore(parser):
     parser.add_argument("--strategy", default="safe",
                         help="safe (default) or a naive strategy, e.g. blind-retry, batch-commit")
-    parser.add_argument("--contract", default="non-idempotent",
-                        help="provider contract (default non-idempotent), e.g. idempotent")
+    parser.add_argument("--contract", default=None,
+                        help="provider contract (default non-idempotent; with --command "
+                             "idempotent), e.g. idempotent")
+    parser.add_argument("--command", default=None, metavar="CMD",
+                        help="explore an unmodified program instead: a real SIGKILL of its whole "
+                             "process group right after each durable syscall (strace), rerun "
+                             "to rest, judged from the provider's log and the outputs")
+    parser.add_argument("--inputs", default=None, help="with --command: a folder of input PDFs")
+    parser.add_argument("--max-points", type=int, default=None,
+                        help="with --command: explore at most N crash points")
     parser.add_argument("--docs", type=int, default=10, help="documents in the batch (default 10)")
     parser.add_argument("--long-docs", type=int, default=0,
                         help="add N long documents, sent page by page with a checkpoint per page")
@@ -36,7 +44,10 @@ def _explore(parser):
     def run(args):
         from toolkit.explore import Plan, explore
 
-        plan = Plan(strategy=args.strategy, contract=args.contract, docs=args.docs,
+        if args.command is not None:
+            return _command(args)
+        plan = Plan(strategy=args.strategy, contract=args.contract or "non-idempotent",
+                    docs=args.docs,
                     long_docs=args.long_docs, long_pages=args.long_pages,
                     ledger=args.ledger, power_loss=args.power_loss, every=args.every,
                     pairs=args.pairs, max_pairs=args.max_pairs, seed=args.seed,
@@ -79,3 +90,40 @@ def _text(result) -> str:
     if base["anomalies"]:
         lines.append("(anomaly) in parentheses: the design has it even uncrashed")
     return "\n".join(lines)
+
+
+def _command(args):
+    """``explore --command CMD --inputs DIR``: every durable syscall of the program, killed."""
+    from toolkit.blackbox.crash import explore_command
+    from toolkit.errors import ToolkitError
+
+    if args.inputs is None:
+        raise ToolkitError("--command needs --inputs DIR (the input PDFs)")
+    import time
+
+    started = time.monotonic()
+    results = explore_command(args.command, args.inputs, args.contract or "idempotent",
+                              args.max_points, progress=lambda r: print(
+                                  f"  {r.row()['point']}: {r.result.status}", file=sys.stderr))
+    seconds = time.monotonic() - started
+    rows = [r.row() for r in results]
+    points = rows[1:]
+    total = {"points": len(points), "seconds": round(seconds, 1),
+             "points_per_s": round(len(points) / seconds, 2) if seconds else None,
+             **{status: sum(row["status"] == status for row in points)
+                for status in ("valid", "parked", "INVALID", "never rests")}}
+    text = ""
+    if not args.json:
+        shown = [{**row, "exits": ",".join(str(c) for c in row["exit_codes"]),
+                  "found": ",".join(dict.fromkeys(f["kind"] for f in row["findings"])) or "-"}
+                 for row in rows]
+        shown = [{**row, "hit": row["hit"] or "-"} for row in shown]
+        text = table(shown, ["point", "outcome", "hit", "exits", "executions", "status",
+                             "found"])
+        text += "\n\n" + "; ".join(f"{n} {k}" for k, n in total.items()) + "\n"
+        for row in rows:
+            for finding in row["findings"]:
+                text += f"\n{row['point']}: {finding['kind']} {finding['file'] or '?'}: " \
+                        f"{finding['detail']}"
+    emit({"rows": rows, "total": total}, args.json, text)
+    return 1 if total["INVALID"] or total["never rests"] or rows[0]["status"] != "valid" else 0

@@ -22,6 +22,9 @@ def _serve(parser):
     faults.add_argument("--slow-seconds", type=float, default=0.0, metavar="S")
     faults.add_argument("--cut-fetches", type=int, default=0, metavar="N",
                         help="the first N artifact downloads stop halfway (full Content-Length)")
+    faults.add_argument("--drop-submits", type=int, default=0, metavar="N",
+                        help="the first N submits are accepted and executed, then the connection "
+                             "drops with no reply (a lost reply)")
 
     def run(args):
         from toolkit.provider import parse_contract
@@ -30,9 +33,11 @@ def _serve(parser):
         if not 0 <= args.port <= 65535:
             raise ToolkitError("--port must be within 0..65535")
         finite("--slow-seconds", args.slow_seconds)
-        if min(args.slow_submits, args.slow_seconds, args.cut_fetches) < 0:
-            raise ToolkitError("--slow-submits, --slow-seconds and --cut-fetches must be >= 0")
-        faults = ServiceFaults(args.slow_submits, args.slow_seconds, args.cut_fetches)
+        if min(args.slow_submits, args.slow_seconds, args.cut_fetches, args.drop_submits) < 0:
+            raise ToolkitError("--slow-submits, --slow-seconds, --cut-fetches and --drop-submits "
+                               "must be >= 0")
+        faults = ServiceFaults(args.slow_submits, args.slow_seconds, args.cut_fetches,
+                               args.drop_submits)
         serve(args.db, args.out, parse_contract(args.contract), args.port, faults,
               ready=lambda line: print(line, flush=True))
         print("stopped", file=sys.stderr)

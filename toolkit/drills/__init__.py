@@ -17,16 +17,18 @@ import time
 from pathlib import Path
 
 from toolkit import documents
-from toolkit.checker import History, check
+from toolkit.checker import History, Verdict, check
+from toolkit.checker.findings import headline
 from toolkit.drills.actors import _barrier_hook, _cancel_one_in_flight, _chain, _start_slow_owner
+from toolkit.drills.conclusive import RACE, missing_faults, not_applicable, service_shots
 from toolkit.drills.history import _items, collect_history
 from toolkit.drills.service import http_provider, settle
 from toolkit.faults import Crash, Injector, fill_disk, tear_jsonl_writes
 from toolkit.ledger import State
 from toolkit.provider import FakeProvider, parse_contract
 from toolkit.runner import RetryPolicy
-from toolkit.runner.naive import open_strategy, resolve_strategy
 from toolkit.runner.ops import clear_health, health_marker
+from toolkit.runner.registry import open_strategy, resolve_strategy, strategy_label
 
 STRICT = "non-idempotent"
 
@@ -56,6 +58,7 @@ class Drill:
     expect_valid: bool = True
     expect: tuple[str, ...] = ()  # anomaly kinds the checker must find
     expect_parked: int | None = None  # items left in needs_review, when that is the measure
+    note: str = ""  # said in the row: why a naive design is harmless here
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -81,27 +84,62 @@ class DrillResult:
     submit_calls: int
     executions: int
     fired: tuple
+    missing: tuple = ()  # required faults that never fired: the verdict proves nothing
+    not_applicable: str | None = None  # why the drill was not run with this strategy
+    run_starts: tuple = ()  # wall-clock start of each run: places witnesses by run
 
     @property
     def passed(self) -> bool:
-        """The verdict is the one the drill expects, with every expected anomaly."""
+        """The fault fired and the verdict is the one the drill expects, with every expected anomaly."""
+        if self.not_applicable or self.missing:
+            return False
         parked = self.by_state.get("needs_review", 0)
+        found = {*self.verdict.anomalies, *self.verdict.costly}
         return (self.verdict.valid is self.drill.expect_valid
-                and set(self.drill.expect) <= set(self.verdict.anomalies)
+                and set(self.drill.expect) <= found
+                and set(self.verdict.costly) <= set(self.drill.expect)
                 and self.drill.expect_parked in (None, parked))
+
+    @property
+    def status(self) -> str:
+        """``n/a``, ``inconclusive`` (its fault never fired), ``as expected`` or ``UNEXPECTED``."""
+        if self.not_applicable:
+            return "n/a"
+        if self.missing and not self._finding_without_fault:
+            return "inconclusive"
+        return "as expected" if self.passed else "UNEXPECTED"
+
+    @property
+    def _finding_without_fault(self) -> bool:
+        # An anomaly where none was expected stands whether or not the fault fired.
+        return self.drill.expect_valid and self.verdict.valid is False
+
+    @property
+    def failing(self) -> bool:
+        """A row that makes ``drill`` exit 1: unexpected, or a fault that never fired."""
+        return self.status in ("UNEXPECTED", "inconclusive")
+
+    @property
+    def reason(self) -> str:
+        if self.not_applicable:
+            return self.not_applicable
+        if self.missing:
+            return f"the fault never fired: {', '.join(self.missing)}" + (
+                " (the anomalies stand without it)" if self._finding_without_fault else "")
+        return self.drill.note
 
     @property
     def outcome(self) -> str:
         return " ".join(f"{state}={n}" for state, n in self.by_state.items() if n)
 
     def row(self) -> dict:
-        strategy = self.drill.strategy
-        strategy = strategy if isinstance(strategy, str) else strategy.__qualname__
-        return {"drill": self.drill.name, "strategy": strategy,
+        return {"drill": self.drill.name, "strategy": strategy_label(self.drill.strategy),
                 "contract": self.drill.contract, "submit_calls": self.submit_calls,
                 "executions": self.executions, "outcome": self.outcome,
                 "valid": self.verdict.valid, "expected_valid": self.drill.expect_valid,
-                "anomalies": sorted(self.verdict.anomalies), "passed": self.passed}
+                "anomalies": sorted(self.verdict.anomalies), "passed": self.passed,
+                "costly": sorted(self.verdict.costly), "headline": headline(self.verdict),
+                "status": self.status, "reason": self.reason}
 
 
 def _pair(name, summary, naive, expect, **common):
@@ -133,10 +171,12 @@ def _matrix():
             expect = () if strategy == "safe" or harmless else \
                 ("blind_resubmit",) if dedupes else ("blind_resubmit", "double_execution")
             name = f"contract[{contract}]" + ("" if strategy == "safe" else f"/{strategy}")
+            note = "harmless here: the provider dedupes a key it keeps forever" \
+                if strategy != "safe" and harmless else ""
             drills.append(Drill(name, "a lost reply, then a crash after the next intent",
                                 strategy=strategy, contract=contract,
                                 faults=("lost_reply", "crash_after_second_intent"),
-                                expect_valid=not expect, expect=expect))
+                                expect_valid=not expect, expect=expect, note=note))
     return drills
 
 
@@ -173,11 +213,13 @@ CATALOGUE = [
            "blind-retry", ("double_execution",), faults=("disk_full",)),
     # The job-registry rules (owner recovery, conflicts, cancellation, health, identity).
     # A slow live owner keeps its lease; the naive thief finds an intent with no job yet
-    # and parks a document that the owner then completes: valid, but measurably worse.
+    # and parks a document that the owner then completes: safe, but costly (paid for,
+    # not delivered: parked_after_success).
     Drill("owner-recovery", "a live but slow process holds a lease past its expiry",
           slow_owner=True, runs=1, expect_parked=0),
     Drill("owner-recovery/steal-expired", "the same, with a worker that steals expired leases",
-          strategy="steal-expired", slow_owner=True, runs=1, expect_parked=1),
+          strategy="steal-expired", slow_owner=True, runs=1, expect_parked=1,
+          expect=("parked_after_success",)),
     # The fake provider runs a job only when it is polled, so the abandoned first job
     # never bills here; the checker still proves the second key was sent blind.
     *_pair("active-conflict", "the reply is lost while the job still runs: attach, never re-create",
@@ -198,11 +240,11 @@ CATALOGUE = [
     # Over real HTTP, the faults done by the provider service itself.
     *_pair("http-lost-reply", "over HTTP: the socket times out while the job runs on",
            "blind-retry", ("double_execution",), http=True, service_faults=("slow_submit",),
-           docs=3, runs=1),
+           docs=3),
     # No naive twin: any HTTP client that checks Content-Length refuses a cut body, so a
     # half file under the final name needs a crash mid-write (half-download/output-exists).
     Drill("http-cut-download", "over HTTP: the artifact response stops halfway; fetched again",
-          contract="idempotent", http=True, service_faults=("cut_fetch",), docs=3, runs=1),
+          contract="idempotent", http=True, service_faults=("cut_fetch",), docs=3),
     # Scans go the OCR route (Tesseract, for real): a lost reply, then the process dies
     # inside an OCR job; the provider re-runs the abandoned job, the client looks it up.
     *_pair("scan-batch", "text, scanned and mixed documents: a lost reply, then a crash mid-OCR",
@@ -220,8 +262,11 @@ def run_drill(drill: Drill, workdir=None, seed: int = 0, strategy=None) -> Drill
     drill's own: your pipeline under the drill's fault, judged the same way.
     """
     if strategy is not None:
-        resolve_strategy(strategy)  # a bad reference fails before any work
+        cls = resolve_strategy(strategy)  # a bad reference fails before any work
         drill = dataclasses.replace(drill, strategy=strategy)
+        if reason := not_applicable(drill, cls):
+            return DrillResult(drill, History((), {}, None, None, {}, {}), Verdict(None, {}), (), {}, 0, 0, (),
+                               not_applicable=reason)
     if workdir is None:
         with tempfile.TemporaryDirectory(prefix="drill-") as tmp:
             return run_drill(drill, tmp, seed)
@@ -265,14 +310,16 @@ def _ocr_phase_faults(drill, provider, inputs):
 def _run(drill, work, inputs, contract, provider) -> DrillResult:
     suffix = ".json" if drill.strategy == "rewrite-state" else f".{drill.ledger}"
     ledger_path = work / f"ledger{suffix}"
-    steps, fired = [], []
+    steps, fired, starts = [], [], []
     for run in range(drill.runs):
+        starts.append(time.time())
         faults = drill.faults if run == 0 or drill.persistent else ()
         if run and health_marker(ledger_path).exists():
             clear_health(ledger_path)  # the operator freed the disk and cleared the marker
         _one_run(drill, run, faults, ledger_path, provider, work, inputs, steps, fired)
     if drill.http:
         settle(provider)  # a job abandoned by a blind retry still runs: wait for its bill
+        fired.extend(service_shots(provider))
     history = collect_history(ledger_path, provider, inputs, contract, drill.options,
                               drill.page_by_page_from)
     stats = provider.stats()
@@ -280,7 +327,8 @@ def _run(drill, work, inputs, contract, provider) -> DrillResult:
     for item in history.items.values():
         counts[State(item.state).value] += 1
     return DrillResult(drill, history, check(history), tuple(steps), counts,
-                       stats["submit_calls"], stats["executions"], tuple(fired))
+                       stats["submit_calls"], stats["executions"], tuple(fired),
+                       missing_faults(drill, fired), run_starts=tuple(starts))
 
 
 def _policy(drill, run) -> RetryPolicy:
@@ -292,7 +340,8 @@ def _policy(drill, run) -> RetryPolicy:
 def _one_run(drill, run, faults, ledger_path, provider, work, inputs, steps, fired):
     options = drill.options[run % len(drill.options)]
     injectors = [Injector(faults) for _ in range(drill.workers)]
-    race = _barrier_hook(drill.workers) if drill.workers > 1 else None
+    race = _barrier_hook(drill.workers, lambda key: fired.append((run, RACE, key))) \
+        if drill.workers > 1 else None
     slow = _start_slow_owner(ledger_path, provider, work, inputs[:1], options) \
         if drill.slow_owner and run == 0 else None
     runners = []
@@ -305,9 +354,11 @@ def _one_run(drill, run, faults, ledger_path, provider, work, inputs, steps, fir
                                **({"page_by_page_from": drill.page_by_page_from}
                                   if drill.page_by_page_from is not None else {}))
         if "torn_jsonl_write" in faults:
-            tear_jsonl_writes(runner.ledger, nth=len(inputs) + 3)
+            tear_jsonl_writes(runner.ledger, nth=len(inputs) + 3,
+                              on_fire=lambda: fired.append((run, "torn_jsonl_write", None)))
         if "disk_full" in faults:
-            fill_disk(runner.ledger, after=drill.disk_full_after)
+            fill_disk(runner.ledger, after=drill.disk_full_after,
+                      on_fire=lambda: fired.append((run, "disk_full", None)))
         if hasattr(runner.ledger, "on_event"):
             runner.ledger.on_event = _recorder(run, runner.ledger, provider, steps)
         runners.append(runner)

@@ -10,13 +10,14 @@ from toolkit.runner import RetryPolicy
 from toolkit.runner.ops import cancel
 
 
-def _barrier_hook(parties):
+def _barrier_hook(parties, on_meet=None):
     barrier = threading.Barrier(parties)
 
     def meet(point, key, **context):
         if point == "before_intent":
             try:
-                barrier.wait(timeout=0.5)
+                if barrier.wait(timeout=0.5) == 0 and on_meet is not None:
+                    on_meet(key)  # once per meeting: the workers raced on this item
             except threading.BrokenBarrierError:
                 pass  # the other worker is elsewhere: no race on this item
     return meet

@@ -68,7 +68,7 @@ class Plan:
 
     def validate(self) -> "Plan":
         """Raises ToolkitError naming the first bad field (one line, for the CLI)."""
-        from toolkit.runner.naive import resolve_strategy
+        from toolkit.runner.registry import resolve_strategy
 
         resolve_strategy(self.strategy)  # a name or module:Class; one-line ToolkitError
         self.contract_object()

@@ -195,7 +195,7 @@ def run_batch(fd: int, plan, paths: Paths, inputs, names, *, run: int, kill_at=N
     from toolkit.ledger import open_ledger
     from toolkit.provider import FakeProvider
     from toolkit.runner import RetryPolicy
-    from toolkit.runner.naive import open_strategy, resolve_strategy
+    from toolkit.runner.registry import open_strategy, resolve_strategy
 
     power_loss = plan.power_loss and run == 0
     tracer = Tracer(fd, names, kill_at=kill_at, how=how, record=record, acks=power_loss)

@@ -43,7 +43,7 @@ from urllib.parse import quote, urlsplit
 from ..errors import KeyReuseError, PermanentError, ToolkitError, TransientError
 from ..identity import canonical_json
 from .contract import Contract, Job, JobStatus, ProviderConflict
-from .service import (
+from .wire import (
     CHUNK,
     CONTRACT_HEADER,
     HOST,
@@ -289,6 +289,10 @@ class HttpProvider:
     def executions(self) -> list[dict]:
         return self._call("GET", "/executions")["executions"]
 
+    def faults_fired(self) -> dict:
+        """``{fault: times fired}`` of the service's own faults (slow submits, cut fetches)."""
+        return self._call("GET", "/faults")
+
 
 class ServiceProcess:
     """``serve-provider`` as a child process on 127.0.0.1: start, SIGKILL, restart, stop.
@@ -325,7 +329,8 @@ class ServiceProcess:
         command = [sys.executable, "-m", "toolkit", "serve-provider", "--db", str(self.db_path),
                    "--out", str(self.out_dir), "--port", str(self.port), "--contract", self.spec,
                    "--slow-submits", str(faults.slow_submits), "--slow-seconds", str(faults.slow_seconds),
-                   "--cut-fetches", str(faults.cut_fetches)]
+                   "--cut-fetches", str(faults.cut_fetches),
+                   "--drop-submits", str(faults.drop_submits)]
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                          stderr=log)

@@ -13,6 +13,7 @@ is still waiting for the reply. Routes (JSON bodies unless said)::
     GET  /jobs/<job_id>/artifact   the PDF; Content-Length, Content-Digest, Toolkit-Job
     POST /jobs/<job_id>/cancel     {"job": {...}}
     GET  /jobs  /stats  /key-stats  /calls  /executions     the provider's own records
+    GET  /faults                   how many times each service fault fired
 
 Errors are ``{"error": kind, "message": ...}``: 503 ``transient`` (a definite
 "not now": nothing was accepted), 409 ``conflict`` (with ``job``), 422
@@ -23,10 +24,10 @@ response names the contract in ``Toolkit-Contract``.
 Faults that happen for real (``ServiceFaults``): the first N submits run
 slowly (the job sits ``running`` for S seconds, then commits, then the reply
 goes out, to a client that may have given up); the first N artifact responses
-announce the full ``Content-Length`` and stop halfway.
+announce the full ``Content-Length`` and stop halfway; the first N submits are
+accepted and executed, then the connection is dropped without a reply.
 """
 
-import base64
 import dataclasses
 import hashlib
 import json
@@ -44,36 +45,9 @@ from ..identity import canonical_json
 from .contract import Contract, ProviderConflict
 from .fake import FakeProvider
 
-HOST = "127.0.0.1"
-CONTRACT_HEADER = "Toolkit-Contract"
-JOB_HEADER = "Toolkit-Job"
-MAX_UPLOAD = 64 * 2**20
-CHUNK = 64 * 2**10
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class ServiceFaults:
-    """Faults the service does to itself: slow submits (lost replies), cut downloads."""
-
-    slow_submits: int = 0  # the first N submits: the job stays running ``slow_seconds``
-    slow_seconds: float = 0.0
-    cut_fetches: int = 0  # the first N artifact responses stop after half their bytes
-
-
-def content_digest(sha256_hex: str) -> str:
-    """RFC 9530 ``Content-Digest`` value for a SHA-256 given in hex."""
-    return f"sha-256=:{base64.b64encode(bytes.fromhex(sha256_hex)).decode()}:"
-
-
-def parse_digest(value: str | None) -> str | None:
-    """The hex SHA-256 of a ``Content-Digest`` header, or None if absent or malformed."""
-    if not value or not value.startswith("sha-256=:") or not value.endswith(":"):
-        return None
-    try:
-        raw = base64.b64decode(value[len("sha-256=:"):-1], validate=True)
-    except ValueError:
-        return None
-    return raw.hex() if len(raw) == 32 else None
+from .wire import (  # noqa: F401 - shared with the client, which never imports this module
+    CHUNK, CONTRACT_HEADER, HOST, JOB_HEADER, MAX_UPLOAD, ServiceFaults, content_digest,
+    parse_digest)
 
 
 class _BadRequest(Exception):
@@ -95,7 +69,7 @@ class ProviderApp:
         for stale in self.spool.glob("*.pdf"):  # left by a service killed mid-request
             stale.unlink(missing_ok=True)
         self._count_lock = threading.Lock()
-        self._counts = {"submit": 0, "fetch": 0}
+        self._counts = {"submit": 0, "fetch": 0, "drop": 0}
         self.not_ready: str | None = None  # set by a failed write; cleared by a good probe
         get, post = ["GET"], ["POST"]
         self.url_map = Map([
@@ -106,6 +80,7 @@ class ProviderApp:
             Rule("/jobs/<job_id>", endpoint="poll", methods=get),
             Rule("/jobs/<job_id>/artifact", endpoint="fetch", methods=get),
             Rule("/jobs/<job_id>/cancel", endpoint="cancel", methods=post),
+            Rule("/faults", endpoint="faults", methods=get),
             *(Rule(f"/{name}", endpoint="records", methods=get, defaults={"name": name})
               for name in ("jobs", "stats", "key-stats", "calls", "executions"))])
 
@@ -206,6 +181,8 @@ class ProviderApp:
         finally:
             self._local.slow = False
             upload.unlink(missing_ok=True)
+        if self._next("drop") <= self.faults.drop_submits:
+            _drop(request.environ)  # the job is accepted and ran; its reply never leaves
         return _json({"job": job.to_dict()})
 
     def _receive(self, request, expected: str) -> Path:
@@ -253,6 +230,13 @@ class ProviderApp:
         return Response(_stream(path, size // 2 if cut else size), 200, headers,
                         mimetype="application/pdf", direct_passthrough=True)
 
+    def _faults(self, request):
+        """How many times each service fault fired: a drill whose fault never fired proves nothing."""
+        with self._count_lock:
+            return _json({"slow_submits": min(self._counts["submit"], self.faults.slow_submits),
+                          "cut_fetches": min(self._counts["fetch"], self.faults.cut_fetches),
+                          "drop_submits": min(self._counts["drop"], self.faults.drop_submits)})
+
     def _records(self, request, name):
         provider = self.provider
         if name in ("stats", "key-stats"):
@@ -260,6 +244,14 @@ class ProviderApp:
         rows = [job.to_dict() for job in provider.jobs()] if name == "jobs" else \
             getattr(provider, name)()
         return _json({name: rows})
+
+
+def _drop(environ) -> None:
+    """Close the client's connection now, with no reply: the caller sees a reset, not an answer."""
+    sock = environ.get("werkzeug.socket")
+    if sock is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        sock.shutdown(socket.SHUT_RDWR)  # werkzeug's later write fails as a dropped connection
 
 
 def _stream(path: Path, limit: int):

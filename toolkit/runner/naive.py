@@ -6,7 +6,6 @@ on which it goes wrong and what the user then sees.
 """
 
 import dataclasses
-import importlib
 import json
 from pathlib import Path
 
@@ -329,60 +328,3 @@ class RewriteState(Runner):
         self.ledger.state[key] = entry
         self.ledger.save()
         return entry
-
-
-STRATEGIES = {"safe": Runner, "blind-retry": BlindRetry, "output-exists": OutputExists,
-              "batch-commit": BatchCommit, "rewrite-state": RewriteState, "no-lease": NoLease,
-              "timeout-as-failed": TimeoutAsFailed, "steal-expired": StealExpired,
-              "ignore-write-errors": IgnoreWriteErrors, "restart-long-docs": RestartLongDocs}
-
-
-def resolve_strategy(name):
-    """The strategy class for a CLI name, a ``module:Name`` reference, or a class.
-
-    Raises:
-        ToolkitError: one line, for an unknown name, a module that does not
-            import, a missing attribute, or something that is not a pipeline.
-    """
-    if isinstance(name, type):
-        cls, name = name, name.__qualname__
-    elif name in STRATEGIES:
-        return STRATEGIES[name]
-    elif ":" not in name:
-        raise ToolkitError(f"unknown strategy {name!r}; choose from {', '.join(STRATEGIES)} "
-                           "or give module:Class")
-    else:
-        module_name, _, attribute = name.partition(":")
-        try:
-            module = importlib.import_module(module_name)
-        except Exception as exc:  # noqa: BLE001 - any failure of user code is one line here
-            raise ToolkitError(f"cannot import {module_name!r} for strategy {name!r}: "
-                               f"{type(exc).__name__}: {exc}") from exc
-        cls = getattr(module, attribute, None)
-        if cls is None:
-            raise ToolkitError(f"module {module_name!r} has no {attribute!r}")
-    shaped = isinstance(cls, type) and all(callable(getattr(cls, method, None))
-                                           for method in ("run", "close", "process"))
-    if not shaped:
-        raise ToolkitError(f"{name!r} is not a pipeline: it needs run(inputs), process(key) and "
-                           "close(); subclass toolkit.runner.Pipeline (or Runner)")
-    return cls
-
-
-def open_strategy(name, ledger_path, provider, out_dir, **options) -> Runner:
-    """Open the ledger the strategy keeps and return its runner (``close()`` it).
-
-    ``name``: a CLI name, a ``module:Name`` reference or a ``Pipeline`` class.
-    """
-    cls = resolve_strategy(name)
-    if options.get("page_by_page_from") is not None and not getattr(cls, "sends_pages", False):
-        raise ToolkitError(f"strategy {getattr(cls, 'name', name)!r} does not send long "
-                           "documents page by page")
-    if cls is RewriteState:
-        if Path(ledger_path).suffix != ".json":
-            raise ToolkitError("rewrite-state keeps its progress in a .json file: "
-                               "--ledger STATE.json")
-        return RewriteState(ledger_path, provider, out_dir, **options)
-    from toolkit.ledger import open_ledger
-
-    return cls(open_ledger(ledger_path), provider, out_dir, **options)

@@ -151,6 +151,7 @@ class Pipeline:
         self.local_errors: list[str] = []  # writes under --out that failed (the run goes on)
         self.recovered: list[str] = []  # keys taken over from dead owners at start
         self.lost_leases: list[str] = []  # keys another owner took over while we worked on them
+        self.quarantined: set[str] = set()  # poison found by preflight: never processed
 
     def close(self):
         self._drop_snapshots()
@@ -195,7 +196,15 @@ class Pipeline:
                 check = documents.preflight(self._paths[key])
                 if not check.ok:
                     self._quarantine(item, check.reason)
+            self._note_quarantined(key)
         return list(keys)
+
+    def _note_quarantined(self, key: str) -> None:
+        """Remember poison (found now or by an earlier run): run() never hands it to process()."""
+        item = self.ledger.get(key)
+        if item.state is S.FAILED and item.failure == PERMANENT and \
+                (item.reason or "").startswith("poison:"):
+            self.quarantined.add(key)
 
     def _odd(self, odd: Odd, keys: dict) -> None:
         """Quarantine an input entry that cannot be read as a file: keyed by its name (it
@@ -208,6 +217,7 @@ class Pipeline:
         item = self.ledger.get(key)
         if item.state is S.PENDING:
             self._quarantine(item, f"unreadable input entry ({odd.reason})")
+        self._note_quarantined(key)
 
     def _snapshot(self, digest: str, data: bytes) -> Path:
         """This run's private copy of an input's hashed bytes, named by their digest.
@@ -255,7 +265,8 @@ class Pipeline:
 
                 bar = tqdm(total=len(keys), file=sys.stderr, unit="doc", leave=False)
             for key in keys:
-                self.process(key)
+                if key not in self.quarantined:
+                    self.process(key)
                 if bar is not None:
                     bar.update(1)
         except (LedgerError, OSError) as exc:

@@ -4,6 +4,8 @@
 connection, lock, thread or open SQLite handle); each opens the ledger and the
 provider itself and runs its strategy over the same inputs. They meet only in
 the ledger: leases decide who advances an item, fencing tokens fence late writes.
+A pipeline of your own (``module:Class``) may take no leases: each of its
+workers gets a disjoint share of the inputs instead (by content digest).
 
 With a PostgreSQL ledger the safe strategy is ``QueueRunner``, which takes the
 next free item with ``FOR UPDATE SKIP LOCKED``; on SQLite the workers walk the
@@ -20,6 +22,7 @@ Around the workers, the parent does what must happen once:
 
 import dataclasses
 import multiprocessing
+import os
 from pathlib import Path
 
 from toolkit.documents import ocr_routed, page_count
@@ -29,10 +32,11 @@ from toolkit.ledger import State, open_ledger
 from toolkit.ledger import postgres_health as pg_health
 from toolkit.ledger.postgres import postgres_url
 from toolkit.runner import RetryPolicy, Runner, default_worker
-from toolkit.runner.naive import STRATEGIES
 from toolkit.runner.inputs import Odd, read_input
+from toolkit.runner.naive import RewriteState
 from toolkit.runner.ops import health_marker, recover_abandoned, require_healthy
 from toolkit.runner.pipeline import odd_key, routed_options
+from toolkit.runner.registry import STRATEGIES, resolve_strategy
 
 
 class QueueRunner(Runner):
@@ -132,9 +136,10 @@ def run_workers(ledger_url, provider_db, inputs, out_dir, workers: int, contract
         raise ToolkitError("--workers must be at least 1")
     if (provider_db is None) == (provider_url is None):
         raise ToolkitError("give exactly one of provider_db and provider_url")
-    if strategy not in STRATEGIES or strategy == "rewrite-state":
+    cls = resolve_strategy(strategy)  # a name or module:Class, resolved again in each worker
+    if cls is RewriteState:
         raise ToolkitError(f"strategy {strategy!r} cannot run as workers on a shared ledger")
-    if page_by_page_from is not None and not STRATEGIES[strategy].sends_pages:
+    if page_by_page_from is not None and not getattr(cls, "sends_pages", False):
         raise ToolkitError(f"strategy {strategy!r} does not send long documents page by page")
     url = postgres_url(ledger_url)
     location = url or str(ledger_url)
@@ -147,7 +152,8 @@ def run_workers(ledger_url, provider_db, inputs, out_dir, workers: int, contract
     spec = _Spec(location, provider_db and str(provider_db), provider_url, read_timeout,
                  contract, tuple(str(path) for path in inputs), str(out_dir), strategy,
                  dict(options or {}), policy, lease_ttl, hook, page_by_page_from)
-    reports = _run_processes(spec, workers, multiprocessing.get_context(start_method))
+    shards = None if cls in STRATEGIES.values() else _shards(inputs, workers)
+    reports = _run_processes(spec, workers, multiprocessing.get_context(start_method), shards)
     halted = [report["halted"] for report in reports if report["halted"]]
     recorded = None
     if halted and url:  # a worker's Runner marks a file ledger itself; a URL is marked here
@@ -158,11 +164,28 @@ def run_workers(ledger_url, provider_db, inputs, out_dir, workers: int, contract
     return WorkersResult(counts, unsettled, tuple(reports), recorded)
 
 
-def _run_processes(spec, workers, context) -> list[dict]:
+def _shards(inputs, workers) -> list[tuple[str, ...]]:
+    """Disjoint shares of the inputs, by content digest (a key lands in exactly one share).
+
+    A pipeline of yours may take no leases; the pool then never gives two workers
+    the same item, so it needs none.
+    """
+    shards = [[] for _ in range(workers)]
+    for path in inputs:
+        try:
+            digest = content_digest(read_input(path))  # never blocks on a FIFO
+        except Odd:
+            digest = content_digest(os.fsencode(Path(path).name))  # its item is keyed by name
+        shards[int(digest[:8], 16) % workers].append(str(path))
+    return [tuple(shard) for shard in shards]
+
+
+def _run_processes(spec, workers, context, shards=None) -> list[dict]:
     pipes, processes = [], []
     for n in range(workers):
         reader, writer = context.Pipe(duplex=False)
-        process = context.Process(target=_work, args=(spec, writer), name=f"toolkit-worker-{n + 1}")
+        mine = spec if shards is None else dataclasses.replace(spec, inputs=shards[n])
+        process = context.Process(target=_work, args=(mine, writer), name=f"toolkit-worker-{n + 1}")
         process.start()
         writer.close()  # the child holds its own end
         pipes.append(reader)
@@ -189,7 +212,7 @@ def _work(spec: _Spec, conn) -> None:
     try:
         provider = _provider(spec)
         ledger = open_ledger(spec.ledger)
-        cls = STRATEGIES[spec.strategy]
+        cls = resolve_strategy(spec.strategy)
         if cls is Runner and hasattr(ledger, "claim_next"):
             cls = QueueRunner
         runner = cls(ledger, provider, spec.out_dir, options=spec.options, policy=spec.policy,

@@ -13,7 +13,7 @@ import threading
 
 from toolkit.drills import CATALOGUE, DRILLS, run_drill
 from toolkit.provider import parse_contract
-from toolkit.runner.naive import STRATEGIES
+from toolkit.runner.registry import STRATEGIES
 from toolkit.widgets.tables import Table
 
 SCENARIOS = tuple(d.name for d in CATALOGUE if "/" not in d.name and "[" not in d.name)
