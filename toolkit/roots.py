@@ -58,6 +58,35 @@ def record(ledger_path, **roots) -> None:
         pass  # a convenience, not state: without it a new --out fetches instead of copying
 
 
+NAME_MAX = 255  # bytes in one file name, when the folder cannot tell (os.pathconf)
+
+
+def name_max(folder) -> int:
+    """The longest file name ``folder`` (or its nearest existing parent) takes, in bytes."""
+    folder = Path(folder)
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        return os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return NAME_MAX
+
+
+def output_path(folder, stem: str, key: str) -> Path:
+    """The one rule for an output's name: ``<stem>.<key8>.pdf`` in ``folder``.
+
+    The stem is cut (in bytes, on a UTF-8 character boundary) so that the whole
+    name fits the folder's NAME_MAX: a 250-byte input name still gets an output,
+    and the key suffix keeps two cut names of different documents apart.
+    """
+    tail = f".{key[:8]}.pdf"
+    room = name_max(folder) - len(tail.encode())
+    raw = stem.encode("utf-8", "surrogateescape")
+    if len(raw) > room:
+        stem = raw[:room].decode("utf-8", "ignore")  # drops a character cut in half
+    return Path(folder) / f"{stem}{tail}"
+
+
 def relative(path, root) -> str:
     """``path`` as stored: relative to ``root`` (the outputs root, the jobs folder)."""
     return os.path.relpath(os.path.abspath(path), os.path.abspath(root))
@@ -86,7 +115,8 @@ def materialize(stored, size, sha256, target: Path, roots) -> bool:
         if source.resolve() == target.resolve() or not documents.verify(source, size, sha256):
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd, part = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
+        fd, part = tempfile.mkstemp(prefix=documents.temp_prefix(target), suffix=".part",
+                                    dir=target.parent)
         try:  # a private temp name: two workers materializing the same file never mix bytes
             with os.fdopen(fd, "wb") as out, open(source, "rb") as data:
                 shutil.copyfileobj(data, out)

@@ -204,13 +204,13 @@ class Runner(PageByPage, Pipeline):
         return CONTINUE
 
     def _output_path(self, item) -> Path:
-        return self.out_dir / f"{Path(item.source or item.key).stem}.{item.key[:8]}.pdf"
+        return roots.output_path(self.out_dir, Path(item.source or item.key).stem, item.key)
 
     def _fetch(self, item, job, token, budget):
         """Fetch to a temp file, verify, rename, fsync, and only then commit ``done``."""
         self._stage = "fetch"
         final = self._output_path(item)
-        part = final.with_name(f".{final.name}.part")
+        part = final.with_name(f"{documents.temp_prefix(final)}{item.key[:12]}.part")
         while budget.fetches < self.policy.fetches:
             budget.fetches += 1
             self._renew(item, token)

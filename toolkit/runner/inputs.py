@@ -26,8 +26,20 @@ class Odd(OSError):
     """An input entry that is not a readable regular file; ``reason`` says why."""
 
     def __init__(self, path, reason: str):
-        super().__init__(f"{Path(path).name}: {reason}")
+        super().__init__(f"{entry_name(path)}: {reason}")
         self.path, self.reason = Path(path), reason
+
+
+def entry_name(path) -> str:
+    """An entry's name as the ledger stores it: text that always encodes as UTF-8.
+
+    A name that is not UTF-8 (``b'bad\\xff.pdf'``) arrives from the OS with surrogates
+    (``surrogateescape``) that SQLite, JSON lines and a terminal refuse; it is stored
+    with its undecodable bytes escaped (``bad\\xff.pdf``): readable, and one batch's
+    odd name never stops the others. The file itself is still opened by its real name.
+    """
+    raw = os.fsencode(Path(path).name)
+    return raw.decode("utf-8", "backslashreplace")
 
 
 def _kind(mode: int) -> str:

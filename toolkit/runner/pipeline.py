@@ -20,7 +20,7 @@ from toolkit.errors import LeaseHeldError, LedgerError
 from toolkit.identity import canonical_json, content_digest, task_key
 from toolkit.ledger import PERMANENT, Item, State
 from toolkit.provider import Contract
-from toolkit.runner.inputs import Odd, read_input
+from toolkit.runner.inputs import Odd, entry_name, read_input
 from toolkit.runner.ops import mark_unhealthy, recover_abandoned, require_healthy
 
 S = State
@@ -186,7 +186,7 @@ class Pipeline:
             if key in keys:
                 continue  # same content twice in one batch is one unit of work
             keys[key] = None
-            self.ledger.add(key, source=path.name, digest=digest)
+            self.ledger.add(key, source=entry_name(path), digest=digest)
             item = self.ledger.get(key)
             # What is sent is a private snapshot of the hashed bytes, never the input file
             # itself: a file replaced after this read is new content for a later run.
@@ -200,11 +200,12 @@ class Pipeline:
     def _odd(self, odd: Odd, keys: dict) -> None:
         """Quarantine an input entry that cannot be read as a file: keyed by its name (it
         has no content), ``failed(permanent)`` with the reason; the batch goes on."""
-        key = odd_key(odd.path.name, self.options)
+        name = entry_name(odd.path)
+        key = odd_key(name, self.options)
         if key in keys:
             return
         keys[key] = None
-        self.ledger.add(key, source=odd.path.name, digest=None)
+        self.ledger.add(key, source=name, digest=None)
         item = self.ledger.get(key)
         if item.state is S.PENDING:
             self._quarantine(item, f"unreadable input entry ({odd.reason})")
