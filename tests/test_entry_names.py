@@ -92,3 +92,32 @@ def test_input_names_near_name_max_get_outputs_that_fit_and_another_out_copies_t
     for item in items:
         assert (tmp_path / "o2" / item.artifact_path).read_bytes() == \
             (tmp_path / "out" / item.artifact_path).read_bytes()
+
+
+@pytest.mark.slow
+def test_directory_in_the_way_in_another_out_stops_only_its_item_and_is_named(
+        tmp_path, five_docs):
+    """Fault: a rerun with another ``--out`` finds a directory where one artifact's copy
+    goes. Property: only that item is left without its copy (one line naming the place,
+    exit 1 "run again"); every other artifact is copied; nothing in the ledger changes;
+    once the directory is gone, the same command copies it and exits 0."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for doc in five_docs[:3]:
+        shutil.copyfile(doc, folder / doc.name)
+    assert run_cli("run", *_args(tmp_path)).returncode == 0
+    with open_ledger(tmp_path / "l.sqlite") as ledger:
+        before = {item.key: item for item in ledger.items()}
+    first = sorted(item.artifact_path for item in before.values())[0]
+    (tmp_path / "o2" / first).mkdir(parents=True)
+    blocked = run_cli("run", *_args(tmp_path, out="o2"))
+    assert blocked.returncode == 1 and "Traceback" not in blocked.stderr
+    assert f"cannot write {tmp_path / 'o2' / first}" in blocked.stderr
+    for item in before.values():
+        if item.artifact_path != first:
+            assert (tmp_path / "o2" / item.artifact_path).is_file()
+    with open_ledger(tmp_path / "l.sqlite") as ledger:
+        assert {item.key: item for item in ledger.items()} == before
+    (tmp_path / "o2" / first).rmdir()
+    assert run_cli("run", *_args(tmp_path, out="o2")).returncode == 0
+    assert (tmp_path / "o2" / first).is_file()

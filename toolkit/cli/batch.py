@@ -128,6 +128,10 @@ def _run(parser):
             print(f"{runner.unsettled} item(s) not at rest: run the same command again",
                   file=sys.stderr)
             return 1
+        if runner.local_errors:  # done items whose artifact is not under --out yet
+            print("some artifacts are not in --out: clear the way and run again",
+                  file=sys.stderr)
+            return 1
         return 0
     return run
 

@@ -149,6 +149,7 @@ class Pipeline:
         self.health_recorded: bool | None = None  # whether that halt reached the health marker
         self.unsettled = 0
         self.local_errors: list[str] = []  # writes under --out that failed (the run goes on)
+        self._unplaced: set[str] = set()  # done items whose copy into --out failed this run
         self.recovered: list[str] = []  # keys taken over from dead owners at start
         self.lost_leases: list[str] = []  # keys another owner took over while we worked on them
 
