@@ -44,14 +44,22 @@ def recorded(ledger_path) -> dict[str, Path]:
     return {name: base / value for name, value in saved.items() if isinstance(value, str)}
 
 
-def record(ledger_path, **roots) -> None:
-    """Record the roots once (a later run with another ``--out`` keeps the first ones)."""
+def record(ledger_path, replace: bool = False, **roots) -> None:
+    """Record the roots once; ``replace=True`` rewrites the ones given (and keeps the others).
+
+    The rule for ``out``: it names the latest ``--out`` that holds every verified
+    artifact. A run records its ``--out`` the first time; a run with another
+    ``--out`` replaces it only at its end, once every ``done`` item's artifact is
+    verified there (``Pipeline._record_out``), so the roots never name a folder
+    that lacks one, and the old folder may then be deleted.
+    """
     marker = roots_file(ledger_path)
-    if marker is None or marker.exists() or not Path(ledger_path).is_file():
+    if marker is None or (marker.exists() and not replace) or not Path(ledger_path).is_file():
         return  # a URL, an in-memory ledger (":memory:"): no file to record beside
     base = os.path.abspath(Path(ledger_path).parent)
-    saved = {name: os.path.relpath(os.path.abspath(path), base)
-             for name, path in roots.items() if path is not None}
+    saved = {name: os.path.relpath(path, base) for name, path in recorded(ledger_path).items()}
+    saved.update({name: os.path.relpath(os.path.abspath(path), base)
+                  for name, path in roots.items() if path is not None})
     try:
         documents.write_atomic(json.dumps(saved, sort_keys=True).encode(), marker)
     except OSError:

@@ -269,6 +269,8 @@ class Pipeline:
             bar.close()
         self._current = self._stage = None
         self._drop_snapshots()
+        if not self.halted and not self.local_errors and self.other_roots:
+            self._record_out()
         counts = {state.value: 0 for state in State}
         self.unsettled = 0  # items a later run must pick up again
         for key in keys:
@@ -285,6 +287,17 @@ class Pipeline:
             self.other_roots = [recorded]
         folders = {Path(path).parent for path in inputs}
         roots.record(where, out=self.out_dir, inputs=folders.pop() if len(folders) == 1 else None)
+
+    def _record_out(self) -> None:
+        """This run's ``--out`` becomes the recorded outputs root once it holds every
+        done item's verified artifact (of the whole ledger, not only this batch): the
+        roots file then never names a folder that lacks one (roots.record's rule)."""
+        for item in self.ledger.items():
+            if item.state is S.DONE and not documents.verify(
+                    roots.resolve(self.out_dir, item.artifact_path or ""),
+                    item.artifact_size, item.artifact_sha256):
+                return
+        roots.record(getattr(self.ledger, "path", None), replace=True, out=self.out_dir)
 
     def process(self, key: str):
         """Advance one item until it rests for this run."""
