@@ -182,3 +182,45 @@ def test_drill_list_with_json_prints_one_json_document(capsys):
     assert main(["drill", "list", "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
     assert [row["drill"] for row in listed] == list(DRILLS) and all(r["summary"] for r in listed)
+
+
+@pytest.mark.slow
+def test_service_refuses_deep_options_negative_length_and_non_pdf_bodies_without_a_job(
+        tmp_path):
+    """Fault: options nested 3000 deep (``[[[...``), ``Content-Length: -5``, an empty body
+    and a ``hello`` body (each with its correct digest). Property: deep options and the
+    negative length are 400 ``bad_request`` (never a 500 with a traceback, never a 503
+    "digest mismatch"); a body that is not a PDF is 422 ``permanent``; no job is
+    created and the spool is left empty."""
+    import base64
+    import hashlib
+
+    def digest(body):
+        return "sha-256=:" + base64.b64encode(hashlib.sha256(body).digest()).decode() + ":"
+
+    def post(options, body, length=None):
+        reply = _raw(process.url, (
+            f"POST /jobs?options={quote(options)} HTTP/1.1\r\nHost: x\r\n"
+            f"Idempotency-Key: k:1\r\nContent-Digest: {digest(body)}\r\n"
+            f"Content-Length: {len(body) if length is None else length}\r\n"
+            "Connection: close\r\n\r\n").encode() + body)
+        status, _, rest = reply.partition(b"\r\n")
+        assert b"Traceback" not in rest
+        return int(status.split()[1]), json.loads(rest.partition(b"\r\n\r\n")[2] or b"{}")
+
+    process = ServiceProcess(tmp_path / "p.db", tmp_path / "jobs")
+    process.start()
+    try:
+        assert post("[" * 3000 + "]" * 3000, b"%PDF-")[0] == 400
+        status, body = post("{}", b"%PDF-", length=-5)
+        assert status == 400 and body["error"] == "bad_request"
+        for document in (b"", b"hello"):
+            status, body = post("{}", document)
+            assert status == 422 and body["error"] == "permanent", (document, body)
+        jobs = json.loads(_raw(process.url, b"GET /jobs HTTP/1.1\r\nHost: x\r\n"
+                                            b"Connection: close\r\n\r\n")
+                          .partition(b"\r\n\r\n")[2])
+        assert jobs == {"jobs": []}
+        assert _until(lambda: _spool(process) == []), _spool(process)
+    finally:
+        process.stop()

@@ -16,7 +16,9 @@ is still waiting for the reply. Routes (JSON bodies unless said)::
 
 Errors are ``{"error": kind, "message": ...}``: 503 ``transient`` (a definite
 "not now": nothing was accepted), 409 ``conflict`` (with ``job``), 422
-``key_reuse`` / ``permanent``, 400 ``bad_request``, 404 ``no_route``, 500
+``key_reuse`` / ``permanent`` (a body that is not a PDF: empty or without
+``%PDF-``; no job is created), 400 ``bad_request`` (options not plain JSON or
+nested too deep, a Content-Length that is not a byte count), 404 ``no_route``, 500
 ``internal`` (anything else: the outcome is unknown to the client). Every
 response names the contract in ``Toolkit-Contract``.
 
@@ -49,6 +51,7 @@ CONTRACT_HEADER = "Toolkit-Contract"
 JOB_HEADER = "Toolkit-Job"
 MAX_UPLOAD = 64 * 2**20
 CHUNK = 64 * 2**10
+PDF_MAGIC = b"%PDF-"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -189,10 +192,13 @@ class ProviderApp:
         try:  # NaN, Infinity: Python's json reads them, JSON has no such numbers
             options = json.loads(request.args.get("options", "{}"), parse_constant=_not_json)
             canonical_json(options)
-        except (ValueError, TypeError) as exc:
+        except (ValueError, TypeError, RecursionError) as exc:  # RecursionError: [[[[... deep
             raise _BadRequest(f"options is not plain JSON: {exc}") from exc
         if not idem_key or not isinstance(options, dict):
             raise _BadRequest("need an Idempotency-Key header and options as a JSON object")
+        length = request.headers.get("Content-Length")
+        if length is not None and not (length.isascii() and length.isdigit()):
+            raise _BadRequest(f"Content-Length {length[:40]!r} is not a byte count")
         expected = parse_digest(request.headers.get("Content-Digest"))
         if expected is None:
             raise _BadRequest("need a Content-Digest: sha-256=:...: header for the document")
@@ -222,6 +228,12 @@ class ProviderApp:
         if digest.hexdigest() != expected:
             path.unlink(missing_ok=True)
             raise TransientError("upload damaged in transit (digest mismatch): nothing accepted")
+        with open(path, "rb") as data:  # the body arrived whole: is it a document at all?
+            head = data.read(len(PDF_MAGIC))
+        if head != PDF_MAGIC:
+            path.unlink(missing_ok=True)
+            raise PermanentError("the body is not a PDF (empty, or no %PDF- header): "
+                                 "no job created")
         return path
 
     def _lookup(self, request):
