@@ -23,8 +23,9 @@ S = State
 
 
 def _spool(process):
+    """Files in the spool (each service process spools in its own subfolder)."""
     folder = process.out_dir / ".spool"
-    return sorted(os.listdir(folder)) if folder.is_dir() else []
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if not p.is_dir())
 
 
 def _raw(url, request: bytes, then=None, read=True) -> bytes:
@@ -224,3 +225,43 @@ def test_service_refuses_deep_options_negative_length_and_non_pdf_bodies_without
         assert _until(lambda: _spool(process) == []), _spool(process)
     finally:
         process.stop()
+
+
+@pytest.mark.slow
+def test_second_service_on_the_same_out_never_sweeps_the_first_ones_upload_in_flight(
+        tmp_path, small_corpus):
+    """Fault: while service A receives an upload (half the body sent), service B starts
+    on the same ``--out`` and database (it sweeps the spool of dead services). Property:
+    A's upload is not swept: once the rest of the body arrives A creates the job (200),
+    never a 422 ``permanent`` for a healthy document."""
+    import base64
+    import hashlib
+    import threading
+
+    document = small_corpus[0].read_bytes()
+    digest = "sha-256=:" + base64.b64encode(hashlib.sha256(document).digest()).decode() + ":"
+    first = ServiceProcess(tmp_path / "p.db", tmp_path / "jobs")
+    second = ServiceProcess(tmp_path / "p.db", tmp_path / "jobs")
+    first.start()
+    try:
+        half, go, replies = len(document) // 2, threading.Event(), []
+
+        def rest(sock):
+            assert _until(lambda: any(name.endswith(".pdf") for name in _spool(first)))
+            go.wait(60)
+            sock.sendall(document[half:])
+
+        sender = threading.Thread(target=lambda: replies.append(_raw(first.url, (
+            f"POST /jobs?options=%7B%7D HTTP/1.1\r\nHost: x\r\nIdempotency-Key: k:1\r\n"
+            f"Content-Digest: {digest}\r\nContent-Length: {len(document)}\r\n"
+            "Connection: close\r\n\r\n").encode() + document[:half], rest)))
+        sender.start()
+        assert _until(lambda: any(name.endswith(".pdf") for name in _spool(first)))
+        second.start()  # sweeps at start, while A's upload is half received
+        go.set()
+        sender.join(60)
+        status = replies[0].split(b"\r\n", 1)[0].split()[1]
+        assert status == b"200", replies[0][-300:]
+    finally:
+        second.stop()
+        first.stop()

@@ -33,6 +33,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import os
 import signal
 import socket
 import sqlite3
@@ -93,10 +94,7 @@ class ProviderApp:
         self.db_path, self.faults, self.health_timeout = Path(db_path), faults, health_timeout
         self._local = threading.local()
         self.provider = FakeProvider(db_path, out_dir, contract, on_phase=self._on_phase)
-        self.spool = Path(out_dir) / ".spool"  # uploads being received, artifacts being sent
-        self.spool.mkdir(parents=True, exist_ok=True)
-        for stale in self.spool.glob("*.pdf"):  # left by a service killed mid-request
-            stale.unlink(missing_ok=True)
+        self.spool = _own_spool(Path(out_dir) / ".spool")
         self._count_lock = threading.Lock()
         self._counts = {"submit": 0, "fetch": 0}
         self.not_ready: str | None = None  # set by a failed write; cleared by a good probe
@@ -209,6 +207,12 @@ class ProviderApp:
         try:
             self._local.slow = self._next("submit") <= self.faults.slow_submits
             job = self.provider.submit(idem_key, upload, options, task_key=task_key)
+        except PermanentError as exc:
+            if upload.exists():
+                raise
+            # Our spool file vanished (removed by hand, or by a sweep): a server problem,
+            # never the document's; no job was created. Transient: the client sends again.
+            raise TransientError(f"upload lost by the service: nothing accepted ({exc})") from exc
         finally:
             self._local.slow = False
             upload.unlink(missing_ok=True)
@@ -272,6 +276,36 @@ class ProviderApp:
         rows = [job.to_dict() for job in provider.jobs()] if name == "jobs" else \
             getattr(provider, name)()
         return _json({name: rows})
+
+
+def _own_spool(root: Path) -> Path:
+    """This service process's own spool folder, ``<root>/<boot>-<pid>-<start ticks>``.
+
+    Several services may share one ``--out`` (and database): each spools in its own
+    folder, and at start sweeps only the folders whose process is gone (liveness by
+    pid and start ticks, so a reused pid is not mistaken for its predecessor), plus
+    loose files an older version left. A live service's upload is never swept.
+    """
+    import shutil
+
+    from toolkit import liveness
+
+    root.mkdir(parents=True, exist_ok=True)
+    boot = liveness.boot_id()[:8]
+    for entry in root.iterdir():
+        if entry.is_dir() and not entry.is_symlink():
+            owner_boot, _, rest = entry.name.partition("-")
+            pid, _, ticks = rest.partition("-")
+            same_boot = owner_boot == boot
+            if same_boot and pid.isdigit() and ticks.isdigit() and liveness.alive(
+                    liveness.HOSTNAME, int(pid), int(ticks)) is not False:
+                continue  # a live service's spool: not ours to sweep
+            shutil.rmtree(entry, ignore_errors=True)  # its process is gone (or a reboot)
+        elif entry.name.endswith(".pdf"):
+            entry.unlink(missing_ok=True)  # left loose by an older service killed mid-request
+    mine = root / f"{boot}-{os.getpid()}-{liveness.my_start() or 0}"
+    mine.mkdir(exist_ok=True)
+    return mine
 
 
 def _stream(path: Path, limit: int):
