@@ -89,3 +89,33 @@ def test_provider_db_that_is_a_pdf_creates_no_jobs_folder(tmp_path, small_corpus
     args[args.index(tmp_path / "p.sqlite")] = tmp_path / "file.pdf"
     assert main(["run", *map(str, args)]) == 2
     assert sorted(os.listdir(tmp_path)) == before
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "directory"])
+@pytest.mark.parametrize("command", [["health", "--ledger"], ["health", "--clear", "--ledger"],
+                                     ["provider-stats", "--provider-db"]],
+                         ids=["health", "health-clear", "provider-stats"])
+def test_health_and_provider_stats_on_a_path_that_is_not_a_file_refuse_in_one_line(
+        tmp_path, kind, command):
+    """Fault: the ledger or provider database named is a FIFO, a symlink to ``/dev/zero``
+    or a directory. Property: never ``ready``, never blocked on the FIFO: one line, exit
+    2, and nothing created beside it."""
+    for name in ("l.sqlite", "l.jsonl"):
+        {"fifo": os.mkfifo, "directory": os.mkdir,
+         "dev-zero": lambda path: os.symlink("/dev/zero", path)}[kind](tmp_path / name)
+    before = sorted(os.listdir(tmp_path))
+    for name in ("l.sqlite", "l.jsonl"):
+        refused = run_cli(*command, tmp_path / name)
+        assert refused.returncode == 2, (name, refused.stdout, refused.stderr)
+        assert len(refused.stderr.strip().splitlines()) == 1 and "ready" not in refused.stdout
+    assert sorted(os.listdir(tmp_path)) == before
+
+
+@pytest.mark.slow
+def test_health_clear_on_a_missing_ledger_refuses_and_creates_nothing(tmp_path):
+    """Fault: ``health --clear`` with a typo in the ledger's name. Property: exit 2, one
+    line; no ledger (nor anything else) is created."""
+    refused = run_cli("health", "--ledger", tmp_path / "typo.sqlite", "--clear")
+    assert refused.returncode == 2 and "no ledger" in refused.stderr
+    assert os.listdir(tmp_path) == []
