@@ -121,3 +121,38 @@ def test_directory_in_the_way_in_another_out_stops_only_its_item_and_is_named(
     (tmp_path / "o2" / first).rmdir()
     assert run_cli("run", *_args(tmp_path, out="o2")).returncode == 0
     assert (tmp_path / "o2" / first).is_file()
+
+
+@pytest.mark.slow
+def test_items_left_behind_by_changed_inputs_are_reported_and_the_run_never_claims_rest(
+        tmp_path, five_docs):
+    """Fault: a run leaves its items ``failed(transient)`` (the provider refuses every
+    submit), then every input is changed (bytes appended) and the batch is rerun. Property:
+    the new items are done, but the run does not exit 0 ("at rest"): it names the older
+    items not at rest whose content is gone from the inputs and exits 1; once an operator
+    cancels them (``toolkit cancel``), the same run exits 0."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for doc in five_docs[:2]:
+        shutil.copyfile(doc, folder / doc.name)
+    refused = run_cli("run", *_args(tmp_path), "--transient-rate", "1")
+    assert refused.returncode == 1
+    with open_ledger(tmp_path / "l.sqlite") as ledger:
+        old = [item.key for item in ledger.items()]
+    assert len(old) == 2
+    for doc in five_docs[:2]:
+        with open(folder / doc.name, "ab") as handle:
+            handle.write(b"\n% appended\n")
+    again = run_cli("run", *_args(tmp_path))
+    assert again.returncode == 1, again.stderr
+    assert "2 item(s) not at rest whose content is no longer among the inputs" in again.stderr
+    assert all(key[:12] in again.stderr for key in old)
+    with open_ledger(tmp_path / "l.sqlite") as ledger:
+        states = {item.key: item.state for item in ledger.items()}
+    assert [states[key] for key in old] == [State.FAILED, State.FAILED]
+    assert sorted(state.value for key, state in states.items() if key not in old) == \
+        ["done", "done"]
+    for key in old:
+        assert run_cli("cancel", "--ledger", tmp_path / "l.sqlite", "--key", key,
+                       "--provider-db", tmp_path / "p.sqlite").returncode == 0
+    assert run_cli("run", *_args(tmp_path)).returncode == 0

@@ -149,6 +149,7 @@ class Pipeline:
         self.health_recorded: bool | None = None  # whether that halt reached the health marker
         self.unsettled = 0
         self.local_errors: list[str] = []  # writes under --out that failed (the run goes on)
+        self.strays: list[Item] = []  # not at rest, content no longer among the inputs
         self._unplaced: set[str] = set()  # done items whose copy into --out failed this run
         self.recovered: list[str] = []  # keys taken over from dead owners at start
         self.lost_leases: list[str] = []  # keys another owner took over while we worked on them
@@ -277,7 +278,18 @@ class Pipeline:
             item = self.ledger.get(key)
             counts[item.state.value] += 1
             self.unsettled += not item.resting
+        if not self.halted:
+            self.strays = self._strays(keys)
         return counts
+
+    def _strays(self, keys) -> list[Item]:
+        """Items of the ledger not at rest whose content is no longer among the inputs (a
+        file changed, or left the folder, after they were recorded). This run cannot move
+        them (it has not their bytes) and will not guess: they are reported, and the run
+        is not "at rest" (exit 1) until the input is back or an operator cancels them."""
+        ours = set(keys)
+        return [item for item in self.ledger.items()
+                if item.key not in ours and not item.resting]
 
     def _record_roots(self, inputs) -> None:
         """Paths in the ledger are relative to the roots; record them once, beside it."""
