@@ -119,3 +119,29 @@ def test_health_clear_on_a_missing_ledger_refuses_and_creates_nothing(tmp_path):
     refused = run_cli("health", "--ledger", tmp_path / "typo.sqlite", "--clear")
     assert refused.returncode == 2 and "no ledger" in refused.stderr
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("entry", ["ledger-hard-link", "symlink-into-out"])
+def test_input_entry_that_is_our_own_file_by_another_name_is_refused(
+        tmp_path, small_corpus, entry):
+    """Fault: after a first run, ``in/led.pdf`` is a hard link to the ledger, or a symlink
+    to an artifact in ``--out``. Property: the rerun refuses in one line (exit 2): the
+    ledger is never sent as a document, an output never becomes new work; the ledger's
+    items are unchanged."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    healthy = [path for path in small_corpus if path.name.startswith("doc-")]
+    shutil.copyfile(healthy[0], folder / "a.pdf")
+    assert run_cli("run", *_batch_args(tmp_path)).returncode == 0
+    with open_ledger(tmp_path / "l.sqlite") as ledger:
+        before = ledger.items()
+    if entry == "ledger-hard-link":
+        os.link(tmp_path / "l.sqlite", folder / "led.pdf")
+    else:
+        os.symlink(tmp_path / "out" / before[0].artifact_path, folder / "again.pdf")
+    refused = run_cli("run", *_batch_args(tmp_path))
+    assert refused.returncode == 2, refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    with open_ledger(tmp_path / "l.sqlite") as ledger:
+        assert ledger.items() == before

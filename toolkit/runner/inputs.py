@@ -164,4 +164,32 @@ def check_batch_paths(args) -> list[Path]:
     inputs = scan(folder)
     if not inputs:
         raise ToolkitError(f"no PDF files in {args.inputs!r}")
+    _refuse_our_files(inputs, args, places)
     return inputs
+
+
+def _refuse_our_files(inputs, args, places) -> None:
+    """An input entry that is one of our own files by another name is refused like one
+    inside --inputs: a hard link to the ledger or the provider's database (same device
+    and inode), or a symlink that resolves inside --out (an output taken for an input)."""
+    ours = {}
+    for flag, place in places:
+        for side in ("", "-wal", "-journal"):
+            with_side = f"{place}{side}"
+            try:
+                info = os.stat(with_side)
+            except OSError:
+                continue
+            if stat.S_ISREG(info.st_mode):
+                ours[(info.st_dev, info.st_ino)] = f"{flag} {with_side!r}"
+    for path in inputs:
+        try:
+            info = os.stat(path)
+        except OSError:
+            continue  # dangling: quarantined as an odd entry later
+        what = ours.get((info.st_dev, info.st_ino))
+        if what is None and path.is_symlink() and within(path, args.out):
+            what = f"a file inside --out {args.out!r}"
+        if what is not None:
+            raise ToolkitError(f"input {entry_name(path)!r} is {what} (another name for it): "
+                               "remove it from --inputs")
