@@ -156,3 +156,20 @@ def test_items_left_behind_by_changed_inputs_are_reported_and_the_run_never_clai
         assert run_cli("cancel", "--ledger", tmp_path / "l.sqlite", "--key", key,
                        "--provider-db", tmp_path / "p.sqlite").returncode == 0
     assert run_cli("run", *_args(tmp_path)).returncode == 0
+
+
+@pytest.mark.slow
+def test_two_input_names_with_the_same_content_are_one_item_and_the_alias_is_reported(
+        tmp_path, five_docs):
+    """Fault: ``a.pdf`` and ``copy-of-a.pdf`` hold the same bytes. Property: one item (one
+    execution, never two), and the second name is not silently dropped: stderr says it
+    is the same content as the first; the run is at rest (exit 0)."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    shutil.copyfile(five_docs[0], folder / "a.pdf")
+    shutil.copyfile(five_docs[0], folder / "copy-of-a.pdf")
+    done = run_cli("run", *_args(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert "copy-of-a.pdf: same content as a.pdf" in done.stderr
+    with open_ledger(tmp_path / "l.sqlite") as ledger:
+        assert [item.source for item in ledger.items()] == ["a.pdf"]

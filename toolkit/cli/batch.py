@@ -122,6 +122,9 @@ def _run(parser):
             if runner.health_recorded is False:
                 print("the halt could not be recorded as the ledger's health", file=sys.stderr)
             return 1
+        for name, first in runner.aliases:
+            print(f"{name}: same content as {first}: one item, recorded under {first}",
+                  file=sys.stderr)
         for error in dict.fromkeys(runner.local_errors):
             print(error, file=sys.stderr)
         if runner.unsettled:

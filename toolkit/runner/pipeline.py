@@ -149,6 +149,7 @@ class Pipeline:
         self.health_recorded: bool | None = None  # whether that halt reached the health marker
         self.unsettled = 0
         self.local_errors: list[str] = []  # writes under --out that failed (the run goes on)
+        self.aliases: list[tuple[str, str]] = []  # (name, the name it is one item with)
         self.strays: list[Item] = []  # not at rest, content no longer among the inputs
         self._unplaced: set[str] = set()  # done items whose copy into --out failed this run
         self.recovered: list[str] = []  # keys taken over from dead owners at start
@@ -185,9 +186,10 @@ class Pipeline:
             key = task_key(digest, options)
             if PAGE_BY_PAGE in options:
                 self._pages[key] = pages
-            if key in keys:
-                continue  # same content twice in one batch is one unit of work
-            keys[key] = None
+            if key in keys:  # same content twice in one batch is one unit of work
+                self.aliases.append((entry_name(path), keys[key]))  # said, never silent
+                continue
+            keys[key] = entry_name(path)
             self.ledger.add(key, source=entry_name(path), digest=digest)
             item = self.ledger.get(key)
             # What is sent is a private snapshot of the hashed bytes, never the input file
