@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from toolkit import documents
+from toolkit import documents, roots
 from toolkit.cli import main
 from toolkit.forensics import audit
 from toolkit.identity import canonical_json
@@ -183,3 +183,39 @@ def test_inputs_replaced_during_a_run_are_never_executed_twice_nor_recorded_unde
             assert documents.verify(folder / "out" / item.artifact_path, item.artifact_size,
                                     item.artifact_sha256)
         provider.close()
+
+
+def _actions(report):
+    return dict(zip(report.items["key"], report.items["action"]))
+
+
+@pytest.mark.parametrize("how", ["out-deleted", "out-moved-away"])
+def test_audit_with_the_recorded_out_gone_reports_artifacts_missing_never_skip(batch, how):
+    """Fault: the recorded outputs root is deleted, or moved apart from the ledger (its
+    relative root no longer resolves). Property: ``audit`` does not call the done items
+    verified: each is ``artifact_missing`` and planned ``reconcile``, none ``skip``."""
+    _, items, _, _ = _state(batch)
+    if how == "out-deleted":
+        shutil.rmtree(batch / "out")
+    else:
+        os.rename(batch / "out", batch.parent / "elsewhere")
+    report = audit(batch / "l.sqlite")
+    done = {key for key, item in items.items() if item.state is S.DONE}
+    missing = {a.key for a in report.anomalies if a.kind == "artifact_missing"}
+    assert done and done <= missing
+    assert {_actions(report)[key] for key in done} == {"reconcile"}
+
+
+def test_rerun_with_another_out_records_it_once_it_holds_every_artifact(batch, tmp_path):
+    """Fault: a batch is rerun with another ``--out``, then the old one is deleted.
+    Property: the roots file now names the new folder (it holds every verified artifact),
+    so ``audit`` verifies there: no artifact finding, every done item ``skip``."""
+    _, items, _, _ = _state(batch)
+    assert _run("--inputs", batch / "in", "--ledger", batch / "l.sqlite", "--provider-db",
+                batch / "p.sqlite", "--out", tmp_path / "o2") == 0
+    assert roots.recorded(batch / "l.sqlite")["out"].resolve() == (tmp_path / "o2").resolve()
+    shutil.rmtree(batch / "out")
+    report = audit(batch / "l.sqlite")
+    assert not [a for a in report.anomalies if a.kind.startswith("artifact")]
+    done = {key for key, item in items.items() if item.state is S.DONE}
+    assert {_actions(report)[key] for key in done} == {"skip"}

@@ -89,3 +89,59 @@ def test_provider_db_that_is_a_pdf_creates_no_jobs_folder(tmp_path, small_corpus
     args[args.index(tmp_path / "p.sqlite")] = tmp_path / "file.pdf"
     assert main(["run", *map(str, args)]) == 2
     assert sorted(os.listdir(tmp_path)) == before
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "directory"])
+@pytest.mark.parametrize("command", [["health", "--ledger"], ["health", "--clear", "--ledger"],
+                                     ["provider-stats", "--provider-db"]],
+                         ids=["health", "health-clear", "provider-stats"])
+def test_health_and_provider_stats_on_a_path_that_is_not_a_file_refuse_in_one_line(
+        tmp_path, kind, command):
+    """Fault: the ledger or provider database named is a FIFO, a symlink to ``/dev/zero``
+    or a directory. Property: never ``ready``, never blocked on the FIFO: one line, exit
+    2, and nothing created beside it."""
+    for name in ("l.sqlite", "l.jsonl"):
+        {"fifo": os.mkfifo, "directory": os.mkdir,
+         "dev-zero": lambda path: os.symlink("/dev/zero", path)}[kind](tmp_path / name)
+    before = sorted(os.listdir(tmp_path))
+    for name in ("l.sqlite", "l.jsonl"):
+        refused = run_cli(*command, tmp_path / name)
+        assert refused.returncode == 2, (name, refused.stdout, refused.stderr)
+        assert len(refused.stderr.strip().splitlines()) == 1 and "ready" not in refused.stdout
+    assert sorted(os.listdir(tmp_path)) == before
+
+
+@pytest.mark.slow
+def test_health_clear_on_a_missing_ledger_refuses_and_creates_nothing(tmp_path):
+    """Fault: ``health --clear`` with a typo in the ledger's name. Property: exit 2, one
+    line; no ledger (nor anything else) is created."""
+    refused = run_cli("health", "--ledger", tmp_path / "typo.sqlite", "--clear")
+    assert refused.returncode == 2 and "no ledger" in refused.stderr
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("entry", ["ledger-hard-link", "symlink-into-out"])
+def test_input_entry_that_is_our_own_file_by_another_name_is_refused(
+        tmp_path, small_corpus, entry):
+    """Fault: after a first run, ``in/led.pdf`` is a hard link to the ledger, or a symlink
+    to an artifact in ``--out``. Property: the rerun refuses in one line (exit 2): the
+    ledger is never sent as a document, an output never becomes new work; the ledger's
+    items are unchanged."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    healthy = [path for path in small_corpus if path.name.startswith("doc-")]
+    shutil.copyfile(healthy[0], folder / "a.pdf")
+    assert run_cli("run", *_batch_args(tmp_path)).returncode == 0
+    with open_ledger(tmp_path / "l.sqlite") as ledger:
+        before = ledger.items()
+    if entry == "ledger-hard-link":
+        os.link(tmp_path / "l.sqlite", folder / "led.pdf")
+    else:
+        os.symlink(tmp_path / "out" / before[0].artifact_path, folder / "again.pdf")
+    refused = run_cli("run", *_batch_args(tmp_path))
+    assert refused.returncode == 2, refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    with open_ledger(tmp_path / "l.sqlite") as ledger:
+        assert ledger.items() == before

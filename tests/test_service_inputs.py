@@ -23,8 +23,9 @@ S = State
 
 
 def _spool(process):
+    """Files in the spool (each service process spools in its own subfolder)."""
     folder = process.out_dir / ".spool"
-    return sorted(os.listdir(folder)) if folder.is_dir() else []
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if not p.is_dir())
 
 
 def _raw(url, request: bytes, then=None, read=True) -> bytes:
@@ -182,3 +183,85 @@ def test_drill_list_with_json_prints_one_json_document(capsys):
     assert main(["drill", "list", "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
     assert [row["drill"] for row in listed] == list(DRILLS) and all(r["summary"] for r in listed)
+
+
+@pytest.mark.slow
+def test_service_refuses_deep_options_negative_length_and_non_pdf_bodies_without_a_job(
+        tmp_path):
+    """Fault: options nested 3000 deep (``[[[...``), ``Content-Length: -5``, an empty body
+    and a ``hello`` body (each with its correct digest). Property: deep options and the
+    negative length are 400 ``bad_request`` (never a 500 with a traceback, never a 503
+    "digest mismatch"); a body that is not a PDF is 422 ``permanent``; no job is
+    created and the spool is left empty."""
+    import base64
+    import hashlib
+
+    def digest(body):
+        return "sha-256=:" + base64.b64encode(hashlib.sha256(body).digest()).decode() + ":"
+
+    def post(options, body, length=None):
+        reply = _raw(process.url, (
+            f"POST /jobs?options={quote(options)} HTTP/1.1\r\nHost: x\r\n"
+            f"Idempotency-Key: k:1\r\nContent-Digest: {digest(body)}\r\n"
+            f"Content-Length: {len(body) if length is None else length}\r\n"
+            "Connection: close\r\n\r\n").encode() + body)
+        status, _, rest = reply.partition(b"\r\n")
+        assert b"Traceback" not in rest
+        return int(status.split()[1]), json.loads(rest.partition(b"\r\n\r\n")[2] or b"{}")
+
+    process = ServiceProcess(tmp_path / "p.db", tmp_path / "jobs")
+    process.start()
+    try:
+        assert post("[" * 3000 + "]" * 3000, b"%PDF-")[0] == 400
+        status, body = post("{}", b"%PDF-", length=-5)
+        assert status == 400 and body["error"] == "bad_request"
+        for document in (b"", b"hello"):
+            status, body = post("{}", document)
+            assert status == 422 and body["error"] == "permanent", (document, body)
+        jobs = json.loads(_raw(process.url, b"GET /jobs HTTP/1.1\r\nHost: x\r\n"
+                                            b"Connection: close\r\n\r\n")
+                          .partition(b"\r\n\r\n")[2])
+        assert jobs == {"jobs": []}
+        assert _until(lambda: _spool(process) == []), _spool(process)
+    finally:
+        process.stop()
+
+
+@pytest.mark.slow
+def test_second_service_on_the_same_out_never_sweeps_the_first_ones_upload_in_flight(
+        tmp_path, small_corpus):
+    """Fault: while service A receives an upload (half the body sent), service B starts
+    on the same ``--out`` and database (it sweeps the spool of dead services). Property:
+    A's upload is not swept: once the rest of the body arrives A creates the job (200),
+    never a 422 ``permanent`` for a healthy document."""
+    import base64
+    import hashlib
+    import threading
+
+    document = small_corpus[0].read_bytes()
+    digest = "sha-256=:" + base64.b64encode(hashlib.sha256(document).digest()).decode() + ":"
+    first = ServiceProcess(tmp_path / "p.db", tmp_path / "jobs")
+    second = ServiceProcess(tmp_path / "p.db", tmp_path / "jobs")
+    first.start()
+    try:
+        half, go, replies = len(document) // 2, threading.Event(), []
+
+        def rest(sock):
+            assert _until(lambda: any(name.endswith(".pdf") for name in _spool(first)))
+            go.wait(60)
+            sock.sendall(document[half:])
+
+        sender = threading.Thread(target=lambda: replies.append(_raw(first.url, (
+            f"POST /jobs?options=%7B%7D HTTP/1.1\r\nHost: x\r\nIdempotency-Key: k:1\r\n"
+            f"Content-Digest: {digest}\r\nContent-Length: {len(document)}\r\n"
+            "Connection: close\r\n\r\n").encode() + document[:half], rest)))
+        sender.start()
+        assert _until(lambda: any(name.endswith(".pdf") for name in _spool(first)))
+        second.start()  # sweeps at start, while A's upload is half received
+        go.set()
+        sender.join(60)
+        status = replies[0].split(b"\r\n", 1)[0].split()[1]
+        assert status == b"200", replies[0][-300:]
+    finally:
+        second.stop()
+        first.stop()

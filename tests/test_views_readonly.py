@@ -2,6 +2,7 @@
 mtime and directory entry as they found them."""
 
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -100,3 +101,31 @@ def test_ledger_table_keeps_one_row_per_item_for_a_file_name_with_a_newline(tmp_
     assert any("two\\nlines.pdf" in line for line in out)
     assert len([line for line in out if line.startswith(("k1 ", "k2 "))]) == 2 and not any(
         line.strip().startswith("lines.pdf") for line in out)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("drop_shm", [False, True], ids=["with-shm", "no-shm"])
+def test_provider_stats_of_a_database_left_by_a_killed_writer_changes_no_file(
+        tmp_path, small_corpus, drop_shm, capsys):
+    """Fault: the fake provider's writer is SIGKILLed with commits only in its ``-wal``
+    (with and without its ``-shm``). Property: ``provider-stats`` counts those commits and
+    leaves every file's bytes and mtime and the folder's entries as they were."""
+    folder = tmp_path / "batch"
+    folder.mkdir()
+    path = folder / "p.sqlite"
+    code = ("import sys, time\nfrom toolkit.provider import FakeProvider\n"
+            f"provider = FakeProvider({str(path)!r}, {str(folder / 'jobs')!r})\n"
+            f"provider.submit('k:1', {str(small_corpus[0])!r}, {{}})\n"
+            "print('ready', flush=True)\ntime.sleep(60)\n")
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "ready"
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    assert os.path.getsize(f"{path}-wal") > 0
+    if drop_shm:
+        os.unlink(f"{path}-shm")
+    shutil.rmtree(folder / "jobs")  # the provider's uploads: only the database files stay
+    before = _listing(folder)
+    assert main(["provider-stats", "--provider-db", str(path), "--json"]) in (0, None)
+    assert '"submit_calls": 1' in capsys.readouterr().out
+    assert _listing(folder) == before

@@ -44,18 +44,55 @@ def recorded(ledger_path) -> dict[str, Path]:
     return {name: base / value for name, value in saved.items() if isinstance(value, str)}
 
 
-def record(ledger_path, **roots) -> None:
-    """Record the roots once (a later run with another ``--out`` keeps the first ones)."""
+def record(ledger_path, replace: bool = False, **roots) -> None:
+    """Record the roots once; ``replace=True`` rewrites the ones given (and keeps the others).
+
+    The rule for ``out``: it names the latest ``--out`` that holds every verified
+    artifact. A run records its ``--out`` the first time; a run with another
+    ``--out`` replaces it only at its end, once every ``done`` item's artifact is
+    verified there (``Pipeline._record_out``), so the roots never name a folder
+    that lacks one, and the old folder may then be deleted.
+    """
     marker = roots_file(ledger_path)
-    if marker is None or marker.exists() or not Path(ledger_path).is_file():
+    if marker is None or (marker.exists() and not replace) or not Path(ledger_path).is_file():
         return  # a URL, an in-memory ledger (":memory:"): no file to record beside
     base = os.path.abspath(Path(ledger_path).parent)
-    saved = {name: os.path.relpath(os.path.abspath(path), base)
-             for name, path in roots.items() if path is not None}
+    saved = {name: os.path.relpath(path, base) for name, path in recorded(ledger_path).items()}
+    saved.update({name: os.path.relpath(os.path.abspath(path), base)
+                  for name, path in roots.items() if path is not None})
     try:
         documents.write_atomic(json.dumps(saved, sort_keys=True).encode(), marker)
     except OSError:
         pass  # a convenience, not state: without it a new --out fetches instead of copying
+
+
+NAME_MAX = 255  # bytes in one file name, when the folder cannot tell (os.pathconf)
+
+
+def name_max(folder) -> int:
+    """The longest file name ``folder`` (or its nearest existing parent) takes, in bytes."""
+    folder = Path(folder)
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        return os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return NAME_MAX
+
+
+def output_path(folder, stem: str, key: str) -> Path:
+    """The one rule for an output's name: ``<stem>.<key8>.pdf`` in ``folder``.
+
+    The stem is cut (in bytes, on a UTF-8 character boundary) so that the whole
+    name fits the folder's NAME_MAX: a 250-byte input name still gets an output,
+    and the key suffix keeps two cut names of different documents apart.
+    """
+    tail = f".{key[:8]}.pdf"
+    room = name_max(folder) - len(tail.encode())
+    raw = stem.encode("utf-8", "surrogateescape")
+    if len(raw) > room:
+        stem = raw[:room].decode("utf-8", "ignore")  # drops a character cut in half
+    return Path(folder) / f"{stem}{tail}"
 
 
 def relative(path, root) -> str:
@@ -86,7 +123,8 @@ def materialize(stored, size, sha256, target: Path, roots) -> bool:
         if source.resolve() == target.resolve() or not documents.verify(source, size, sha256):
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd, part = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
+        fd, part = tempfile.mkstemp(prefix=documents.temp_prefix(target), suffix=".part",
+                                    dir=target.parent)
         try:  # a private temp name: two workers materializing the same file never mix bytes
             with os.fdopen(fd, "wb") as out, open(source, "rb") as data:
                 shutil.copyfileobj(data, out)

@@ -129,10 +129,25 @@ def _run(parser):
             if runner.health_recorded is False:
                 print("the halt could not be recorded as the ledger's health", file=sys.stderr)
             return 1
+        for name, first in runner.aliases:
+            print(f"{name}: same content as {first}: one item, recorded under {first}",
+                  file=sys.stderr)
         for error in dict.fromkeys(runner.local_errors):
             print(error, file=sys.stderr)
         if runner.unsettled:
             print(f"{runner.unsettled} item(s) not at rest: run the same command again",
+                  file=sys.stderr)
+            return 1
+        if runner.strays:  # never claim rest while older items are left behind
+            shown = ", ".join(f"{item.key[:12]} ({item.source}, {item.state.value})"
+                              for item in runner.strays[:5])
+            more = f" and {len(runner.strays) - 5} more" if len(runner.strays) > 5 else ""
+            print(f"{len(runner.strays)} item(s) not at rest whose content is no longer among "
+                  f"the inputs (changed or removed): {shown}{more}; put the input back and run "
+                  "again, or cancel them (toolkit cancel --key K)", file=sys.stderr)
+            return 1
+        if runner.local_errors:  # done items whose artifact is not under --out yet
+            print("some artifacts are not in --out: clear the way and run again",
                   file=sys.stderr)
             return 1
         return 0

@@ -1,6 +1,7 @@
 """Read-only views: a ledger's items, a provider's counters."""
 
 import json
+import os
 
 from toolkit.cli import command, emit, table
 from toolkit.errors import ToolkitError
@@ -58,9 +59,21 @@ def _provider_stats(parser):
     parser.add_argument("--json", action="store_true", help="print one JSON document")
 
     def run(args):
+        from toolkit.forensics.private import private_copy
         from toolkit.provider import provider_stats
+        from toolkit.runner.inputs import require_regular
 
-        stats = provider_stats(args.provider_db)
+        path = args.provider_db
+        require_regular(path, "--provider-db")  # a FIFO or a device is never opened
+        if not os.path.exists(path):
+            raise ToolkitError(f"no provider database at {path!r}")
+        # A private copy, as ledger and audit read: a database left by a killed writer
+        # has a -wal whose -shm index SQLite would rebuild beside the original.
+        with private_copy(path) as copy:
+            try:
+                stats = provider_stats(copy)
+            except ToolkitError as exc:
+                raise ToolkitError(str(exc).replace(str(copy), str(path))) from None
         twice = sorted(key for key, row in stats["per_task"].items() if row["succeeded"] > 1)
         text = "\n".join([f"submit calls  {stats['submit_calls']}",
                           f"executions    {stats['executions']}",

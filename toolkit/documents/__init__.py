@@ -129,11 +129,19 @@ def translate(text: str, options: dict) -> str:
     return "".join(out)
 
 
+def temp_prefix(target) -> str:
+    """The prefix of a temp file beside ``target``: short whatever ``target``'s name is
+    (``.tmp-<12 hex of the name>-``), so a long output name never makes its temp name
+    too long; the hex tells which target a leftover temp file was for."""
+    name = os.fsencode(Path(target).name)
+    return f".tmp-{hashlib.sha256(name).hexdigest()[:12]}-"
+
+
 def write_atomic(data: bytes, out_path) -> Path:
     """Write ``data`` to a temp file beside ``out_path``, fsync, rename over it."""
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out_path.name}.", suffix=".tmp", dir=out_path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=temp_prefix(out_path), suffix=".tmp", dir=out_path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)

@@ -128,9 +128,11 @@ def audit(path, artifacts=None, inputs=None, *, now: float | None = None) -> Rep
         ToolkitError: one line, for a missing, unreadable or unrecognized
             ledger (listing the supported formats) or a bad folder argument.
     """
+    gone = None  # a recorded outputs root that is not a folder: nothing done is verifiable
     if artifacts is None:  # the outputs root the batch recorded (paths are relative to it)
         recorded = roots.recorded(path).get("out")
         artifacts = recorded if recorded is not None and recorded.is_dir() else None
+        gone = recorded if recorded is not None and artifacts is None else None
     artifacts, inputs = _folder(artifacts, "--artifacts"), _folder(inputs, "--inputs")
     from toolkit.ledger.postgres import postgres_url, redact
 
@@ -146,7 +148,16 @@ def audit(path, artifacts=None, inputs=None, *, now: float | None = None) -> Rep
             raw.items, artifacts, inputs, time.time() if now is None else now)))
     name, adapter = _detect(path)
     with _no_gc():
-        return _audit(path, name, adapter, artifacts, inputs, now)
+        return _audit(path, name, adapter, artifacts, inputs, now, gone)
+
+
+def _root_gone(items: dict, gone) -> list:
+    """The recorded outputs root is missing (deleted, or moved apart from the ledger): every
+    done or partial item's artifact is ``artifact_missing`` (planned ``reconcile`` or
+    ``review``, never ``skip``): what cannot be looked at is not verified."""
+    return [Anomaly(key, "artifact_missing", f"the recorded outputs root {str(gone)!r} is not "
+                    "a folder: artifact not verifiable (give --artifacts, or rerun)")
+            for key, item in items.items() if item.state in ("done", "partial")]
 
 
 @contextlib.contextmanager
@@ -162,7 +173,7 @@ def _no_gc():
             gc.enable()
 
 
-def _audit(path, name, adapter, artifacts, inputs, now) -> Report:
+def _audit(path, name, adapter, artifacts, inputs, now, gone=None) -> Report:
     try:
         if name == "sqlite":
             sqlite_adapters = [a for a in ADAPTERS.values() if a.container == "sqlite"]
@@ -177,6 +188,8 @@ def _audit(path, name, adapter, artifacts, inputs, now) -> Report:
         raise _fail(path, f"{type(exc).__name__}: {exc}") from exc
     anomalies = raw.anomalies + check_items(raw.items, artifacts, inputs,
                                             time.time() if now is None else now)
+    if gone is not None:
+        anomalies += _root_gone(raw.items, gone)
     return _report(os.fspath(path), name, raw, _ordered(anomalies))
 
 

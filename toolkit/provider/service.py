@@ -17,7 +17,9 @@ is still waiting for the reply. Routes (JSON bodies unless said)::
 
 Errors are ``{"error": kind, "message": ...}``: 503 ``transient`` (a definite
 "not now": nothing was accepted), 409 ``conflict`` (with ``job``), 422
-``key_reuse`` / ``permanent``, 400 ``bad_request``, 404 ``no_route``, 500
+``key_reuse`` / ``permanent`` (a body that is not a PDF: empty or without
+``%PDF-``; no job is created), 400 ``bad_request`` (options not plain JSON or
+nested too deep, a Content-Length that is not a byte count), 404 ``no_route``, 500
 ``internal`` (anything else: the outcome is unknown to the client). Every
 response names the contract in ``Toolkit-Contract``.
 
@@ -32,6 +34,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import os
 import signal
 import socket
 import sqlite3
@@ -48,6 +51,7 @@ from .fake import FakeProvider
 from .wire import (  # noqa: F401 - shared with the client, which never imports this module
     CHUNK, CONTRACT_HEADER, HOST, JOB_HEADER, MAX_UPLOAD, ServiceFaults, content_digest,
     parse_digest)
+PDF_MAGIC = b"%PDF-"
 
 
 class _BadRequest(Exception):
@@ -64,10 +68,7 @@ class ProviderApp:
         self.db_path, self.faults, self.health_timeout = Path(db_path), faults, health_timeout
         self._local = threading.local()
         self.provider = FakeProvider(db_path, out_dir, contract, on_phase=self._on_phase)
-        self.spool = Path(out_dir) / ".spool"  # uploads being received, artifacts being sent
-        self.spool.mkdir(parents=True, exist_ok=True)
-        for stale in self.spool.glob("*.pdf"):  # left by a service killed mid-request
-            stale.unlink(missing_ok=True)
+        self.spool = _own_spool(Path(out_dir) / ".spool")
         self._count_lock = threading.Lock()
         self._counts = {"submit": 0, "fetch": 0, "drop": 0}
         self.not_ready: str | None = None  # set by a failed write; cleared by a good probe
@@ -164,10 +165,13 @@ class ProviderApp:
         try:  # NaN, Infinity: Python's json reads them, JSON has no such numbers
             options = json.loads(request.args.get("options", "{}"), parse_constant=_not_json)
             canonical_json(options)
-        except (ValueError, TypeError) as exc:
+        except (ValueError, TypeError, RecursionError) as exc:  # RecursionError: [[[[... deep
             raise _BadRequest(f"options is not plain JSON: {exc}") from exc
         if not idem_key or not isinstance(options, dict):
             raise _BadRequest("need an Idempotency-Key header and options as a JSON object")
+        length = request.headers.get("Content-Length")
+        if length is not None and not (length.isascii() and length.isdigit()):
+            raise _BadRequest(f"Content-Length {length[:40]!r} is not a byte count")
         expected = parse_digest(request.headers.get("Content-Digest"))
         if expected is None:
             raise _BadRequest("need a Content-Digest: sha-256=:...: header for the document")
@@ -178,6 +182,12 @@ class ProviderApp:
         try:
             self._local.slow = self._next("submit") <= self.faults.slow_submits
             job = self.provider.submit(idem_key, upload, options, task_key=task_key)
+        except PermanentError as exc:
+            if upload.exists():
+                raise
+            # Our spool file vanished (removed by hand, or by a sweep): a server problem,
+            # never the document's; no job was created. Transient: the client sends again.
+            raise TransientError(f"upload lost by the service: nothing accepted ({exc})") from exc
         finally:
             self._local.slow = False
             upload.unlink(missing_ok=True)
@@ -199,6 +209,12 @@ class ProviderApp:
         if digest.hexdigest() != expected:
             path.unlink(missing_ok=True)
             raise TransientError("upload damaged in transit (digest mismatch): nothing accepted")
+        with open(path, "rb") as data:  # the body arrived whole: is it a document at all?
+            head = data.read(len(PDF_MAGIC))
+        if head != PDF_MAGIC:
+            path.unlink(missing_ok=True)
+            raise PermanentError("the body is not a PDF (empty, or no %PDF- header): "
+                                 "no job created")
         return path
 
     def _lookup(self, request):
@@ -252,6 +268,36 @@ def _drop(environ) -> None:
     if sock is not None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
         sock.shutdown(socket.SHUT_RDWR)  # werkzeug's later write fails as a dropped connection
+
+
+def _own_spool(root: Path) -> Path:
+    """This service process's own spool folder, ``<root>/<boot>-<pid>-<start ticks>``.
+
+    Several services may share one ``--out`` (and database): each spools in its own
+    folder, and at start sweeps only the folders whose process is gone (liveness by
+    pid and start ticks, so a reused pid is not mistaken for its predecessor), plus
+    loose files an older version left. A live service's upload is never swept.
+    """
+    import shutil
+
+    from toolkit import liveness
+
+    root.mkdir(parents=True, exist_ok=True)
+    boot = liveness.boot_id()[:8]
+    for entry in root.iterdir():
+        if entry.is_dir() and not entry.is_symlink():
+            owner_boot, _, rest = entry.name.partition("-")
+            pid, _, ticks = rest.partition("-")
+            same_boot = owner_boot == boot
+            if same_boot and pid.isdigit() and ticks.isdigit() and liveness.alive(
+                    liveness.HOSTNAME, int(pid), int(ticks)) is not False:
+                continue  # a live service's spool: not ours to sweep
+            shutil.rmtree(entry, ignore_errors=True)  # its process is gone (or a reboot)
+        elif entry.name.endswith(".pdf"):
+            entry.unlink(missing_ok=True)  # left loose by an older service killed mid-request
+    mine = root / f"{boot}-{os.getpid()}-{liveness.my_start() or 0}"
+    mine.mkdir(exist_ok=True)
+    return mine
 
 
 def _stream(path: Path, limit: int):

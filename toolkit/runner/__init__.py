@@ -48,6 +48,8 @@ class Runner(PageByPage, Pipeline):
         if item.state is S.DONE and self._artifact_intact(item):
             self.reused += 1
             return item  # reuse needs no lease: verifying reads only
+        if item.key in self._unplaced:
+            return item  # done, its verified copy could not be placed here: a rerun does
         if item.resting and item.state is not S.DONE:
             return item  # terminal or parked: no later run touches it
         try:
@@ -204,13 +206,13 @@ class Runner(PageByPage, Pipeline):
         return CONTINUE
 
     def _output_path(self, item) -> Path:
-        return self.out_dir / f"{Path(item.source or item.key).stem}.{item.key[:8]}.pdf"
+        return roots.output_path(self.out_dir, Path(item.source or item.key).stem, item.key)
 
     def _fetch(self, item, job, token, budget):
         """Fetch to a temp file, verify, rename, fsync, and only then commit ``done``."""
         self._stage = "fetch"
         final = self._output_path(item)
-        part = final.with_name(f".{final.name}.part")
+        part = final.with_name(f"{documents.temp_prefix(final)}{item.key[:12]}.part")
         while budget.fetches < self.policy.fetches:
             budget.fetches += 1
             self._renew(item, token)
@@ -262,9 +264,16 @@ class Runner(PageByPage, Pipeline):
             return False
         if documents.verify(self._artifact_file(item), item.artifact_size, item.artifact_sha256):
             return True
-        return not Path(item.artifact_path).is_absolute() and roots.materialize(
-            item.artifact_path, item.artifact_size, item.artifact_sha256,
-            self.out_dir / item.artifact_path, self.other_roots)
+        if Path(item.artifact_path).is_absolute():
+            return False
+        target = self.out_dir / item.artifact_path
+        try:
+            return roots.materialize(item.artifact_path, item.artifact_size,
+                                     item.artifact_sha256, target, self.other_roots)
+        except OSError as exc:  # e.g. a directory where the artifact goes: this item only
+            self._unplaced.add(item.key)
+            self.local_errors.append(f"cannot write {target}: {exc.strerror or exc}")
+            return False
 
     def _done(self, item, token, budget):
         """A done item whose artifact is damaged is re-fetched, never re-executed."""

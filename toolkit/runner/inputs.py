@@ -26,8 +26,20 @@ class Odd(OSError):
     """An input entry that is not a readable regular file; ``reason`` says why."""
 
     def __init__(self, path, reason: str):
-        super().__init__(f"{Path(path).name}: {reason}")
+        super().__init__(f"{entry_name(path)}: {reason}")
         self.path, self.reason = Path(path), reason
+
+
+def entry_name(path) -> str:
+    """An entry's name as the ledger stores it: text that always encodes as UTF-8.
+
+    A name that is not UTF-8 (``b'bad\\xff.pdf'``) arrives from the OS with surrogates
+    (``surrogateescape``) that SQLite, JSON lines and a terminal refuse; it is stored
+    with its undecodable bytes escaped (``bad\\xff.pdf``): readable, and one batch's
+    odd name never stops the others. The file itself is still opened by its real name.
+    """
+    raw = os.fsencode(Path(path).name)
+    return raw.decode("utf-8", "backslashreplace")
 
 
 def _kind(mode: int) -> str:
@@ -152,4 +164,32 @@ def check_batch_paths(args) -> list[Path]:
     inputs = scan(folder)
     if not inputs:
         raise ToolkitError(f"no PDF files in {args.inputs!r}")
+    _refuse_our_files(inputs, args, places)
     return inputs
+
+
+def _refuse_our_files(inputs, args, places) -> None:
+    """An input entry that is one of our own files by another name is refused like one
+    inside --inputs: a hard link to the ledger or the provider's database (same device
+    and inode), or a symlink that resolves inside --out (an output taken for an input)."""
+    ours = {}
+    for flag, place in places:
+        for side in ("", "-wal", "-journal"):
+            with_side = f"{place}{side}"
+            try:
+                info = os.stat(with_side)
+            except OSError:
+                continue
+            if stat.S_ISREG(info.st_mode):
+                ours[(info.st_dev, info.st_ino)] = f"{flag} {with_side!r}"
+    for path in inputs:
+        try:
+            info = os.stat(path)
+        except OSError:
+            continue  # dangling: quarantined as an odd entry later
+        what = ours.get((info.st_dev, info.st_ino))
+        if what is None and path.is_symlink() and within(path, args.out):
+            what = f"a file inside --out {args.out!r}"
+        if what is not None:
+            raise ToolkitError(f"input {entry_name(path)!r} is {what} (another name for it): "
+                               "remove it from --inputs")

@@ -59,8 +59,13 @@ def _require_ledger_path(path: Path) -> None:
     if suffix not in (".sqlite", ".db", ".sqlite3", ".jsonl"):
         raise ToolkitError(f"{str(path)!r} is not a ledger: use .sqlite, .db, .jsonl or a "
                            "postgresql:// URL")
+    from toolkit.runner.inputs import require_regular
+
     if path.is_dir():
         raise ToolkitError(f"{str(path)!r} is a directory, not a ledger")
+    # a FIFO, a device (a symlink to /dev/zero), a dangling link: refused by stat alone,
+    # never opened (opening a FIFO blocks; reading /dev/zero never ends)
+    require_regular(path, "--ledger")
     if not path.exists() or path.stat().st_size == 0:
         return
     if suffix != ".jsonl":
@@ -119,8 +124,10 @@ def clear_health(ledger_path) -> dict:
         return postgres_health.clear_health(ledger_path)
     path = Path(ledger_path)
     _require_ledger_path(path)
+    if not path.exists():  # a typo must not create a ledger: there is nothing to clear
+        raise ToolkitError(f"no ledger at {str(path)!r}: nothing to clear")
     try:
-        with (_open_existing(path) if path.exists() else open_ledger(path)) as ledger:
+        with _open_existing(path) as ledger:
             ledger.probe()
     except StorageError as exc:
         raise StorageError(f"ledger still not writable: {exc}") from exc

@@ -20,7 +20,7 @@ from toolkit.errors import LeaseHeldError, LedgerError
 from toolkit.identity import canonical_json, content_digest, task_key
 from toolkit.ledger import PERMANENT, Item, State
 from toolkit.provider import Contract
-from toolkit.runner.inputs import Odd, read_input
+from toolkit.runner.inputs import Odd, entry_name, read_input
 from toolkit.runner.ops import mark_unhealthy, recover_abandoned, require_healthy
 
 S = State
@@ -149,6 +149,9 @@ class Pipeline:
         self.health_recorded: bool | None = None  # whether that halt reached the health marker
         self.unsettled = 0
         self.local_errors: list[str] = []  # writes under --out that failed (the run goes on)
+        self.aliases: list[tuple[str, str]] = []  # (name, the name it is one item with)
+        self.strays: list[Item] = []  # not at rest, content no longer among the inputs
+        self._unplaced: set[str] = set()  # done items whose copy into --out failed this run
         self.recovered: list[str] = []  # keys taken over from dead owners at start
         self.lost_leases: list[str] = []  # keys another owner took over while we worked on them
         self.quarantined: set[str] = set()  # poison found by preflight: never processed
@@ -184,10 +187,11 @@ class Pipeline:
             key = task_key(digest, options)
             if PAGE_BY_PAGE in options:
                 self._pages[key] = pages
-            if key in keys:
-                continue  # same content twice in one batch is one unit of work
-            keys[key] = None
-            self.ledger.add(key, source=path.name, digest=digest)
+            if key in keys:  # same content twice in one batch is one unit of work
+                self.aliases.append((entry_name(path), keys[key]))  # said, never silent
+                continue
+            keys[key] = entry_name(path)
+            self.ledger.add(key, source=entry_name(path), digest=digest)
             item = self.ledger.get(key)
             # What is sent is a private snapshot of the hashed bytes, never the input file
             # itself: a file replaced after this read is new content for a later run.
@@ -209,11 +213,12 @@ class Pipeline:
     def _odd(self, odd: Odd, keys: dict) -> None:
         """Quarantine an input entry that cannot be read as a file: keyed by its name (it
         has no content), ``failed(permanent)`` with the reason; the batch goes on."""
-        key = odd_key(odd.path.name, self.options)
+        name = entry_name(odd.path)
+        key = odd_key(name, self.options)
         if key in keys:
             return
         keys[key] = None
-        self.ledger.add(key, source=odd.path.name, digest=None)
+        self.ledger.add(key, source=name, digest=None)
         item = self.ledger.get(key)
         if item.state is S.PENDING:
             self._quarantine(item, f"unreadable input entry ({odd.reason})")
@@ -278,13 +283,26 @@ class Pipeline:
             bar.close()
         self._current = self._stage = None
         self._drop_snapshots()
+        if not self.halted and not self.local_errors and self.other_roots:
+            self._record_out()
         counts = {state.value: 0 for state in State}
         self.unsettled = 0  # items a later run must pick up again
         for key in keys:
             item = self.ledger.get(key)
             counts[item.state.value] += 1
             self.unsettled += not item.resting
+        if not self.halted:
+            self.strays = self._strays(keys)
         return counts
+
+    def _strays(self, keys) -> list[Item]:
+        """Items of the ledger not at rest whose content is no longer among the inputs (a
+        file changed, or left the folder, after they were recorded). This run cannot move
+        them (it has not their bytes) and will not guess: they are reported, and the run
+        is not "at rest" (exit 1) until the input is back or an operator cancels them."""
+        ours = set(keys)
+        return [item for item in self.ledger.items()
+                if item.key not in ours and not item.resting]
 
     def _record_roots(self, inputs) -> None:
         """Paths in the ledger are relative to the roots; record them once, beside it."""
@@ -294,6 +312,17 @@ class Pipeline:
             self.other_roots = [recorded]
         folders = {Path(path).parent for path in inputs}
         roots.record(where, out=self.out_dir, inputs=folders.pop() if len(folders) == 1 else None)
+
+    def _record_out(self) -> None:
+        """This run's ``--out`` becomes the recorded outputs root once it holds every
+        done item's verified artifact (of the whole ledger, not only this batch): the
+        roots file then never names a folder that lacks one (roots.record's rule)."""
+        for item in self.ledger.items():
+            if item.state is S.DONE and not documents.verify(
+                    roots.resolve(self.out_dir, item.artifact_path or ""),
+                    item.artifact_size, item.artifact_sha256):
+                return
+        roots.record(getattr(self.ledger, "path", None), replace=True, out=self.out_dir)
 
     def process(self, key: str):
         """Advance one item until it rests for this run."""
