@@ -20,7 +20,10 @@ S = State
 
 
 def health_marker(ledger_path) -> Path:
-    return Path(f"{ledger_path}.health")
+    """``<ledger>.health`` beside the ledger's canonical name: an alias sees the same marker."""
+    if postgres_url(ledger_path):
+        return Path(f"{ledger_path}.health")
+    return Path(f"{os.path.realpath(ledger_path)}.health")
 
 
 def health(ledger_path, probe: bool = False) -> dict:
