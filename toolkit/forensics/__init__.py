@@ -222,6 +222,22 @@ def _frame(pd, columns: dict, hints=None):
                         columns=list(columns), copy=False)
 
 
+UNSETTLED = ("pending", "unknown", "submitted", "partial", "failed")
+
+
+def _damage(raw) -> str | None:
+    """Why no unsettled item can be trusted, or None: a lost line or a missing seq may
+    have been any key's last event (an intent already sent), so salvage parks them all."""
+    if raw.corrupt_lines:
+        return (f"ledger has corrupt lines {', '.join(map(str, sorted(raw.corrupt_lines)[:10]))}"
+                ": any key's last event may be lost; salvage parks it for review")
+    seqs = sorted((raw.events or {}).get("seq") or []) if isinstance(raw.events, dict) else []
+    seqs = [seq for seq in seqs if type(seq) is int]
+    if any(after - before > 1 for before, after in zip(seqs, seqs[1:])):
+        return "ledger events have a seq gap: any key's last event may be lost; review"
+    return None
+
+
 def _report(path, name, raw, anomalies) -> Report:
     import pandas as pd
 
@@ -232,6 +248,7 @@ def _report(path, name, raw, anomalies) -> Report:
     plan, by_state = dict.fromkeys(ACTIONS, 0), dict.fromkeys(STATES, 0)
     fields, rows, actions, whys = operator.attrgetter(*ITEM_COLUMNS), [], [], []
     memo = {}  # items without findings are planned by (state, failure) alone
+    damaged = _damage(raw) if name == "toolkit-jsonl" else None  # the ledger salvage reads
     for key in sorted(raw.items):
         item = raw.items[key]
         row = fields(item)
@@ -243,6 +260,8 @@ def _report(path, name, raw, anomalies) -> Report:
             if memo_key not in memo:
                 memo[memo_key] = plan_item(item, set())
             action, why = memo[memo_key]
+        if damaged and state in UNSETTLED and not (state == "failed" and failure == "permanent"):
+            action, why = "review", damaged  # what salvage parks: never run on a guess
         plan[action] += 1
         by_state[state] += 1
         rows.append(row)
