@@ -50,10 +50,18 @@ def health(ledger_path, probe: bool = False) -> dict:
     if probe:
         try:
             with _open_existing(path) as ledger:
+                if (damage := _integrity(ledger)) is not None:
+                    return {"ready": False, "reason": damage}
                 ledger.probe()
         except StorageError as exc:
             return {"ready": False, "reason": f"cannot be written: {exc}"}
     return {"ready": True, "reason": None}
+
+
+def _integrity(ledger) -> str | None:
+    """The ledger's own verdict on its file (JSONL corrupt lines), which ``run`` refuses."""
+    corruption = getattr(ledger, "corruption", None)
+    return corruption() if corruption is not None else None
 
 
 def _require_ledger_path(path: Path) -> None:
@@ -124,6 +132,8 @@ def clear_health(ledger_path) -> dict:
     _require_ledger_path(path)
     try:
         with (_open_existing(path) if path.exists() else open_ledger(path)) as ledger:
+            if (damage := _integrity(ledger)) is not None:
+                return {"ready": False, "reason": damage}  # the marker stays
             ledger.probe()
     except StorageError as exc:
         raise StorageError(f"ledger still not writable: {exc}") from exc
