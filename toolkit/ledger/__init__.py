@@ -26,7 +26,8 @@ from toolkit.identity import idem_key, page_key
 from toolkit.liveness import alive, host_id, my_start, start_ticks
 # The transition policy lives in one module (transitions.py); re-exported from here.
 from toolkit.ledger.transitions import (ARTIFACT_FIELDS, PERMANENT, TERMINAL, TRANSIENT,
-                                        TRANSITIONS, State, why_illegal)
+                                        TRANSITIONS, State, bad_artifact,
+                                        why_illegal)
 
 S = State
 
@@ -221,12 +222,15 @@ class Ledger:
         if unknown_fields:
             raise TypeError(f"move() cannot set {sorted(unknown_fields)}")
         if (to is S.FAILED) != (fields.get("failure") in (TRANSIENT, PERMANENT)):
-            raise ValueError("failure='transient' or 'permanent' goes with a move to failed, only")
+            raise IllegalTransitionError(frm, to, "failure='transient' or 'permanent' goes "
+                                         "with a move to failed, only")
         with self._commit() as commit:
             item = self._guard(key, frm, token)
             after = {name: fields.get(name, getattr(item, name)) for name in
                      ("failure", *ARTIFACT_FIELDS)}
             why = why_illegal(frm, to, item.failure, after)
+            if why is None and to is S.DONE:
+                why = bad_artifact(after)
             if why is not None:
                 raise IllegalTransitionError(frm if frm is not S.FAILED
                                              else f"failed({item.failure})", to, why)
