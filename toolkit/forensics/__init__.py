@@ -52,9 +52,23 @@ from toolkit.forensics.render import render_text
 SQLITE_MAGIC = b"SQLite format 3\0"
 
 
-def _fail(path, why) -> ToolkitError:
+def _fail(path, why, formats: bool = True) -> ToolkitError:
+    """One line; ``formats=False`` when the cause is the storage's (an I/O error), where a
+    list of supported formats would wrongly suggest the file is of none of them."""
     why = " ".join(str(why).split())[:400]  # one short line, whatever the cause said
-    return ToolkitError(f"cannot audit {str(path)!r}: {why}; {supported()}")
+    tail = f"; {supported()}" if formats else " (a storage error, not a format problem)"
+    return ToolkitError(f"cannot audit {str(path)!r}: {why}{tail}")
+
+
+# SQLite's answers that are about the disk, not about what the file holds.
+IO_ERRORS = ("SQLITE_IOERR", "SQLITE_FULL", "SQLITE_CANTOPEN", "SQLITE_READONLY", "SQLITE_BUSY",
+             "SQLITE_PERM", "SQLITE_LOCKED")
+
+
+def _storage_fault(exc) -> bool:
+    if isinstance(exc, OSError):
+        return True
+    return getattr(exc, "sqlite_errorname", "").startswith(IO_ERRORS)
 
 
 def _folder(path, flag) -> str | None:
@@ -174,7 +188,7 @@ def _audit(path, name, adapter, artifacts, inputs, now) -> Report:
     except ToolkitError as exc:
         raise _fail(path, exc) from exc
     except (OSError, sqlite3.Error, MemoryError) as exc:
-        raise _fail(path, f"{type(exc).__name__}: {exc}") from exc
+        raise _fail(path, f"{type(exc).__name__}: {exc}", not _storage_fault(exc)) from exc
     anomalies = raw.anomalies + check_items(raw.items, artifacts, inputs,
                                             time.time() if now is None else now)
     return _report(os.fspath(path), name, raw, _ordered(anomalies))
