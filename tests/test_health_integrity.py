@@ -48,3 +48,20 @@ def test_plain_health_on_a_headerless_torn_jsonl_is_a_view_that_changes_nothing(
     before = ledger.read_bytes()
     assert _health(ledger).returncode == 0
     assert ledger.read_bytes() == before
+
+
+def test_run_refused_by_a_not_ready_marker_exits_1_run_again_not_2_bad_input(tmp_path):
+    """An earlier run failed closed (the health marker): a new `run` refuses to start, and
+    that is "fix the cause, clear, run again" (exit 1), not bad input (exit 2)."""
+    from toolkit.documents import make_corpus
+    from toolkit.runner.ops import mark_unhealthy
+
+    make_corpus(tmp_path / "in", docs=1, poison=0, seed=2)
+    with open_ledger(tmp_path / "L.sqlite") as opened:
+        opened.add("a")
+    assert mark_unhealthy(tmp_path / "L.sqlite", "disk full")
+    refused = subprocess.run(
+        [sys.executable, "-m", "toolkit", "run", "--inputs", str(tmp_path / "in"),
+         "--ledger", str(tmp_path / "L.sqlite"), "--provider-db", str(tmp_path / "p.db"),
+         "--out", str(tmp_path / "out"), "--no-progress"], capture_output=True, text=True)
+    assert refused.returncode == 1 and "not ready" in refused.stderr

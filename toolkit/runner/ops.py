@@ -11,8 +11,8 @@ import os
 from pathlib import Path
 
 from toolkit.documents import fsync_dir
-from toolkit.errors import (LeaseHeldError, LedgerError, StaleTokenError, StorageError,
-                            ToolkitError)
+from toolkit.errors import (LeaseHeldError, LedgerError, NotReadyError, StaleTokenError,
+                            StorageError, ToolkitError)
 from toolkit.ledger import State, open_ledger, owner_alive, postgres_health, why_illegal
 from toolkit.ledger.postgres import postgres_url
 
@@ -157,7 +157,7 @@ def require_healthy(ledger_path) -> None:
             reason = json.loads(marker.read_text()).get("reason")
         except (OSError, ValueError):
             reason = "unreadable health marker"
-        raise ToolkitError(f"ledger not ready ({reason}); fix the cause, then run "
+        raise NotReadyError(f"ledger not ready ({reason}); fix the cause, then run "
                            f"'python -m toolkit health --ledger {ledger_path} --clear'")
 
 
