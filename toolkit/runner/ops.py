@@ -47,6 +47,8 @@ def health(ledger_path, probe: bool = False) -> dict:
         return {"ready": False, "reason": reason}
     if not path.exists():
         return {"ready": False, "reason": "no ledger at this path"}
+    if probe and _read_only_fs(path):
+        return {"ready": False, "reason": "cannot be written: read-only file system"}
     if probe:
         try:
             with _open_existing(path) as ledger:
@@ -78,12 +80,22 @@ def _require_ledger_path(path: Path) -> None:
         with open(path, "rb") as handle:
             if handle.read(16) != b"SQLite format 3\x00":
                 raise ToolkitError(f"{str(path)!r} is not an SQLite database, not a ledger")
+    if _read_only_fs(path):
+        return  # SQLite cannot even open it (its -shm): "not ready", decided by the probe
     try:  # a foreign database or JSONL file: refused without changing it
         _open_existing(path).close()
     except StorageError:
         return  # ours, but the disk fails: that is "not ready", decided by the probe
     except LedgerError as exc:
         raise ToolkitError(str(exc)) from exc
+
+
+def _read_only_fs(path: Path) -> bool:
+    """The ledger's file system is mounted read-only: a storage state, not bad input."""
+    try:
+        return bool(os.statvfs(path.parent).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 def _open_existing(path: Path):
@@ -130,6 +142,8 @@ def clear_health(ledger_path) -> dict:
         return postgres_health.clear_health(ledger_path)
     path = Path(ledger_path)
     _require_ledger_path(path)
+    if _read_only_fs(path):
+        raise StorageError("ledger still not writable: read-only file system")
     try:
         with (_open_existing(path) if path.exists() else open_ledger(path)) as ledger:
             if (damage := _integrity(ledger)) is not None:
