@@ -73,7 +73,7 @@ def test_permanent_failure_is_never_retried_but_transient_starts_a_new_attempt(l
 def test_failure_needs_a_class_and_moves_set_only_known_fields(ledger):
     ledger.add("k1")
     ledger.move("k1", S.PENDING, S.UNKNOWN)
-    with pytest.raises(ValueError):
+    with pytest.raises(IllegalTransitionError, match="transient' or 'permanent"):
         ledger.move("k1", S.UNKNOWN, S.FAILED, reason="no class")
     with pytest.raises(TypeError):
         ledger.move("k1", S.UNKNOWN, S.SUBMITTED, state="done")

@@ -53,6 +53,11 @@ class StorageError(LedgerError):
     """
 
 
+class NotReadyError(ToolkitError):
+    """The ledger is marked not ready (an earlier run failed closed): not bad input, but
+    "fix the cause, clear health, run again". The command line answers it with exit 1."""
+
+
 class TransientError(ToolkitError):
     """A failure worth retrying later: timeout, rate limit, 5xx, lookup unavailable."""
 

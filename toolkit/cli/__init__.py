@@ -15,7 +15,7 @@ import math
 import os
 import sys
 
-from toolkit.errors import StorageError, ToolkitError
+from toolkit.errors import NotReadyError, StorageError, ToolkitError
 
 COMMANDS = {}
 
@@ -50,7 +50,7 @@ def main(argv=None) -> int:
         status = args.handler(args) or 0
         sys.stdout.flush()  # a reader that left fails here, inside the handling below
         return status
-    except StorageError as exc:  # the disk, not the input: fix it and run again
+    except (StorageError, NotReadyError) as exc:  # not the input: fix it and run again
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except ToolkitError as exc:

@@ -52,9 +52,23 @@ from toolkit.forensics.render import render_text
 SQLITE_MAGIC = b"SQLite format 3\0"
 
 
-def _fail(path, why) -> ToolkitError:
+def _fail(path, why, formats: bool = True) -> ToolkitError:
+    """One line; ``formats=False`` when the cause is the storage's (an I/O error), where a
+    list of supported formats would wrongly suggest the file is of none of them."""
     why = " ".join(str(why).split())[:400]  # one short line, whatever the cause said
-    return ToolkitError(f"cannot audit {str(path)!r}: {why}; {supported()}")
+    tail = f"; {supported()}" if formats else " (a storage error, not a format problem)"
+    return ToolkitError(f"cannot audit {str(path)!r}: {why}{tail}")
+
+
+# SQLite's answers that are about the disk, not about what the file holds.
+IO_ERRORS = ("SQLITE_IOERR", "SQLITE_FULL", "SQLITE_CANTOPEN", "SQLITE_READONLY", "SQLITE_BUSY",
+             "SQLITE_PERM", "SQLITE_LOCKED")
+
+
+def _storage_fault(exc) -> bool:
+    if isinstance(exc, OSError):
+        return True
+    return getattr(exc, "sqlite_errorname", "").startswith(IO_ERRORS)
 
 
 def _folder(path, flag) -> str | None:
@@ -185,7 +199,7 @@ def _audit(path, name, adapter, artifacts, inputs, now, gone=None) -> Report:
     except ToolkitError as exc:
         raise _fail(path, exc) from exc
     except (OSError, sqlite3.Error, MemoryError) as exc:
-        raise _fail(path, f"{type(exc).__name__}: {exc}") from exc
+        raise _fail(path, f"{type(exc).__name__}: {exc}", not _storage_fault(exc)) from exc
     anomalies = raw.anomalies + check_items(raw.items, artifacts, inputs,
                                             time.time() if now is None else now)
     if gone is not None:
@@ -235,6 +249,22 @@ def _frame(pd, columns: dict, hints=None):
                         columns=list(columns), copy=False)
 
 
+UNSETTLED = ("pending", "unknown", "submitted", "partial", "failed")
+
+
+def _damage(raw) -> str | None:
+    """Why no unsettled item can be trusted, or None: a lost line or a missing seq may
+    have been any key's last event (an intent already sent), so salvage parks them all."""
+    if raw.corrupt_lines:
+        return (f"ledger has corrupt lines {', '.join(map(str, sorted(raw.corrupt_lines)[:10]))}"
+                ": any key's last event may be lost; salvage parks it for review")
+    seqs = sorted((raw.events or {}).get("seq") or []) if isinstance(raw.events, dict) else []
+    seqs = [seq for seq in seqs if type(seq) is int]
+    if any(after - before > 1 for before, after in zip(seqs, seqs[1:])):
+        return "ledger events have a seq gap: any key's last event may be lost; review"
+    return None
+
+
 def _report(path, name, raw, anomalies) -> Report:
     import pandas as pd
 
@@ -245,6 +275,7 @@ def _report(path, name, raw, anomalies) -> Report:
     plan, by_state = dict.fromkeys(ACTIONS, 0), dict.fromkeys(STATES, 0)
     fields, rows, actions, whys = operator.attrgetter(*ITEM_COLUMNS), [], [], []
     memo = {}  # items without findings are planned by (state, failure) alone
+    damaged = _damage(raw) if name == "toolkit-jsonl" else None  # the ledger salvage reads
     for key in sorted(raw.items):
         item = raw.items[key]
         row = fields(item)
@@ -256,6 +287,8 @@ def _report(path, name, raw, anomalies) -> Report:
             if memo_key not in memo:
                 memo[memo_key] = plan_item(item, set())
             action, why = memo[memo_key]
+        if damaged and state in UNSETTLED and not (state == "failed" and failure == "permanent"):
+            action, why = "review", damaged  # what salvage parks: never run on a guess
         plan[action] += 1
         by_state[state] += 1
         rows.append(row)

@@ -26,7 +26,8 @@ from toolkit.identity import idem_key, page_key
 from toolkit.liveness import alive, host_id, my_start, start_ticks
 # The transition policy lives in one module (transitions.py); re-exported from here.
 from toolkit.ledger.transitions import (ARTIFACT_FIELDS, PERMANENT, TERMINAL, TRANSIENT,
-                                        TRANSITIONS, State, why_illegal)
+                                        TRANSITIONS, State, bad_artifact,
+                                        why_illegal)
 
 S = State
 
@@ -221,12 +222,15 @@ class Ledger:
         if unknown_fields:
             raise TypeError(f"move() cannot set {sorted(unknown_fields)}")
         if (to is S.FAILED) != (fields.get("failure") in (TRANSIENT, PERMANENT)):
-            raise ValueError("failure='transient' or 'permanent' goes with a move to failed, only")
+            raise IllegalTransitionError(frm, to, "failure='transient' or 'permanent' goes "
+                                         "with a move to failed, only")
         with self._commit() as commit:
             item = self._guard(key, frm, token)
             after = {name: fields.get(name, getattr(item, name)) for name in
                      ("failure", *ARTIFACT_FIELDS)}
             why = why_illegal(frm, to, item.failure, after)
+            if why is None and to is S.DONE:
+                why = bad_artifact(after)
             if why is not None:
                 raise IllegalTransitionError(frm if frm is not S.FAILED
                                              else f"failed({item.failure})", to, why)
@@ -333,6 +337,30 @@ class Ledger:
                 self.on_event(event)
 
 
+def canonical_path(path) -> Path:
+    """The one name of the ledger file at ``path``: every lock, WAL and marker is named after it.
+
+    A symlink alias resolves to its target, so two runs typing two names still meet
+    on one lock (JSONL's ``<path>.lock``, the health marker) and one WAL. A hard link
+    cannot be resolved (both names are the file), so a ledger with st_nlink > 1 is
+    refused: SQLite's WAL and journal, and the JSONL lock, are named after the path,
+    and two names would give two writers two views of one file.
+
+    Raises:
+        LedgerError: the file has more than one hard link.
+    """
+    resolved = Path(os.path.realpath(path))
+    try:
+        links = os.stat(resolved).st_nlink
+    except OSError:
+        return resolved  # not there (yet): the backend reports what is wrong with it
+    if links > 1:
+        raise LedgerError(f"ledger {str(path)!r} has {links} hard links: refusing it, because "
+                          "its lock, WAL and journal are named after the path and a second "
+                          "name would let two writers in at once; copy it to one name")
+    return resolved
+
+
 def open_ledger(path, **options) -> Ledger:
     """Open the ledger at ``path``, choosing the backend by suffix or ``postgresql://`` URL.
 
@@ -348,6 +376,8 @@ def open_ledger(path, **options) -> Ledger:
 
         return PostgresLedger(url, **options)
     suffix = Path(path).suffix.lower()
+    if suffix in (".sqlite", ".db", ".sqlite3", ".jsonl"):
+        path = canonical_path(path)
     if suffix in (".sqlite", ".db", ".sqlite3"):
         from toolkit.ledger.sqlite import SqliteLedger
 
@@ -360,5 +390,5 @@ def open_ledger(path, **options) -> Ledger:
                       "or a postgresql:// URL")
 
 
-__all__ = ["State", "TRANSITIONS", "TERMINAL", "TRANSIENT", "PERMANENT", "ARTIFACT_FIELDS",
+__all__ = ["canonical_path", "State", "TRANSITIONS", "TERMINAL", "TRANSIENT", "PERMANENT", "ARTIFACT_FIELDS",
            "Item", "Event", "Ledger", "apply_event", "open_ledger", "why_illegal"]

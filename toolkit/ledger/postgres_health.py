@@ -6,7 +6,7 @@ The functions of ``toolkit.runner.ops`` (``health``, ``mark_unhealthy``,
 mark written by one machine stops the workers of every machine.
 """
 
-from toolkit.errors import LedgerError, ToolkitError
+from toolkit.errors import LedgerError, NotReadyError, ToolkitError
 from toolkit.ledger.postgres import PostgresLedger, _first_line, postgres_url, redact
 
 
@@ -75,7 +75,7 @@ def require_healthy(url) -> None:
     except LedgerError:
         return
     if reason is not None:
-        raise ToolkitError(f"ledger not ready ({reason}); fix the cause, then run "
+        raise NotReadyError(f"ledger not ready ({reason}); fix the cause, then run "
                            f"'python -m toolkit health --ledger {redact(str(url))} --clear'")
 
 

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from toolkit.errors import LedgerError, ToolkitError
-from toolkit.ledger import LEASE_FIELDS, Item, State
+from toolkit.ledger import LEASE_FIELDS, PERMANENT, Item, State
 from toolkit.ledger.jsonl import HEADER_LINE, SNAPSHOT, JsonlLedger, item_to_json
 
 
@@ -37,10 +37,21 @@ def salvage(path, new_path) -> dict:
         items = {**old.orphans, **{item.key: item for item in old.items()}}
         affected, lines, seq = sorted(old.affected_keys), list(old.corrupt_lines), old._seq
         unattributed = list(old.unattributed_lines)
+        gaps = seq_gaps(old._history)
     finally:
         old.close()
     reason = (f"salvaged from {path.name}: corrupt lines {', '.join(map(str, lines))} may hold "
               "events of this item; check it at the provider, then release or cancel it")
+    if lines or gaps:
+        # A lost line (or a missing seq) may have been any key's last event: an intent
+        # already sent, for instance, whose key now reads as pending. So every item not
+        # settled for good (done, cancelled, needs_review, failed permanent) is parked,
+        # not only the keys a corrupt line still names: never resend on a guess.
+        affected = sorted(set(affected) | {key for key, item in items.items()
+                                           if not _settled(item)})
+        if gaps and not lines:
+            reason = (f"salvaged from {path.name}: events {_span(gaps)} are missing and may "
+                      "be this item's; check it at the provider, then release or cancel it")
     for key in affected:
         items[key] = dataclasses.replace(items.get(key) or Item(key=key), state=State.NEEDS_REVIEW,
                                          reason=reason, **dict.fromkeys(LEASE_FIELDS))
@@ -58,4 +69,21 @@ def salvage(path, new_path) -> dict:
     if not intact:
         raise ToolkitError(f"salvaged ledger {str(new_path)!r} does not read back whole")
     return {"items": len(items), "needs_review": affected, "corrupt_lines": lines,
-            "unattributed": unattributed}
+            "unattributed": unattributed, "seq_gaps": gaps}
+
+
+def seq_gaps(events) -> list[int]:
+    """Seqs missing between the events read (each event gets the next seq when written)."""
+    seqs = sorted(event.seq for event in events)
+    return [seq for before, after in zip(seqs, seqs[1:]) for seq in range(before + 1, after)]
+
+
+def _settled(item: Item) -> bool:
+    """No automation moves it again, whatever a lost event said: nothing to resend."""
+    return item.state in (State.DONE, State.CANCELLED, State.NEEDS_REVIEW) or (
+        item.state is State.FAILED and item.failure == PERMANENT)
+
+
+def _span(seqs: list[int]) -> str:
+    shown = ", ".join(map(str, seqs[:10]))
+    return shown + (f" and {len(seqs) - 10} more" if len(seqs) > 10 else "")

@@ -6,6 +6,7 @@
 """
 
 import enum
+import re
 
 
 class State(str, enum.Enum):
@@ -46,6 +47,7 @@ TRANSIENT, PERMANENT = "transient", "permanent"
 ARTIFACT_FIELDS = ("artifact_path", "artifact_size", "artifact_sha256")
 # By value: the forensic replay works on the strings a file holds.
 EDGES = frozenset((frm.value, to.value) for frm, tos in TRANSITIONS.items() for to in tos)
+SHA256 = re.compile(r"[0-9a-f]{64}")
 DONE_WITHOUT_ARTIFACT = "done without its artifact fields (path, size, sha256)"
 
 
@@ -65,6 +67,22 @@ def why_illegal(frm, to, failure_before, after) -> str | None:
         return "pending -> failed only as permanent (poison found before any submit)"
     if to == "done" and any(after.get(name) is None for name in ARTIFACT_FIELDS):
         return DONE_WITHOUT_ARTIFACT
+    return None
+
+
+def bad_artifact(after) -> str | None:
+    """Why the artifact fields of a new done cannot name a verified file, or None.
+
+    ``Ledger.move`` refuses such a write; ``why_illegal`` does not ask it, so the
+    checker and the forensic replay judge recorded histories by their edges alone.
+    """
+    path, size, digest = (after.get(name) for name in ARTIFACT_FIELDS)
+    if not isinstance(path, str) or not path:
+        return f"artifact_path must be a non-empty path, not {path!r}"
+    if type(size) is not int or size < 0:
+        return f"artifact_size must be an integer >= 0, not {size!r}"
+    if not isinstance(digest, str) or not SHA256.fullmatch(digest):
+        return f"artifact_sha256 must be 64 lowercase hex digits, not {digest!r}"
     return None
 
 

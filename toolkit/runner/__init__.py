@@ -15,11 +15,12 @@ long documents page by page (checkpoints, ``partial``, resume) are ``PageByPage`
 
 import contextlib
 import os
+import threading
 from pathlib import Path
 
 from toolkit import documents, roots
-from toolkit.errors import (KeyReuseError, LeaseHeldError, PermanentError, StaleTokenError,
-                            StateConflictError, TransientError)
+from toolkit.errors import (KeyReuseError, LeaseHeldError, LedgerError, PermanentError,
+                            StaleTokenError, StateConflictError, TransientError)
 from toolkit.ledger import PERMANENT, TRANSIENT, Item, State
 from toolkit.provider import JobStatus, ProviderConflict
 from toolkit.runner.pages import PageByPage
@@ -104,6 +105,34 @@ class Runner(PageByPage, Pipeline):
         """Before each provider call: keep the lease alive (fenced: raises if it was lost)."""
         self.ledger.renew(item.key, token, self.worker, self.lease_ttl)
 
+    @contextlib.contextmanager
+    def _in_flight(self, item, token):
+        """Around one provider call: a heartbeat thread keeps the lease renewed (fenced)
+        while the call waits, so a slow submit never lets a live owner's lease expire
+        (an owner on another host could otherwise be robbed: only expiry speaks for it).
+
+        Order: the thread starts after the renewal that precedes the call and is stopped
+        and joined before the reply is recorded, so it never writes after the caller's
+        own next move. A lost lease (StaleTokenError) ends it; the caller's next fenced
+        write then fails as it would without the heartbeat.
+        """
+        stop = threading.Event()
+        every = max(self.lease_ttl / 3, 0.01)  # renew() writes only once half is spent
+
+        def beat():
+            while not stop.wait(every):
+                try:
+                    self.ledger.renew(item.key, token, self.worker, self.lease_ttl)
+                except (StaleTokenError, StateConflictError, LedgerError):
+                    return  # lost, or the ledger failed: the caller's own writes will say so
+        thread = threading.Thread(target=beat, name=f"lease-{item.key[:8]}", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+
     def _backoff(self, tries: int):
         self.sleep(self.policy.delay(tries, self._rng))
 
@@ -129,8 +158,9 @@ class Runner(PageByPage, Pipeline):
         key, options = self._request(item)
         self._renew(item, token)
         try:
-            job = self.provider.submit(key, self._paths[item.key], options,
-                                       **self._caller(token))
+            with self._in_flight(item, token):
+                job = self.provider.submit(key, self._paths[item.key], options,
+                                           **self._caller(token))
             self.hook("after_submit", item.key, job=job)
         except TimeoutError:
             self.lost_replies += 1
@@ -163,7 +193,8 @@ class Runner(PageByPage, Pipeline):
             self._renew(item, token)
             try:
                 self.hook("during_lookup", item.key)
-                job = self.provider.lookup(key)
+                with self._in_flight(item, token):
+                    job = self.provider.lookup(key)
             except (TransientError, TimeoutError):
                 self._backoff(budget.lookups)
                 continue
@@ -184,7 +215,8 @@ class Runner(PageByPage, Pipeline):
         self._stage = "poll"
         self._renew(item, token)
         try:
-            job = self.provider.poll(item.job_id)
+            with self._in_flight(item, token):
+                job = self.provider.poll(item.job_id)
         except (TransientError, TimeoutError):
             job = None
         except PermanentError as exc:  # the provider does not know the job: reconcile by key
@@ -218,7 +250,8 @@ class Runner(PageByPage, Pipeline):
             self._renew(item, token)
             try:
                 final.parent.mkdir(parents=True, exist_ok=True)
-                self.provider.fetch(job.job_id, part)
+                with self._in_flight(item, token):
+                    self.provider.fetch(job.job_id, part)
             except (TransientError, TimeoutError):
                 self._backoff(budget.fetches)
                 continue

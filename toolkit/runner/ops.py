@@ -11,8 +11,8 @@ import os
 from pathlib import Path
 
 from toolkit.documents import fsync_dir
-from toolkit.errors import (LeaseHeldError, LedgerError, StaleTokenError, StorageError,
-                            ToolkitError)
+from toolkit.errors import (LeaseHeldError, LedgerError, NotReadyError, StaleTokenError,
+                            StorageError, ToolkitError)
 from toolkit.ledger import State, open_ledger, owner_alive, postgres_health, why_illegal
 from toolkit.ledger.postgres import postgres_url
 
@@ -20,7 +20,10 @@ S = State
 
 
 def health_marker(ledger_path) -> Path:
-    return Path(f"{ledger_path}.health")
+    """``<ledger>.health`` beside the ledger's canonical name: an alias sees the same marker."""
+    if postgres_url(ledger_path):
+        return Path(f"{ledger_path}.health")
+    return Path(f"{os.path.realpath(ledger_path)}.health")
 
 
 def health(ledger_path, probe: bool = False) -> dict:
@@ -44,13 +47,23 @@ def health(ledger_path, probe: bool = False) -> dict:
         return {"ready": False, "reason": reason}
     if not path.exists():
         return {"ready": False, "reason": "no ledger at this path"}
+    if probe and _read_only_fs(path):
+        return {"ready": False, "reason": "cannot be written: read-only file system"}
     if probe:
         try:
             with _open_existing(path) as ledger:
+                if (damage := _integrity(ledger)) is not None:
+                    return {"ready": False, "reason": damage}
                 ledger.probe()
         except StorageError as exc:
             return {"ready": False, "reason": f"cannot be written: {exc}"}
     return {"ready": True, "reason": None}
+
+
+def _integrity(ledger) -> str | None:
+    """The ledger's own verdict on its file (JSONL corrupt lines), which ``run`` refuses."""
+    corruption = getattr(ledger, "corruption", None)
+    return corruption() if corruption is not None else None
 
 
 def _require_ledger_path(path: Path) -> None:
@@ -72,12 +85,22 @@ def _require_ledger_path(path: Path) -> None:
         with open(path, "rb") as handle:
             if handle.read(16) != b"SQLite format 3\x00":
                 raise ToolkitError(f"{str(path)!r} is not an SQLite database, not a ledger")
+    if _read_only_fs(path):
+        return  # SQLite cannot even open it (its -shm): "not ready", decided by the probe
     try:  # a foreign database or JSONL file: refused without changing it
         _open_existing(path).close()
     except StorageError:
         return  # ours, but the disk fails: that is "not ready", decided by the probe
     except LedgerError as exc:
         raise ToolkitError(str(exc)) from exc
+
+
+def _read_only_fs(path: Path) -> bool:
+    """The ledger's file system is mounted read-only: a storage state, not bad input."""
+    try:
+        return bool(os.statvfs(path.parent).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 def _open_existing(path: Path):
@@ -126,8 +149,12 @@ def clear_health(ledger_path) -> dict:
     _require_ledger_path(path)
     if not path.exists():  # a typo must not create a ledger: there is nothing to clear
         raise ToolkitError(f"no ledger at {str(path)!r}: nothing to clear")
+    if _read_only_fs(path):
+        raise StorageError("ledger still not writable: read-only file system")
     try:
         with _open_existing(path) as ledger:
+            if (damage := _integrity(ledger)) is not None:
+                return {"ready": False, "reason": damage}  # the marker stays
             ledger.probe()
     except StorageError as exc:
         raise StorageError(f"ledger still not writable: {exc}") from exc
@@ -151,7 +178,7 @@ def require_healthy(ledger_path) -> None:
             reason = json.loads(marker.read_text()).get("reason")
         except (OSError, ValueError):
             reason = "unreadable health marker"
-        raise ToolkitError(f"ledger not ready ({reason}); fix the cause, then run "
+        raise NotReadyError(f"ledger not ready ({reason}); fix the cause, then run "
                            f"'python -m toolkit health --ledger {ledger_path} --clear'")
 
 
