@@ -147,22 +147,42 @@ def clear_health(ledger_path) -> dict:
         return postgres_health.clear_health(ledger_path)
     path = Path(ledger_path)
     _require_ledger_path(path)
-    if not path.exists():  # a typo must not create a ledger: there is nothing to clear
-        raise ToolkitError(f"no ledger at {str(path)!r}: nothing to clear")
-    if _read_only_fs(path):
-        raise StorageError("ledger still not writable: read-only file system")
-    try:
-        with _open_existing(path) as ledger:
-            if (damage := _integrity(ledger)) is not None:
-                return {"ready": False, "reason": damage}  # the marker stays
-            ledger.probe()
-    except StorageError as exc:
-        raise StorageError(f"ledger still not writable: {exc}") from exc
     marker = health_marker(ledger_path)
+    if not path.exists():
+        if not marker.exists():  # a typo must not create a ledger: there is nothing to clear
+            raise ToolkitError(f"no ledger at {str(path)!r}: nothing to clear")
+        # The halted run never created its ledger (its provider's database failed first):
+        # nothing was recorded. What must be proven writable is the folder it will go in.
+        _probe_folder(path.parent)
+    else:
+        if _read_only_fs(path):
+            raise StorageError("ledger still not writable: read-only file system")
+        try:
+            with _open_existing(path) as ledger:
+                if (damage := _integrity(ledger)) is not None:
+                    return {"ready": False, "reason": damage}  # the marker stays
+                ledger.probe()
+        except StorageError as exc:
+            raise StorageError(f"ledger still not writable: {exc}") from exc
     if marker.exists():
         marker.unlink()
         fsync_dir(marker.parent)  # the removal is durable too
     return health(ledger_path)
+
+
+def _probe_folder(folder: Path) -> None:
+    """A small durable write (and its removal) in ``folder``; StorageError if refused."""
+    probe = folder / f".probe-{os.getpid()}"
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, b"probe")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+            probe.unlink(missing_ok=True)
+    except OSError as exc:
+        raise StorageError(f"ledger still not writable: {exc.strerror or exc}: {folder}") from exc
 
 
 def require_healthy(ledger_path) -> None:
