@@ -161,6 +161,21 @@ def test_run_refuses_a_bad_strategy_reference_in_one_line(tmp_path):
     assert result.returncode == 2 and result.stderr.count("\n") == 1
 
 
+def test_a_module_that_exits_and_prints_at_import_is_one_line_and_keeps_json_clean():
+    """Fault: the strategy's module runs its batch at import (prints, then ``sys.exit(0)``).
+    Property: the loader turns the SystemExit into a one-line error and exit 2; the module's
+    print goes to stderr, so stdout (``--json``) carries nothing of it."""
+    result = subprocess.run([sys.executable, "-m", "toolkit", "drill", "all", "--strategy",
+                             "exits_at_import:MyPipeline", "--json"], capture_output=True,
+                            text=True, cwd=ROOT / "tests" / "fixtures",
+                            env={**__import__("os").environ,
+                                 "PYTHONPATH": f"{ROOT}:{ROOT / 'tests' / 'fixtures'}"})
+    assert result.returncode == 2, result
+    assert "processing batch" not in result.stdout
+    assert result.stderr.strip().splitlines()[-1].startswith("error: cannot import")
+    assert "SystemExit" in result.stderr and "Traceback" not in result.stderr
+
+
 def test_the_http_client_does_not_import_the_server():
     """One-way: the client and the service share ``provider.wire``; the client never loads
     the service module (nor werkzeug)."""
