@@ -13,7 +13,6 @@ the provider's own records and the outputs; the program needs no change.
 import dataclasses
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -117,7 +116,9 @@ def run_scenario(command: str, inputs_dir, scenario: Scenario, contract: str = "
     spec = _spec(contract, scenario.contract)
     parse_contract(spec)  # a bad contract is one line, before any work
     if workdir is None:
-        with tempfile.TemporaryDirectory(prefix=f"blackbox-{scenario.name}-") as tmp:
+        from toolkit.blackbox.procs import guarded
+
+        with guarded(), tempfile.TemporaryDirectory(prefix=f"blackbox-{scenario.name}-") as tmp:
             return run_scenario(command, inputs_dir, scenario, contract, tmp)
     work = Path(workdir)
     inputs, out, folder = prepare(work, sources)
@@ -174,15 +175,25 @@ def rerun_to_rest(command, folder, env, provider, work, runs, starts, first=1) -
 
 def run_command(command: str, cwd, env, log_path) -> tuple[int | None, str]:
     """Run ``command`` through the shell in its own process group; kill the group on timeout."""
+    import psutil
+
+    from toolkit.blackbox.procs import kill_group, kill_strays
+
+    # What runs before the program (the provider service) is spared; everything the
+    # program started is killed once it exits, is cut, or the drill is interrupted.
+    before = {child.pid for child in psutil.Process().children(recursive=True)}
+    code = None
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(command, shell=True, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             code = proc.wait(timeout=RUN_TIMEOUT)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # the whole group: no child outlives the run
-            proc.wait()
             code = None
+        finally:
+            kill_group(proc.pid)  # the whole group: `cmd &` and nohup children stay in it
+            kill_strays(keep=before)  # setsid children left the group; we are their reaper
+            proc.wait()
     lines = Path(log_path).read_text(errors="replace").strip().splitlines()
     return code, " | ".join(lines[-2:])
 

@@ -1,0 +1,83 @@
+"""A drilled program's processes never outlive the drill: daemonized children, SIGTERM.
+
+Real processes only: a script that daemonizes with ``setsid`` and ``nohup``,
+and a real SIGTERM sent to a real ``drill --command`` process.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from toolkit.blackbox import SCENARIOS, run_scenario
+from toolkit.documents import make_corpus
+
+ROOT = Path(__file__).resolve().parents[1]
+CAREFUL = f"{sys.executable} {ROOT / 'examples/blackbox/careful_batch.py'}"
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("inputs")
+    make_corpus(folder, docs=1, poison=0, seed=5)
+    return folder
+
+
+def _with_marker(marker: str):
+    return [p for p in psutil.process_iter(["cmdline"])
+            if marker in " ".join(p.info["cmdline"] or [])]
+
+
+def test_daemonized_children_of_the_program_are_killed_after_every_run(inputs, tmp_path):
+    """Fault: the program leaves background children (``setsid sleep &`` leaves its process
+    group, ``nohup sleep &`` stays in it) and exits. Property: after the drill no process
+    the program started is alive (the drill is their subreaper and kills them per run)."""
+    marker = f"{os.getpid() % 9000 + 1000}.{len(str(tmp_path))}"
+    script = tmp_path / "daemon.sh"
+    script.write_text("#!/bin/bash\n"
+                      f"setsid sleep 7{marker} </dev/null >/dev/null 2>&1 &\n"
+                      f"nohup sleep 8{marker} </dev/null >/dev/null 2>&1 &\n"
+                      f"exec {CAREFUL}\n")
+    result = run_scenario(f"bash {script}", inputs, SCENARIOS["clean"], "idempotent")
+    assert result.status == "valid" and len(result.runs) >= 2
+    strays = _with_marker(f"sleep 7{marker}") + _with_marker(f"sleep 8{marker}")
+    for stray in strays:  # do not leave them behind even when the test fails
+        stray.kill()
+    assert strays == []
+
+
+def test_sigterm_to_the_drill_stops_the_service_the_program_and_removes_its_folder(inputs,
+                                                                                  tmp_path):
+    """Fault: CI's timeout sends SIGTERM to ``drill --command`` while the program runs.
+    Property: the drill exits 130 with one line; the program, its group and the
+    provider service are gone, and the drill's temp folder is removed."""
+    pid_file, temp = tmp_path / "program.pid", tmp_path / "tmp"
+    temp.mkdir()
+    command = f"echo $$ > {pid_file}; exec sleep 600"
+    drill = subprocess.Popen([sys.executable, "-m", "toolkit", "drill", "clean", "--command",
+                              command, "--inputs", str(inputs)], cwd=ROOT, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             env={**os.environ, "TMPDIR": str(temp)})
+    for _ in range(600):  # the program has started (bounded wait, no timing asserted)
+        if pid_file.exists() and pid_file.read_text().strip():
+            break
+        time.sleep(0.1)
+    program = int(pid_file.read_text())
+    family = psutil.Process(drill.pid).children(recursive=True)
+    assert any("serve-provider" in " ".join(p.cmdline()) for p in family)
+    drill.send_signal(signal.SIGTERM)
+    out, err = drill.communicate(timeout=60)
+    assert drill.returncode == 130, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    gone, alive = psutil.wait_procs(family, timeout=10)
+    for process in alive:
+        process.kill()
+    assert alive == [] and not psutil.pid_exists(program)
+    assert list(temp.iterdir()) == []
