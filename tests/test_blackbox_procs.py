@@ -81,3 +81,29 @@ def test_sigterm_to_the_drill_stops_the_service_the_program_and_removes_its_fold
         process.kill()
     assert alive == [] and not psutil.pid_exists(program)
     assert list(temp.iterdir()) == []
+
+
+def test_a_program_that_does_nothing_loses_every_input_and_fails_the_clean_drill(inputs):
+    """Fault: none (clean) or 503s; the program is ``true``: it exits 0 without sending
+    anything. Property: every healthy input is ``never_processed`` (lost work, unsafe), not
+    parked, and ``drill --command true`` exits 1."""
+    for name in ("clean", "503-storm"):
+        result = run_scenario("true", inputs, SCENARIOS[name])
+        assert result.status == "INVALID" and result.executions == 0
+        assert {f.kind for f in result.findings} == {"never_processed"}
+    cli = subprocess.run([sys.executable, "-m", "toolkit", "drill", "clean", "--command", "true",
+                          "--inputs", str(inputs)], capture_output=True, text=True, cwd=ROOT)
+    assert cli.returncode == 1, cli.stdout + cli.stderr
+
+
+def test_never_resting_under_lookups_down_passes_only_when_the_program_says_it_is_not_done(
+        inputs, tmp_path):
+    """Fault: a lost reply and every lookup 503 (resting is impossible for a careful
+    program). Property: a program that never rests yet exits 0 every run (it says "done")
+    is ``never rests``; only a non-zero exit (it says "run again") makes it legitimate."""
+    script = tmp_path / "resubmits_quietly.sh"  # sends the input every run, always exit 0
+    script.write_text(f"{CAREFUL} || true\n")
+    quiet = run_scenario(f"bash {script}", inputs, SCENARIOS["lookup-unavailable"])
+    assert not quiet.rested and quiet.status == "never rests", quiet.row()
+    honest = run_scenario(CAREFUL, inputs, SCENARIOS["lookup-unavailable"])
+    assert not honest.rested and honest.status == "valid", honest.row()

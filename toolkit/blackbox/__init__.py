@@ -32,7 +32,7 @@ class Scenario:
     summary: str
     contract: str = ""  # contract parts added to the drill's base contract
     faults: ServiceFaults = ServiceFaults()
-    may_not_rest: bool = False  # nothing can resolve it: staying unresolved is correct
+    may_not_rest: bool = False  # nothing can resolve it: unresolved, exiting non-zero, is correct
 
 
 SCENARIOS = {s.name: s for s in (
@@ -78,14 +78,22 @@ class BlackboxResult:
 
     @property
     def status(self) -> str:
-        unsafe = [f for f in self.findings if f.kind not in ("unresolved", "parked")]
+        unsafe = [f for f in self.findings if f.kind != "unresolved"]
         if unsafe:
             return "INVALID"
         if not self.fault_fired:
             return "inconclusive"
-        if not self.rested and not self.scenario.may_not_rest:
+        if not self.rested and not self._may_stay_unresolved:
             return "never rests"
-        return "parked" if any(f.kind == "parked" for f in self.findings) else "valid"
+        return "valid"
+
+    @property
+    def _may_stay_unresolved(self) -> bool:
+        """Not resting is legitimate only where the fault makes resting impossible (lookups
+        down for good: a lost reply can never be resolved) *and* the program says it is not
+        done: its last run exited non-zero (a run cut at the timeout says nothing)."""
+        said = bool(self.runs) and self.runs[-1].exit_code not in (0, None)
+        return self.scenario.may_not_rest and said
 
     def row(self) -> dict:
         return {"scenario": self.scenario.name, "contract": self.contract,

@@ -6,9 +6,11 @@
 * **fake done**: a file in ``TOOLKIT_OUT`` whose bytes are no artifact the
   provider produced (a half download, a stale result);
 * **lost**: a healthy input executed successfully but with no output equal
-  to one of its artifacts once the program rests; with no execution at all
-  it is ``parked`` (the oracle cannot tell a parked intent from an input
-  never tried); if the program never rests, ``unresolved``;
+  to one of its artifacts once the program rests (``lost_item``); with no
+  execution at all it is ``never_processed`` (the program came to rest, exit
+  0 twice, without ever sending it: ``true`` passes for nothing); if the
+  program never rests, ``unresolved`` (whether that is legitimate is the
+  scenario's call: ``BlackboxResult.status``);
 * **poison submitted**: an input that fails preflight reached the provider.
 """
 
@@ -108,8 +110,9 @@ def judge(inputs_dir, out_dir, provider_db, run_starts, rested: bool) -> list[Fi
                 kind, why = "unresolved", " (the program never came to rest)"
             elif made.get(digest[path]):
                 kind, why = "lost_item", ", although it was executed: paid for, not delivered"
-            else:  # nothing ran: a design that parks an intent it cannot resolve rests so
-                kind, why = "parked", " and no execution: parked (or never tried)"
+            else:  # it rested (exit 0, nothing left to do) and never sent it: lost work
+                kind, why = ("never_processed", " and no execution: the program rested without "
+                             "ever sending it")
             found.append(Finding(kind, path.name, "no output equal to an artifact the provider "
                                  "produced for it" + why))
     return found
