@@ -107,3 +107,27 @@ def test_never_resting_under_lookups_down_passes_only_when_the_program_says_it_i
     assert not quiet.rested and quiet.status == "never rests", quiet.row()
     honest = run_scenario(CAREFUL, inputs, SCENARIOS["lookup-unavailable"])
     assert not honest.rested and honest.status == "valid", honest.row()
+
+
+def test_every_blackbox_finding_carries_its_remedy_and_the_documents_witness_calls(
+        inputs, tmp_path):
+    """Fault: the program delivers, then tears its output to a half file and rests (a
+    download written in place, cut). Property: the fake-done finding names a remedy from the
+    one remedy table and lists the provider's records for that document (its execution and
+    its fetch), in the JSON row too."""
+    from toolkit.checker.findings import REMEDY
+
+    script = tmp_path / "tears_output.sh"
+    script.write_text("if [ ! -e torn ]; then\n"
+                      f"  {CAREFUL} || exit 1\n"
+                      '  for f in "$TOOLKIT_OUT"/*; do head -c 100 "$f" > t && mv t "$f"; done\n'
+                      "  touch torn\n"
+                      "fi\n")
+    result = run_scenario(f"bash {script}", inputs, SCENARIOS["clean"])
+    assert result.findings and all(f.remedy == REMEDY[f.kind] for f in result.findings)
+    fake = [f for f in result.findings if f.kind == "fake_done"]
+    assert fake and all(f.witnesses for f in fake), result.row()
+    whats = " ".join(w["what"] for w in fake[0].witnesses)
+    assert "execution succeeded" in whats and "fetch" in whats, whats
+    row = result.row()["findings"][0]
+    assert row["remedy"] == REMEDY[row["kind"]] and row["witnesses"]

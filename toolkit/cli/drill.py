@@ -118,4 +118,5 @@ def _blackbox(args):
                 for w in finding.witnesses:
                     print(f"    witness: run {w['run']}, {w['what']}, key {w['idem_key']} "
                           f"at {w['seconds']:.2f} s")
+                print(f"    remedy: {finding.remedy}")
     return 1 if any(result.status not in ("valid", "parked") for result in results) else 0
