@@ -131,3 +131,53 @@ def test_every_blackbox_finding_carries_its_remedy_and_the_documents_witness_cal
     assert "execution succeeded" in whats and "fetch" in whats, whats
     row = result.row()["findings"][0]
     assert row["remedy"] == REMEDY[row["kind"]] and row["witnesses"]
+
+
+def test_a_hanging_program_is_cut_once_at_the_run_timeout_as_never_finishes(inputs):
+    """Fault: the program hangs (``sleep``). Property: its run is cut at ``--run-timeout``,
+    it is not rerun (one cut per scenario, not one per rerun), and the scenario fails with
+    the finding ``never_finishes``; the CLI exits 1."""
+    result = run_scenario("sleep 600", inputs, SCENARIOS["clean"], run_timeout=1.0)
+    assert [run.exit_code for run in result.runs] == [None]
+    assert "never_finishes" in {f.kind for f in result.findings}
+    assert result.status == "INVALID"
+    cli = subprocess.run([sys.executable, "-m", "toolkit", "drill", "clean", "--command",
+                          "sleep 600", "--inputs", str(inputs), "--run-timeout", "1", "--json"],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert cli.returncode == 1, cli.stderr
+    assert "never_finishes" in cli.stdout
+
+
+def test_a_failing_runs_last_lines_are_shown_and_kept_in_the_json_report(inputs):
+    """Fault: the program fails every run with a message on stderr. Property: the text report
+    prints its last lines, and each run's last lines are in the JSON row."""
+    command = "echo 'cannot reach the bucket' >&2; exit 3"
+    text = subprocess.run([sys.executable, "-m", "toolkit", "drill", "clean", "--command",
+                           command, "--inputs", str(inputs)], capture_output=True, text=True,
+                          cwd=ROOT)
+    assert text.returncode == 1 and "cannot reach the bucket" in text.stdout
+    data = subprocess.run([sys.executable, "-m", "toolkit", "drill", "clean", "--command",
+                           command, "--inputs", str(inputs), "--json"], capture_output=True,
+                          text=True, cwd=ROOT)
+    (row,) = __import__("json").loads(data.stdout)
+    assert all(run["last_lines"] == "cannot reach the bucket" for run in row["run_output"])
+
+
+def test_an_inputs_folder_with_no_readable_pdf_is_a_one_line_error(tmp_path):
+    """Fault: the inputs folder holds only a file named .pdf that is not a PDF. Property:
+    one line on stderr and exit 2, not a ``valid`` row with nothing executed."""
+    (tmp_path / "a.pdf").write_text("hello\n")
+    cli = subprocess.run([sys.executable, "-m", "toolkit", "drill", "clean", "--command", "true",
+                          "--inputs", str(tmp_path)], capture_output=True, text=True, cwd=ROOT)
+    assert cli.returncode == 2 and cli.stderr.count("\n") == 1 and "readable PDF" in cli.stderr
+
+
+def test_explore_command_says_when_max_points_cut_it_short(inputs, tmp_path):
+    """Fault: none; ``--max-points 1`` on a program with several durable writes. Property:
+    the report says how many points were recorded and how many explored."""
+    command = "for i in 1 2 3; do echo $i > f$i; done"
+    cli = subprocess.run([sys.executable, "-m", "toolkit", "explore", "--command", command,
+                          "--inputs", str(inputs), "--max-points", "1", "--json"],
+                         capture_output=True, text=True, cwd=ROOT)
+    total = __import__("json").loads(cli.stdout)["total"]
+    assert total["points"] == 1 and total["points_recorded"] > 1, total

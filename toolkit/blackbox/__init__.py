@@ -22,7 +22,7 @@ from toolkit.errors import ToolkitError
 from toolkit.provider.wire import ServiceFaults
 
 MAX_RUNS = 4
-RUN_TIMEOUT = 120.0  # seconds one run of the program may take before its group is killed
+RUN_TIMEOUT = 60.0  # default seconds one run may take before its group is killed (--run-timeout)
 DROP = ServiceFaults(drop_submits=1)
 
 
@@ -55,7 +55,7 @@ SCENARIOS = {s.name: s for s in (
 @dataclasses.dataclass(frozen=True)
 class RunRecord:
     run: int
-    exit_code: int | None  # None: killed after RUN_TIMEOUT
+    exit_code: int | None  # None: cut (its group killed) after the run timeout
     provider_calls: int
     stderr_tail: str
 
@@ -99,6 +99,9 @@ class BlackboxResult:
         return {"scenario": self.scenario.name, "contract": self.contract,
                 "runs": len(self.runs), "rested": self.rested, "executions": self.executions,
                 "exit_codes": [r.exit_code for r in self.runs], "status": self.status,
+                "run_output": [{"run": r.run, "exit_code": r.exit_code,
+                                "provider_calls": r.provider_calls, "last_lines": r.stderr_tail}
+                               for r in self.runs],
                 "findings": [dataclasses.asdict(f) for f in self.findings],
                 "faults_fired": self.faults_fired}
 
@@ -108,7 +111,7 @@ def _spec(base: str, extra: str) -> str:
 
 
 def run_scenario(command: str, inputs_dir, scenario: Scenario, contract: str = "non-idempotent",
-                 workdir=None) -> BlackboxResult:
+                 workdir=None, run_timeout: float = RUN_TIMEOUT) -> BlackboxResult:
     """Run ``command`` to rest under ``scenario`` and judge it.
 
     Raises:
@@ -118,16 +121,14 @@ def run_scenario(command: str, inputs_dir, scenario: Scenario, contract: str = "
     from toolkit.provider import parse_contract
     from toolkit.provider.client import HttpProvider, ServiceProcess
 
-    sources = sorted(Path(inputs_dir).glob("*.pdf")) if Path(inputs_dir).is_dir() else []
-    if not sources:
-        raise ToolkitError(f"no PDF files in {str(inputs_dir)!r}")
+    sources = input_pdfs(inputs_dir)
     spec = _spec(contract, scenario.contract)
     parse_contract(spec)  # a bad contract is one line, before any work
     if workdir is None:
         from toolkit.blackbox.procs import guarded
 
         with guarded(), tempfile.TemporaryDirectory(prefix=f"blackbox-{scenario.name}-") as tmp:
-            return run_scenario(command, inputs_dir, scenario, contract, tmp)
+            return run_scenario(command, inputs_dir, scenario, contract, tmp, run_timeout)
     work = Path(workdir)
     inputs, out, folder = prepare(work, sources)
     service = ServiceProcess(work / "provider.db", work / "provider-jobs", spec,
@@ -137,13 +138,41 @@ def run_scenario(command: str, inputs_dir, scenario: Scenario, contract: str = "
         provider = HttpProvider(service.url)
         try:
             rested = rerun_to_rest(command, folder, environment(service.url, inputs, out),
-                                   provider, work, runs, starts)
+                                   provider, work, runs, starts, timeout=run_timeout)
             fired = provider.faults_fired()
             executions = len(provider.executions())
         finally:
             provider.close()
-    findings = judge(inputs, out, work / "provider.db", starts, rested)
+    findings = judge(inputs, out, work / "provider.db", starts, rested) + cut_runs(runs, run_timeout)
     return BlackboxResult(scenario, spec, tuple(runs), rested, executions, tuple(findings), fired)
+
+
+def input_pdfs(inputs_dir) -> list[Path]:
+    """The ``*.pdf`` files of the inputs folder, at least one of them a readable PDF.
+
+    Raises:
+        ToolkitError: one line: no ``*.pdf`` file, or none passes preflight (nothing to drill).
+    """
+    from toolkit import documents
+
+    sources = sorted(Path(inputs_dir).glob("*.pdf")) if Path(inputs_dir).is_dir() else []
+    if not sources:
+        raise ToolkitError(f"no PDF files in {str(inputs_dir)!r}")
+    if not any(documents.preflight(path).ok for path in sources):
+        raise ToolkitError(f"no input in {str(inputs_dir)!r} is a readable PDF (all "
+                           f"{len(sources)} fail preflight): nothing to drill")
+    return sources
+
+
+def cut_runs(runs, timeout: float) -> list:
+    """One ``never_finishes`` finding if a run was cut at the timeout (reruns stop there)."""
+    from toolkit.blackbox.oracle import Finding
+
+    cut = [record.run for record in runs if record.exit_code is None]
+    if not cut:
+        return []
+    return [Finding("never_finishes", None, f"run {cut[0]} did not finish within {timeout:g} s "
+                    "(--run-timeout); its process group was killed and it was not rerun")]
 
 
 def prepare(work: Path, sources) -> tuple[Path, Path, Path]:
@@ -161,19 +190,24 @@ def environment(url, inputs, out) -> dict:
             "TOOLKIT_OUT": str(out)}
 
 
-def rerun_to_rest(command, folder, env, provider, work, runs, starts, first=1) -> bool:
+def rerun_to_rest(command, folder, env, provider, work, runs, starts, first=1,
+                  timeout: float = RUN_TIMEOUT) -> bool:
     """Run ``command`` until it rests: exit 0, then a run with exit 0 and no provider call.
 
     ``runs`` and ``starts`` are extended (runs before ``first`` were done by the caller).
-    Returns whether it rested within ``MAX_RUNS`` runs in all.
+    Returns whether it rested within ``MAX_RUNS`` runs in all. A run cut at ``timeout``
+    ends the reruns: a program that hangs once will hang again, and each rerun costs the
+    whole timeout.
     """
     rested = False
     for run in range(first, MAX_RUNS + 1):
         before = len(provider.calls())
         starts.append(time.time())
-        code, tail = run_command(command, folder, env, work / f"run-{run}.log")
+        code, tail = run_command(command, folder, env, work / f"run-{run}.log", timeout)
         made = len(provider.calls()) - before
         runs.append(RunRecord(run, code, made, tail))
+        if code is None:
+            break
         if code == 0 and made == 0 and len(runs) > 1 and runs[-2].exit_code == 0:
             rested = True
             break
@@ -181,7 +215,8 @@ def rerun_to_rest(command, folder, env, provider, work, runs, starts, first=1) -
     return rested
 
 
-def run_command(command: str, cwd, env, log_path) -> tuple[int | None, str]:
+def run_command(command: str, cwd, env, log_path,
+                timeout: float = RUN_TIMEOUT) -> tuple[int | None, str]:
     """Run ``command`` through the shell in its own process group; kill the group on timeout."""
     import psutil
 
@@ -195,7 +230,7 @@ def run_command(command: str, cwd, env, log_path) -> tuple[int | None, str]:
         proc = subprocess.Popen(command, shell=True, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            code = proc.wait(timeout=RUN_TIMEOUT)
+            code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             code = None
         finally:
@@ -216,7 +251,7 @@ def _settle(provider, seconds: float = 3.0) -> None:
 
 
 def run_all(command: str, inputs_dir, contract: str = "non-idempotent", names=None,
-            progress=None) -> list[BlackboxResult]:
+            progress=None, run_timeout: float = RUN_TIMEOUT) -> list[BlackboxResult]:
     """Every scenario (or the named ones), in order."""
     chosen = list(SCENARIOS) if names is None else names
     unknown = [name for name in chosen if name not in SCENARIOS]
@@ -224,7 +259,8 @@ def run_all(command: str, inputs_dir, contract: str = "non-idempotent", names=No
         raise ToolkitError(f"unknown scenario(s) {unknown}; known: {', '.join(SCENARIOS)}")
     results = []
     for name in chosen:
-        results.append(run_scenario(command, inputs_dir, SCENARIOS[name], contract))
+        results.append(run_scenario(command, inputs_dir, SCENARIOS[name], contract,
+                                    run_timeout=run_timeout))
         if progress is not None:
             progress(results[-1])
     return results

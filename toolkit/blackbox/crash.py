@@ -175,28 +175,32 @@ class PointResult:
 
 def explore_command(command: str, inputs_dir, contract: str = "idempotent",
                     max_points: int | None = None, progress=None,
-                    select=None) -> list[PointResult]:
+                    select=None, counts=None) -> list[PointResult]:
     """Record the durable syscalls of a clean run, then crash a fresh run at each one.
 
-    ``select(point) -> bool`` keeps only some points (after the recording).
+    ``select(point) -> bool`` keeps only some points (after the recording);
+    ``counts`` (a dict), if given, receives ``recorded`` and ``selected`` point totals,
+    so a caller can say when ``max_points`` cut the exploration short.
     """
     from toolkit.blackbox.procs import guarded
 
     with guarded():
-        return _explore(command, inputs_dir, contract, max_points, progress, select)
+        return _explore(command, inputs_dir, contract, max_points, progress, select,
+                        {} if counts is None else counts)
 
 
-def _explore(command, inputs_dir, contract, max_points, progress, select):
+def _explore(command, inputs_dir, contract, max_points, progress, select, counts):
     strace = need_strace()
-    sources = sorted(Path(inputs_dir).glob("*.pdf")) if Path(inputs_dir).is_dir() else []
-    if not sources:
-        raise ToolkitError(f"no PDF files in {str(inputs_dir)!r}")
+    from toolkit.blackbox import input_pdfs
+
+    sources = input_pdfs(inputs_dir)
     with tempfile.TemporaryDirectory(prefix="explore-") as tmp:
         clean, points = _one(strace, command, sources, contract, Path(tmp) / "record", None)
     results = [clean]
     if progress is not None:
         progress(clean)
     chosen = [point for point in points if select is None or select(point)]
+    counts.update(recorded=len(points), selected=len(chosen))
     for point in chosen[:max_points]:
         with tempfile.TemporaryDirectory(prefix="explore-") as tmp:
             results.append(_one(strace, command, sources, contract, Path(tmp) / "p", point)[0])
