@@ -85,12 +85,15 @@ def test_a_lost_reply_that_never_fired_is_inconclusive_not_passed(tmp_path):
     assert "lost_reply" in result.reason
 
 
-def test_cli_exits_one_when_the_only_drill_is_inconclusive():
-    """``drill cancel`` on a pipeline that waits for every job within its run: nothing is in
-    flight for the operator to cancel, so the drill proves nothing: exit 1, the fault named."""
-    result = cli("drill", "cancel", "--strategy", CAREFUL)
-    assert result.returncode == 1
-    assert "inconclusive" in result.stdout and "operator_cancel" in result.stdout
+def test_cancel_between_runs_is_na_not_inconclusive_for_a_pipeline_that_settles_within_a_run():
+    """Fault: the operator cancels an item in flight between runs. ``CarefulPipeline`` waits
+    for every job within its run, so nothing is in flight then: the scenario cannot be
+    entered. Property: the row is ``n/a`` with that reason, and ``drill cancel`` exits 0
+    (a correct pipeline is never a permanent exit 1)."""
+    result = cli("drill", "cancel", "--strategy", CAREFUL, "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    (row,) = json.loads(result.stdout)
+    assert row["status"] == "n/a" and "nothing in flight" in row["reason"]
 
 
 @pytest.mark.slow
@@ -159,6 +162,21 @@ def test_run_refuses_a_bad_strategy_reference_in_one_line(tmp_path):
                  "--provider-db", str(tmp_path / "p.db"), "--out", str(tmp_path / "o"),
                  "--strategy", "examples.my_pipeline:Nope")
     assert result.returncode == 2 and result.stderr.count("\n") == 1
+
+
+def test_a_module_that_exits_and_prints_at_import_is_one_line_and_keeps_json_clean():
+    """Fault: the strategy's module runs its batch at import (prints, then ``sys.exit(0)``).
+    Property: the loader turns the SystemExit into a one-line error and exit 2; the module's
+    print goes to stderr, so stdout (``--json``) carries nothing of it."""
+    result = subprocess.run([sys.executable, "-m", "toolkit", "drill", "all", "--strategy",
+                             "exits_at_import:MyPipeline", "--json"], capture_output=True,
+                            text=True, cwd=ROOT / "tests" / "fixtures",
+                            env={**__import__("os").environ,
+                                 "PYTHONPATH": f"{ROOT}:{ROOT / 'tests' / 'fixtures'}"})
+    assert result.returncode == 2, result
+    assert "processing batch" not in result.stdout
+    assert result.stderr.strip().splitlines()[-1].startswith("error: cannot import")
+    assert "SystemExit" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_the_http_client_does_not_import_the_server():

@@ -13,7 +13,6 @@ the provider's own records and the outputs; the program needs no change.
 import dataclasses
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -23,7 +22,7 @@ from toolkit.errors import ToolkitError
 from toolkit.provider.wire import ServiceFaults
 
 MAX_RUNS = 4
-RUN_TIMEOUT = 120.0  # seconds one run of the program may take before its group is killed
+RUN_TIMEOUT = 60.0  # default seconds one run may take before its group is killed (--run-timeout)
 DROP = ServiceFaults(drop_submits=1)
 
 
@@ -33,7 +32,7 @@ class Scenario:
     summary: str
     contract: str = ""  # contract parts added to the drill's base contract
     faults: ServiceFaults = ServiceFaults()
-    may_not_rest: bool = False  # nothing can resolve it: staying unresolved is correct
+    may_not_rest: bool = False  # nothing can resolve it: unresolved, exiting non-zero, is correct
 
 
 SCENARIOS = {s.name: s for s in (
@@ -56,7 +55,7 @@ SCENARIOS = {s.name: s for s in (
 @dataclasses.dataclass(frozen=True)
 class RunRecord:
     run: int
-    exit_code: int | None  # None: killed after RUN_TIMEOUT
+    exit_code: int | None  # None: cut (its group killed) after the run timeout
     provider_calls: int
     stderr_tail: str
 
@@ -79,19 +78,30 @@ class BlackboxResult:
 
     @property
     def status(self) -> str:
-        unsafe = [f for f in self.findings if f.kind not in ("unresolved", "parked")]
+        unsafe = [f for f in self.findings if f.kind != "unresolved"]
         if unsafe:
             return "INVALID"
         if not self.fault_fired:
             return "inconclusive"
-        if not self.rested and not self.scenario.may_not_rest:
+        if not self.rested and not self._may_stay_unresolved:
             return "never rests"
-        return "parked" if any(f.kind == "parked" for f in self.findings) else "valid"
+        return "valid"
+
+    @property
+    def _may_stay_unresolved(self) -> bool:
+        """Not resting is legitimate only where the fault makes resting impossible (lookups
+        down for good: a lost reply can never be resolved) *and* the program says it is not
+        done: its last run exited non-zero (a run cut at the timeout says nothing)."""
+        said = bool(self.runs) and self.runs[-1].exit_code not in (0, None)
+        return self.scenario.may_not_rest and said
 
     def row(self) -> dict:
         return {"scenario": self.scenario.name, "contract": self.contract,
                 "runs": len(self.runs), "rested": self.rested, "executions": self.executions,
                 "exit_codes": [r.exit_code for r in self.runs], "status": self.status,
+                "run_output": [{"run": r.run, "exit_code": r.exit_code,
+                                "provider_calls": r.provider_calls, "last_lines": r.stderr_tail}
+                               for r in self.runs],
                 "findings": [dataclasses.asdict(f) for f in self.findings],
                 "faults_fired": self.faults_fired}
 
@@ -101,7 +111,7 @@ def _spec(base: str, extra: str) -> str:
 
 
 def run_scenario(command: str, inputs_dir, scenario: Scenario, contract: str = "non-idempotent",
-                 workdir=None) -> BlackboxResult:
+                 workdir=None, run_timeout: float = RUN_TIMEOUT) -> BlackboxResult:
     """Run ``command`` to rest under ``scenario`` and judge it.
 
     Raises:
@@ -111,14 +121,14 @@ def run_scenario(command: str, inputs_dir, scenario: Scenario, contract: str = "
     from toolkit.provider import parse_contract
     from toolkit.provider.client import HttpProvider, ServiceProcess
 
-    sources = sorted(Path(inputs_dir).glob("*.pdf")) if Path(inputs_dir).is_dir() else []
-    if not sources:
-        raise ToolkitError(f"no PDF files in {str(inputs_dir)!r}")
+    sources = input_pdfs(inputs_dir)
     spec = _spec(contract, scenario.contract)
     parse_contract(spec)  # a bad contract is one line, before any work
     if workdir is None:
-        with tempfile.TemporaryDirectory(prefix=f"blackbox-{scenario.name}-") as tmp:
-            return run_scenario(command, inputs_dir, scenario, contract, tmp)
+        from toolkit.blackbox.procs import guarded
+
+        with guarded(), tempfile.TemporaryDirectory(prefix=f"blackbox-{scenario.name}-") as tmp:
+            return run_scenario(command, inputs_dir, scenario, contract, tmp, run_timeout)
     work = Path(workdir)
     inputs, out, folder = prepare(work, sources)
     service = ServiceProcess(work / "provider.db", work / "provider-jobs", spec,
@@ -128,13 +138,41 @@ def run_scenario(command: str, inputs_dir, scenario: Scenario, contract: str = "
         provider = HttpProvider(service.url)
         try:
             rested = rerun_to_rest(command, folder, environment(service.url, inputs, out),
-                                   provider, work, runs, starts)
+                                   provider, work, runs, starts, timeout=run_timeout)
             fired = provider.faults_fired()
             executions = len(provider.executions())
         finally:
             provider.close()
-    findings = judge(inputs, out, work / "provider.db", starts, rested)
+    findings = judge(inputs, out, work / "provider.db", starts, rested) + cut_runs(runs, run_timeout)
     return BlackboxResult(scenario, spec, tuple(runs), rested, executions, tuple(findings), fired)
+
+
+def input_pdfs(inputs_dir) -> list[Path]:
+    """The ``*.pdf`` files of the inputs folder, at least one of them a readable PDF.
+
+    Raises:
+        ToolkitError: one line: no ``*.pdf`` file, or none passes preflight (nothing to drill).
+    """
+    from toolkit import documents
+
+    sources = sorted(Path(inputs_dir).glob("*.pdf")) if Path(inputs_dir).is_dir() else []
+    if not sources:
+        raise ToolkitError(f"no PDF files in {str(inputs_dir)!r}")
+    if not any(documents.preflight(path).ok for path in sources):
+        raise ToolkitError(f"no input in {str(inputs_dir)!r} is a readable PDF (all "
+                           f"{len(sources)} fail preflight): nothing to drill")
+    return sources
+
+
+def cut_runs(runs, timeout: float) -> list:
+    """One ``never_finishes`` finding if a run was cut at the timeout (reruns stop there)."""
+    from toolkit.blackbox.oracle import Finding
+
+    cut = [record.run for record in runs if record.exit_code is None]
+    if not cut:
+        return []
+    return [Finding("never_finishes", None, f"run {cut[0]} did not finish within {timeout:g} s "
+                    "(--run-timeout); its process group was killed and it was not rerun")]
 
 
 def prepare(work: Path, sources) -> tuple[Path, Path, Path]:
@@ -152,19 +190,24 @@ def environment(url, inputs, out) -> dict:
             "TOOLKIT_OUT": str(out)}
 
 
-def rerun_to_rest(command, folder, env, provider, work, runs, starts, first=1) -> bool:
+def rerun_to_rest(command, folder, env, provider, work, runs, starts, first=1,
+                  timeout: float = RUN_TIMEOUT) -> bool:
     """Run ``command`` until it rests: exit 0, then a run with exit 0 and no provider call.
 
     ``runs`` and ``starts`` are extended (runs before ``first`` were done by the caller).
-    Returns whether it rested within ``MAX_RUNS`` runs in all.
+    Returns whether it rested within ``MAX_RUNS`` runs in all. A run cut at ``timeout``
+    ends the reruns: a program that hangs once will hang again, and each rerun costs the
+    whole timeout.
     """
     rested = False
     for run in range(first, MAX_RUNS + 1):
         before = len(provider.calls())
         starts.append(time.time())
-        code, tail = run_command(command, folder, env, work / f"run-{run}.log")
+        code, tail = run_command(command, folder, env, work / f"run-{run}.log", timeout)
         made = len(provider.calls()) - before
         runs.append(RunRecord(run, code, made, tail))
+        if code is None:
+            break
         if code == 0 and made == 0 and len(runs) > 1 and runs[-2].exit_code == 0:
             rested = True
             break
@@ -172,17 +215,28 @@ def rerun_to_rest(command, folder, env, provider, work, runs, starts, first=1) -
     return rested
 
 
-def run_command(command: str, cwd, env, log_path) -> tuple[int | None, str]:
+def run_command(command: str, cwd, env, log_path,
+                timeout: float = RUN_TIMEOUT) -> tuple[int | None, str]:
     """Run ``command`` through the shell in its own process group; kill the group on timeout."""
+    import psutil
+
+    from toolkit.blackbox.procs import kill_group, kill_strays
+
+    # What runs before the program (the provider service) is spared; everything the
+    # program started is killed once it exits, is cut, or the drill is interrupted.
+    before = {child.pid for child in psutil.Process().children(recursive=True)}
+    code = None
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(command, shell=True, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            code = proc.wait(timeout=RUN_TIMEOUT)
+            code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # the whole group: no child outlives the run
-            proc.wait()
             code = None
+        finally:
+            kill_group(proc.pid)  # the whole group: `cmd &` and nohup children stay in it
+            kill_strays(keep=before)  # setsid children left the group; we are their reaper
+            proc.wait()
     lines = Path(log_path).read_text(errors="replace").strip().splitlines()
     return code, " | ".join(lines[-2:])
 
@@ -197,7 +251,7 @@ def _settle(provider, seconds: float = 3.0) -> None:
 
 
 def run_all(command: str, inputs_dir, contract: str = "non-idempotent", names=None,
-            progress=None) -> list[BlackboxResult]:
+            progress=None, run_timeout: float = RUN_TIMEOUT) -> list[BlackboxResult]:
     """Every scenario (or the named ones), in order."""
     chosen = list(SCENARIOS) if names is None else names
     unknown = [name for name in chosen if name not in SCENARIOS]
@@ -205,7 +259,8 @@ def run_all(command: str, inputs_dir, contract: str = "non-idempotent", names=No
         raise ToolkitError(f"unknown scenario(s) {unknown}; known: {', '.join(SCENARIOS)}")
     results = []
     for name in chosen:
-        results.append(run_scenario(command, inputs_dir, SCENARIOS[name], contract))
+        results.append(run_scenario(command, inputs_dir, SCENARIOS[name], contract,
+                                    run_timeout=run_timeout))
         if progress is not None:
             progress(results[-1])
     return results

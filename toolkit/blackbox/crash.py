@@ -21,7 +21,6 @@ import dataclasses
 import os
 import re
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -119,18 +118,27 @@ def run_until_stop(argv, cwd, env, log: Path, timeout: float) -> str:
     ``finished`` (it never reached the point; strace passes on the program's exit
     code) or ``timeout`` (killed after ``timeout`` seconds); the code is None when killed.
     """
+    import psutil
+
+    from toolkit.blackbox.procs import kill_group, kill_strays
+
+    before = {child.pid for child in psutil.Process().children(recursive=True)}
     proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     deadline, outcome = time.monotonic() + timeout, "finished"
-    while proc.poll() is None:
-        stopped = log.exists() and "--- stopped by SIGSTOP ---" in log.read_text(errors="replace")
-        if stopped or time.monotonic() > deadline:
-            outcome = "killed" if stopped else "timeout"
-            os.killpg(proc.pid, signal.SIGKILL)  # program, children and strace at once
-            break
-        time.sleep(0.005)
-    code = proc.wait()
+    try:
+        while proc.poll() is None:
+            stopped = log.exists() and "--- stopped by SIGSTOP ---" in log.read_text(
+                errors="replace")
+            if stopped or time.monotonic() > deadline:
+                outcome = "killed" if stopped else "timeout"
+                break
+            time.sleep(0.005)
+    finally:
+        kill_group(proc.pid)  # program, children and strace at once
+        kill_strays(keep=before)  # and whatever left the group (setsid): we are its reaper
+        code = proc.wait()
     return outcome, (code if outcome == "finished" else None)
 
 
@@ -167,21 +175,32 @@ class PointResult:
 
 def explore_command(command: str, inputs_dir, contract: str = "idempotent",
                     max_points: int | None = None, progress=None,
-                    select=None) -> list[PointResult]:
+                    select=None, counts=None) -> list[PointResult]:
     """Record the durable syscalls of a clean run, then crash a fresh run at each one.
 
-    ``select(point) -> bool`` keeps only some points (after the recording).
+    ``select(point) -> bool`` keeps only some points (after the recording);
+    ``counts`` (a dict), if given, receives ``recorded`` and ``selected`` point totals,
+    so a caller can say when ``max_points`` cut the exploration short.
     """
+    from toolkit.blackbox.procs import guarded
+
+    with guarded():
+        return _explore(command, inputs_dir, contract, max_points, progress, select,
+                        {} if counts is None else counts)
+
+
+def _explore(command, inputs_dir, contract, max_points, progress, select, counts):
     strace = need_strace()
-    sources = sorted(Path(inputs_dir).glob("*.pdf")) if Path(inputs_dir).is_dir() else []
-    if not sources:
-        raise ToolkitError(f"no PDF files in {str(inputs_dir)!r}")
+    from toolkit.blackbox import input_pdfs
+
+    sources = input_pdfs(inputs_dir)
     with tempfile.TemporaryDirectory(prefix="explore-") as tmp:
         clean, points = _one(strace, command, sources, contract, Path(tmp) / "record", None)
     results = [clean]
     if progress is not None:
         progress(clean)
     chosen = [point for point in points if select is None or select(point)]
+    counts.update(recorded=len(points), selected=len(chosen))
     for point in chosen[:max_points]:
         with tempfile.TemporaryDirectory(prefix="explore-") as tmp:
             results.append(_one(strace, command, sources, contract, Path(tmp) / "p", point)[0])

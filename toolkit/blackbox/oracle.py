@@ -6,9 +6,11 @@
 * **fake done**: a file in ``TOOLKIT_OUT`` whose bytes are no artifact the
   provider produced (a half download, a stale result);
 * **lost**: a healthy input executed successfully but with no output equal
-  to one of its artifacts once the program rests; with no execution at all
-  it is ``parked`` (the oracle cannot tell a parked intent from an input
-  never tried); if the program never rests, ``unresolved``;
+  to one of its artifacts once the program rests (``lost_item``); with no
+  execution at all it is ``never_processed`` (the program came to rest, exit
+  0 twice, without ever sending it: ``true`` passes for nothing); if the
+  program never rests, ``unresolved`` (whether that is legitimate is the
+  scenario's call: ``BlackboxResult.status``);
 * **poison submitted**: an input that fails preflight reached the provider.
 """
 
@@ -28,6 +30,13 @@ class Finding:
     file: str | None
     detail: str
     witnesses: tuple = ()  # dicts: what, run, attempt, idem_key, seconds
+    remedy: str = ""  # filled from the one remedy table (checker.findings.REMEDY)
+
+    def __post_init__(self):
+        if not self.remedy:
+            from toolkit.checker.findings import DEFAULT_REMEDY, REMEDY
+
+            object.__setattr__(self, "remedy", REMEDY.get(self.kind, DEFAULT_REMEDY))
 
 
 def _sha(path: Path) -> str:
@@ -74,6 +83,19 @@ def judge(inputs_dir, out_dir, provider_db, run_starts, rested: bool) -> list[Fi
     for call in calls:
         if call["op"] == "submit" and call["job_id"] in by_job:
             submits[by_job[call["job_id"]]].append(call)
+    jobs_of = collections.defaultdict(set)  # content digest -> its job ids
+    for row in executions:
+        jobs_of[Path(row["upload"]).stem].add(row["job_id"])
+
+    def witnesses(path) -> tuple:
+        """What the provider's log holds for this input: its executions and the calls on them."""
+        jobs = jobs_of.get(digest[path], set())
+        rows = [(r["ts"], _witness(r, f"execution {r['status']}, job {r['job_id']}", run_starts))
+                for r in executions if r["job_id"] in jobs]
+        rows += [(c["ts"], _witness(c, f"{c['op']} ({c['outcome']}), job {c['job_id']}",
+                                    run_starts)) for c in calls if c["job_id"] in jobs]
+        return tuple(w for _, w in sorted(rows, key=lambda pair: pair[0]))
+
     found = []
     for path in inputs:
         for (content, options), rows in sorted(runs.items()):
@@ -86,7 +108,8 @@ def judge(inputs_dir, out_dir, provider_db, run_starts, rested: bool) -> list[Fi
                           for r in rows)))
         if not healthy[path] and digest[path] in uploads:
             found.append(Finding("poison_submitted", path.name,
-                                 "an input that fails preflight was sent to the provider"))
+                                 "an input that fails preflight was sent to the provider",
+                                 witnesses(path)))
     outputs = [p for p in sorted(Path(out_dir).rglob("*")) if p.is_file()] \
         if Path(out_dir).is_dir() else []
     every = set().union(*made.values()) if made else set()
@@ -98,18 +121,20 @@ def judge(inputs_dir, out_dir, provider_db, run_starts, rested: bool) -> list[Fi
         if sha not in every:
             fakes.append(out)
     for out in fakes:
-        named = [p.name for p in inputs if p.stem in out.name]
-        found.append(Finding("fake_done", named[0] if named else None,
+        named = [p for p in inputs if p.stem in out.name]
+        found.append(Finding("fake_done", named[0].name if named else None,
                              f"{out.relative_to(out_dir)} ({out.stat().st_size} bytes) is no "
-                             "artifact the provider produced: a half file or a stale result"))
+                             "artifact the provider produced: a half file or a stale result",
+                             witnesses(named[0]) if named else ()))
     for path in inputs:
         if healthy[path] and path not in delivered:
             if not rested:
                 kind, why = "unresolved", " (the program never came to rest)"
             elif made.get(digest[path]):
                 kind, why = "lost_item", ", although it was executed: paid for, not delivered"
-            else:  # nothing ran: a design that parks an intent it cannot resolve rests so
-                kind, why = "parked", " and no execution: parked (or never tried)"
+            else:  # it rested (exit 0, nothing left to do) and never sent it: lost work
+                kind, why = ("never_processed", " and no execution: the program rested without "
+                             "ever sending it")
             found.append(Finding(kind, path.name, "no output equal to an artifact the provider "
-                                 "produced for it" + why))
+                                 "produced for it" + why, witnesses(path)))
     return found

@@ -46,6 +46,13 @@ REMEDY = {
                             "calling the provider",
     "parked_after_success": "look the key up again (with backoff, past the lookup lag) before "
                             "parking; a job that succeeded is fetched, not parked",
+    # black-box kinds (toolkit.blackbox.oracle): judged from the provider's log and outputs
+    "never_processed": "send every healthy input before exiting 0; exit non-zero while any "
+                       "input is not done, so the next run picks it up",
+    "unresolved": "exit non-zero while an item's fate is unknown, and resolve it by lookup on "
+                  "the next run; never exit 0 with work outstanding",
+    "never_finishes": "bound every wait (HTTP timeouts, polls with a deadline) and exit "
+                      "non-zero when one runs out, so the next run can resume",
 }
 DEFAULT_REMEDY = "read the witnesses: the rule broken is named by the kind"
 

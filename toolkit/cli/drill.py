@@ -27,6 +27,10 @@ def _drill(parser):
                              "against serve-provider, with TOOLKIT_PROVIDER_URL, TOOLKIT_INPUTS "
                              "and TOOLKIT_OUT set; rerun until it rests")
     parser.add_argument("--inputs", default=None, help="with --command: a folder of input PDFs")
+    parser.add_argument("--run-timeout", type=float, default=None, metavar="S",
+                        help="with --command: seconds one run may take before its process "
+                             "group is killed (default 60); a cut run is the finding "
+                             "never_finishes and is not rerun")
     parser.add_argument("--contract", default="non-idempotent",
                         help="with --command: the service's base contract (default "
                              "non-idempotent)")
@@ -98,9 +102,15 @@ def _blackbox(args):
         raise ToolkitError("--command needs --inputs DIR (the input PDFs)")
     if args.strategy is not None:
         raise ToolkitError("give --command or --strategy, not both")
+    from toolkit.blackbox import RUN_TIMEOUT
+    from toolkit.cli import finite
+
+    timeout = finite("--run-timeout", args.run_timeout)
+    if timeout is not None and timeout <= 0:
+        raise ToolkitError(f"--run-timeout must be positive, got {timeout:g}")
     names = None if args.name in (None, "all") else [args.name]
     results = run_all(args.command, args.inputs, args.contract, names, progress=lambda r: print(
-        f"  {r.scenario.name}: {r.status}", file=sys.stderr))
+        f"  {r.scenario.name}: {r.status}", file=sys.stderr), run_timeout=timeout or RUN_TIMEOUT)
     rows = [result.row() for result in results]
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -112,10 +122,15 @@ def _blackbox(args):
         print(table(shown, ["scenario", "contract", "runs", "exits", "executions", "status",
                             "found"]))
         for result in results:
+            failed = [run for run in result.runs if run.exit_code != 0 and run.stderr_tail]
+            if failed and result.status not in ("valid", "parked"):
+                print(f"\n{result.scenario.name}: run {failed[-1].run} exited "
+                      f"{failed[-1].exit_code}; its last lines: {failed[-1].stderr_tail}")
             for finding in result.findings:
                 print(f"\n{result.scenario.name}: {finding.kind} {finding.file or '?'}: "
                       f"{finding.detail}")
                 for w in finding.witnesses:
                     print(f"    witness: run {w['run']}, {w['what']}, key {w['idem_key']} "
                           f"at {w['seconds']:.2f} s")
+                print(f"    remedy: {finding.remedy}")
     return 1 if any(result.status not in ("valid", "parked") for result in results) else 0

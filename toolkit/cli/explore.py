@@ -101,14 +101,16 @@ def _command(args):
         raise ToolkitError("--command needs --inputs DIR (the input PDFs)")
     import time
 
-    started = time.monotonic()
+    started, counts = time.monotonic(), {}
     results = explore_command(args.command, args.inputs, args.contract or "idempotent",
                               args.max_points, progress=lambda r: print(
-                                  f"  {r.row()['point']}: {r.result.status}", file=sys.stderr))
+                                  f"  {r.row()['point']}: {r.result.status}", file=sys.stderr),
+                              counts=counts)
     seconds = time.monotonic() - started
     rows = [r.row() for r in results]
     points = rows[1:]
-    total = {"points": len(points), "seconds": round(seconds, 1),
+    total = {"points": len(points), "points_recorded": counts.get("selected", len(points)),
+             "seconds": round(seconds, 1),
              "points_per_s": round(len(points) / seconds, 2) if seconds else None,
              **{status: sum(row["status"] == status for row in points)
                 for status in ("valid", "parked", "INVALID", "never rests")}}
@@ -121,6 +123,9 @@ def _command(args):
         text = table(shown, ["point", "outcome", "hit", "exits", "executions", "status",
                              "found"])
         text += "\n\n" + "; ".join(f"{n} {k}" for k, n in total.items()) + "\n"
+        if total["points_recorded"] > len(points):
+            text += (f"cut short by --max-points: {len(points)} of "
+                     f"{total['points_recorded']} crash points explored\n")
         for row in rows:
             for finding in row["findings"]:
                 text += f"\n{row['point']}: {finding['kind']} {finding['file'] or '?'}: " \

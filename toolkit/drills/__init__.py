@@ -20,7 +20,8 @@ from toolkit import documents
 from toolkit.checker import History, Verdict, check
 from toolkit.checker.findings import headline
 from toolkit.drills.actors import _barrier_hook, _cancel_one_in_flight, _chain, _start_slow_owner
-from toolkit.drills.conclusive import RACE, missing_faults, not_applicable, service_shots
+from toolkit.drills.conclusive import (RACE, missing_faults, not_applicable, service_shots,
+                                      settled_between_runs)
 from toolkit.drills.history import _items, collect_history
 from toolkit.drills.service import http_provider, settle
 from toolkit.faults import Crash, Injector, fill_disk, tear_jsonl_writes
@@ -326,9 +327,12 @@ def _run(drill, work, inputs, contract, provider) -> DrillResult:
     counts = {state.value: 0 for state in State}
     for item in history.items.values():
         counts[State(item.state).value] += 1
-    return DrillResult(drill, history, check(history), tuple(steps), counts,
+    verdict = check(history)
+    missing, reason = missing_faults(drill, fired), settled_between_runs(drill, fired, verdict)
+    return DrillResult(drill, history, verdict, tuple(steps), counts,
                        stats["submit_calls"], stats["executions"], tuple(fired),
-                       missing_faults(drill, fired), run_starts=tuple(starts))
+                       () if reason else missing, not_applicable=reason,
+                       run_starts=tuple(starts))
 
 
 def _policy(drill, run) -> RetryPolicy:

@@ -48,3 +48,20 @@ def service_shots(provider) -> list[tuple]:
     counts = provider.faults_fired()
     names = {"slow_submits": "slow_submit", "cut_fetches": "cut_fetch"}
     return [(0, names[field], f"{n} time(s)") for field, n in counts.items() if n and field in names]
+
+
+def settled_between_runs(drill, fired, verdict) -> str | None:
+    """Why the between-runs cancel drill is ``n/a``, or None.
+
+    The operator cancels an item still in flight *between* runs. A pipeline
+    that waits for every job within its run leaves nothing in flight then:
+    the scenario cannot be entered (not a fault that failed to fire), so the
+    row is ``n/a`` with this reason rather than a permanent ``inconclusive``.
+    An anomaly found anyway still stands (the row is then not ``n/a``).
+    """
+    happened = {name for _, name, *_ in fired}
+    if (drill.cancel_after_first_run and CANCEL not in happened
+            and "nothing_in_flight" in happened and verdict.valid is not False):
+        return ("every item was at rest when run 1 ended (the pipeline waits for its jobs "
+                "within a run): nothing in flight for the operator to cancel")
+    return None

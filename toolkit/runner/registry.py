@@ -43,11 +43,7 @@ def resolve_strategy(name):
                            "or give module:Class")
     else:
         module_name, _, attribute = name.partition(":")
-        try:
-            module = importlib.import_module(module_name)
-        except Exception as exc:  # noqa: BLE001 - any failure of user code is one line here
-            raise ToolkitError(f"cannot import {module_name!r} for strategy {name!r}: "
-                               f"{type(exc).__name__}: {exc}") from exc
+        module = _import_user_module(module_name, name)
         cls = getattr(module, attribute, None)
         if cls is None:
             raise ToolkitError(f"module {module_name!r} has no {attribute!r}")
@@ -57,6 +53,24 @@ def resolve_strategy(name):
         raise ToolkitError(f"{name!r} is not a pipeline: it needs run(inputs), process(key) and "
                            "close(); subclass toolkit.runner.Pipeline (or Runner)")
     return cls
+
+
+def _import_user_module(module_name: str, name: str):
+    """Import the user's module; anything it does at import time is one line, not an exit.
+
+    A team's script may run its batch at import (no ``__main__`` guard): its
+    prints go to stderr so they never corrupt ``--json`` on stdout, and its
+    ``sys.exit()`` (SystemExit) or any exception becomes a ``ToolkitError``.
+    """
+    import contextlib
+    import sys
+
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            return importlib.import_module(module_name)
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - user code fails in one line here
+        raise ToolkitError(f"cannot import {module_name!r} for strategy {name!r}: "
+                           f"{type(exc).__name__}: {exc}") from exc
 
 
 def open_strategy(name, ledger_path, provider, out_dir, **options) -> Runner:
