@@ -9,15 +9,16 @@ from toolkit.drills import DRILLS, run_drill
 
 
 def test_stolen_lease_parks_a_document_that_succeeded_remotely_which_is_costly_not_unsafe(tmp_path):
-    """A live slow owner's lease expires; the thief parks the item; the owner's job then
-    succeeds. Nothing unsafe happened, but a paid-for document sits in needs_review:
-    parked_after_success, a costly finding (the safe twin has none)."""
+    """A live slow owner's lease expires; the thief parks the item; the owner (naive: it
+    never checks its lease) submits anyway and its job succeeds. The submit by the lease
+    loser is the unsafe headline; the paid-for document in needs_review is the costly
+    finding parked_after_success beside it (the safe twin has neither)."""
     thief = run_drill(DRILLS["owner-recovery/steal-expired"], tmp_path / "thief")
-    assert thief.verdict.valid is True
+    assert thief.verdict.valid is False
     (parked,) = thief.verdict.costly["parked_after_success"]
     assert parked.key in {k for k, i in thief.history.items.items() if i.state.value ==
                           "needs_review"}
-    assert thief.passed and thief.row()["headline"] == "parked_after_success"
+    assert thief.passed and thief.row()["headline"] == "execution_by_lease_loser"
     safe = run_drill(DRILLS["owner-recovery"], tmp_path / "safe")
     assert safe.verdict.costly == {} and safe.passed
 

@@ -143,5 +143,7 @@ def test_input_entry_that_is_our_own_file_by_another_name_is_refused(
     refused = run_cli("run", *_batch_args(tmp_path))
     assert refused.returncode == 2, refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1
+    if entry == "ledger-hard-link":  # a ledger with two names is refused by open_ledger too
+        (folder / "led.pdf").unlink()
     with open_ledger(tmp_path / "l.sqlite") as ledger:
         assert ledger.items() == before

@@ -63,7 +63,7 @@ class Model:
         if to not in TRANSITIONS[frm]:
             return "IllegalTransitionError"
         if (to is State.FAILED) != (failure is not None):
-            return "ValueError"
+            return "IllegalTransitionError"  # a failure class goes with failed, and only there
         if item is None or item["state"] is not frm:
             return "StateConflictError"
         if token != item["token"]:

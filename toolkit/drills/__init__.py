@@ -213,14 +213,15 @@ CATALOGUE = [
     *_pair("disk-full", "the ledger cannot record the reply: stop taking work, reconcile later",
            "blind-retry", ("double_execution",), faults=("disk_full",)),
     # The job-registry rules (owner recovery, conflicts, cancellation, health, identity).
-    # A slow live owner keeps its lease; the naive thief finds an intent with no job yet
-    # and parks a document that the owner then completes: safe, but costly (paid for,
-    # not delivered: parked_after_success).
+    # A slow live owner keeps its lease (safe: it renews before each call). In the naive
+    # design every worker steals expired leases and never checks its own: the thief
+    # finds an intent with no job yet and parks it, the owner submits anyway (a side
+    # effect by a lease loser) and its job succeeds: paid for, not delivered.
     Drill("owner-recovery", "a live but slow process holds a lease past its expiry",
           slow_owner=True, runs=1, expect_parked=0),
     Drill("owner-recovery/steal-expired", "the same, with a worker that steals expired leases",
           strategy="steal-expired", slow_owner=True, runs=1, expect_parked=1,
-          expect=("parked_after_success",)),
+          expect_valid=False, expect=("execution_by_lease_loser", "parked_after_success")),
     # The fake provider runs a job only when it is polled, so the abandoned first job
     # never bills here; the checker still proves the second key was sent blind.
     *_pair("active-conflict", "the reply is lost while the job still runs: attach, never re-create",
@@ -282,8 +283,7 @@ def run_drill(drill: Drill, workdir=None, seed: int = 0, strategy=None) -> Drill
             provider = stack.enter_context(FakeProvider(work / "provider.db",
                                                         work / "provider-jobs", contract))
         ocr = _ocr_phase_faults(drill, provider, inputs)
-        result = _run(drill, work, inputs, contract, provider)
-        return dataclasses.replace(result, fired=result.fired + tuple((0, *s) for s in ocr.fired))
+        return _run(drill, work, inputs, contract, provider, ocr.fired)
 
 
 def _ocr_phase_faults(drill, provider, inputs):
@@ -308,7 +308,8 @@ def _ocr_phase_faults(drill, provider, inputs):
     return injector
 
 
-def _run(drill, work, inputs, contract, provider) -> DrillResult:
+def _run(drill, work, inputs, contract, provider, provider_fired=()) -> DrillResult:
+    """``provider_fired``: faults the in-process provider fires itself (filled as it runs)."""
     suffix = ".json" if drill.strategy == "rewrite-state" else f".{drill.ledger}"
     ledger_path = work / f"ledger{suffix}"
     steps, fired, starts = [], [], []
@@ -321,6 +322,7 @@ def _run(drill, work, inputs, contract, provider) -> DrillResult:
     if drill.http:
         settle(provider)  # a job abandoned by a blind retry still runs: wait for its bill
         fired.extend(service_shots(provider))
+    fired.extend((0, *shot) for shot in provider_fired)
     history = collect_history(ledger_path, provider, inputs, contract, drill.options,
                               drill.page_by_page_from)
     stats = provider.stats()
@@ -346,7 +348,8 @@ def _one_run(drill, run, faults, ledger_path, provider, work, inputs, steps, fir
     injectors = [Injector(faults) for _ in range(drill.workers)]
     race = _barrier_hook(drill.workers, lambda key: fired.append((run, RACE, key))) \
         if drill.workers > 1 else None
-    slow = _start_slow_owner(ledger_path, provider, work, inputs[:1], options) \
+    slow = _start_slow_owner(ledger_path, provider, work, inputs[:1], options,
+                             drill.strategy) \
         if drill.slow_owner and run == 0 else None
     runners = []
     for n, injector in enumerate(injectors):

@@ -30,11 +30,19 @@ def _chain(*hooks):
     return hook
 
 
-def _slow_owner(ledger_path, db_path, jobs_dir, contract, inputs, options, ready):
-    """A live worker process that holds a short lease and is slow before its submit."""
+def _slow_owner(ledger_path, db_path, jobs_dir, contract, inputs, options, ready, strategy):
+    """A live worker process that holds a short lease and is slow before its submit.
+
+    It runs the drill's own strategy when it is one of ours: a safe worker checks
+    (renews) its lease before the call and backs off when it was taken; a worker of
+    the naive design does not, and submits what it started although its lease is gone.
+    """
     import time
 
-    from toolkit.runner import Runner
+    from toolkit.runner.registry import STRATEGIES
+
+    # one of ours (a user's pipeline is drilled as the recoverer, against a safe owner)
+    Runner = STRATEGIES.get(strategy, STRATEGIES["safe"])
 
     def dawdle(point, key, **context):
         if point == "after_intent":
@@ -53,7 +61,7 @@ def _slow_owner(ledger_path, db_path, jobs_dir, contract, inputs, options, ready
         runner.close()
 
 
-def _start_slow_owner(ledger_path, provider, work, inputs, options):
+def _start_slow_owner(ledger_path, provider, work, inputs, options, strategy="safe"):
     import multiprocessing
     import time
 
@@ -61,7 +69,7 @@ def _start_slow_owner(ledger_path, provider, work, inputs, options):
     ready = context.Event()
     child = context.Process(target=_slow_owner, args=(
         ledger_path, provider.db_path, provider.out_dir, provider.contract, inputs, options,
-        ready))
+        ready, strategy))
     child.start()
     if not ready.wait(timeout=30):
         child.kill()

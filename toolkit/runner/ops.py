@@ -167,6 +167,8 @@ def clear_health(ledger_path) -> dict:
     if marker.exists():
         marker.unlink()
         fsync_dir(marker.parent)  # the removal is durable too
+    if not path.exists():  # cleared; the next run creates the ledger in the proven folder
+        return {"ready": True, "reason": None}
     return health(ledger_path)
 
 
