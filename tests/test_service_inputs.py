@@ -143,12 +143,12 @@ def test_out_unwritable_midway_leaves_items_submitted_and_exits_run_again(
     mkdir and write fail for real). Property: exit 1 ("run again"), never 2; the items
     not stored stay ``submitted``; a rerun once ``--out`` is back finishes them with no
     second execution."""
-    import toolkit.runner.naive as naive
+    import toolkit.runner.registry as registry  # the one strategy loader the CLI calls
     from toolkit.provider.records import provider_stats
 
     shutil.copytree(small_corpus[0].parent, tmp_path / "in")
     out = tmp_path / "out"
-    opened = naive.open_strategy
+    opened = registry.open_strategy
 
     def with_hook(*args, **options):
         runner = opened(*args, **options)
@@ -160,7 +160,7 @@ def test_out_unwritable_midway_leaves_items_submitted_and_exits_run_again(
         runner.hook = hook
         return runner
 
-    monkeypatch.setattr(naive, "open_strategy", with_hook)
+    monkeypatch.setattr(registry, "open_strategy", with_hook)
     args = ["run", "--inputs", tmp_path / "in", "--ledger", tmp_path / "l.sqlite",
             "--provider-db", tmp_path / "p.db", "--out", out, "--no-progress"]
     assert main(list(map(str, args))) == 1
@@ -170,7 +170,7 @@ def test_out_unwritable_midway_leaves_items_submitted_and_exits_run_again(
     assert states == ["done", "done", "failed", "submitted", "submitted"]
     out.unlink()
     os.rename(tmp_path / "out.aside", out)
-    monkeypatch.setattr(naive, "open_strategy", opened)
+    monkeypatch.setattr(registry, "open_strategy", opened)
     assert main(list(map(str, args))) == 0
     assert provider_stats(tmp_path / "p.db")["executions"] == 4
 

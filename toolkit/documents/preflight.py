@@ -212,7 +212,7 @@ def preflight(path, page: int | None = None) -> Preflight:
                 return Preflight(False, f"unreadable: page {number}: {exc}", pages)
             if repaired and (damaged or kind == "blank"):  # a lost page looks blank here
                 return Preflight(False, f"repaired: MuPDF rebuilt the file on open ({repaired}) "
-                                 f"and page {number} came out {damaged or 'blank'}", 0)
+                                 f"and page {number} came out {damaged or 'blank'}", pages)
             if damaged:
                 return Preflight(False, f"damaged: page {number}: {damaged}", pages)
             missing = uncovered(text) if kind == "text" else None
