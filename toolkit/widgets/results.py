@@ -80,8 +80,8 @@ def items_table(result) -> Table:
 # -- crash points ------------------------------------------------------------------
 # Where an item's path can be cut, in the order an item meets them. Ledger faults
 # (they replace a ledger write) have no hook point of their own: named here.
-PATH = ("after_intent", "after_submit", "before_commit", "during_fetch", "after_checkpoint",
-        "ledger_write", "during_state_write")
+PATH = ("after_intent", "after_submit", "ocr_executed", "before_commit", "during_fetch",
+        "after_checkpoint", "ledger_write", "during_state_write")  # ocr_executed: at the provider
 LEDGER_FAULT_POINTS = {"torn_jsonl_write": "ledger_write", "disk_full": "ledger_write"}
 CRASHES = frozenset({"crash", "truncate_crash"})
 
