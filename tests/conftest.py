@@ -1,6 +1,8 @@
 import contextlib
 import itertools
 import os
+import subprocess
+import sys
 import uuid
 
 import pytest
@@ -132,3 +134,15 @@ def run_until_rest(command, tries: int = 3):
         if final.returncode == 0:
             break
     return final
+
+
+BLOCKED_LIMIT = 180  # seconds; a run that blocks (on a FIFO, say) never finishes
+
+
+def run_cli(*args):
+    """``python -m toolkit ARGS`` in a real process; a run that blocks fails the test."""
+    try:
+        return subprocess.run([sys.executable, "-m", "toolkit", *map(str, args)],
+                              capture_output=True, text=True, timeout=BLOCKED_LIMIT)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"toolkit {' '.join(map(str, args))} blocked for {BLOCKED_LIMIT} s")

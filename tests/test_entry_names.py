@@ -6,22 +6,12 @@ created with ``os`` calls on bytes, exactly as a user's tool would leave them.
 
 import os
 import shutil
-import subprocess
-import sys
 
 import pytest
+from conftest import run_cli
 
 from toolkit.ledger import State, open_ledger
 
-LIMIT = 180
-
-
-def run_cli(*args):
-    try:
-        return subprocess.run([sys.executable, "-m", "toolkit", *map(str, args)],
-                              capture_output=True, text=True, timeout=LIMIT)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"toolkit {' '.join(map(str, args))} blocked for {LIMIT} s")
 
 
 def _args(tmp_path, out="out", ledger="l.sqlite"):

@@ -6,22 +6,12 @@ that blocks (a FIFO) must fail the test, not hang it.
 
 import os
 import shutil
-import subprocess
-import sys
 
 import pytest
+from conftest import run_cli
 
 from toolkit.ledger import State, open_ledger
 
-LIMIT = 120  # seconds; a run that blocks on a FIFO never finishes
-
-
-def run_cli(*args):
-    try:
-        return subprocess.run([sys.executable, "-m", "toolkit", *map(str, args)],
-                              capture_output=True, text=True, timeout=LIMIT)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"toolkit {' '.join(map(str, args))} blocked for {LIMIT} s")
 
 
 def _batch_args(tmp_path):

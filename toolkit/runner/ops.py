@@ -26,6 +26,17 @@ def health_marker(ledger_path) -> Path:
     return Path(f"{os.path.realpath(ledger_path)}.health")
 
 
+def _marker_reason(ledger_path) -> str | None:
+    """Why the health marker beside the ledger says not ready, or None without a marker."""
+    marker = health_marker(ledger_path)
+    if not marker.exists():
+        return None
+    try:
+        return json.loads(marker.read_text()).get("reason") or "not ready"
+    except (OSError, ValueError):
+        return "unreadable health marker"
+
+
 def health(ledger_path, probe: bool = False) -> dict:
     """``{"ready": bool, "reason": str | None}`` for the ledger at ``ledger_path``.
 
@@ -38,12 +49,8 @@ def health(ledger_path, probe: bool = False) -> dict:
         return postgres_health.health(ledger_path)
     path = Path(ledger_path)
     _require_ledger_path(path)
-    marker = health_marker(ledger_path)
-    if marker.exists():
-        try:
-            reason = json.loads(marker.read_text()).get("reason")
-        except (OSError, ValueError):
-            reason = "unreadable health marker"
+    reason = _marker_reason(ledger_path)
+    if reason is not None:
         return {"ready": False, "reason": reason}
     if not path.exists():
         return {"ready": False, "reason": "no ledger at this path"}
@@ -194,12 +201,8 @@ def require_healthy(ledger_path) -> None:
     """
     if postgres_url(ledger_path):  # a URL has no file beside it: a table in its schema
         return postgres_health.require_healthy(ledger_path)
-    marker = health_marker(ledger_path)
-    if marker.exists():
-        try:
-            reason = json.loads(marker.read_text()).get("reason")
-        except (OSError, ValueError):
-            reason = "unreadable health marker"
+    reason = _marker_reason(ledger_path)
+    if reason is not None:
         raise NotReadyError(f"ledger not ready ({reason}); fix the cause, then run "
                            f"'python -m toolkit health --ledger {ledger_path} --clear'")
 
