@@ -56,8 +56,10 @@ def provider_in(folder, contract=STRICT):
     return FakeProvider(folder / "provider.db", folder / "provider-jobs", contract)
 
 
-def verdict(url, provider, inputs):
-    return check(collect_history(url, provider, inputs, provider.contract))
+def verdict(url, provider, inputs, out):
+    """The checker's verdict; ``out``: where the run put its outputs (the PostgreSQL ledger
+    stores artifact paths relative to each machine's own --out and records no root)."""
+    return check(collect_history(url, provider, inputs, provider.contract, out=out))
 
 
 # -- single connections ----------------------------------------------------------------
@@ -158,7 +160,7 @@ def test_connection_killed_mid_transition_is_an_unknown_outcome_reconciled_after
     ledger.close()
     assert (counts["done"], counts["failed"], second.halted) == (4, 1, None)
     assert provider.stats()["per_task"][victim]["submit_calls"] == 1
-    result = verdict(pg_url, provider, small_corpus)
+    result = verdict(pg_url, provider, small_corpus, tmp_path / "out")
     assert result.valid is True, result.anomalies
     provider.close()
 
@@ -288,7 +290,7 @@ def test_workers_in_separate_processes_race_for_items_and_only_leases_prevent_do
                          STRICT, strategy=strategy, policy=NO_WAIT, hook=Meet(barrier))
     assert result.errors == [] and result.halted == []
     provider = provider_in(tmp_path)
-    judged = verdict(pg_url, provider, small_corpus)
+    judged = verdict(pg_url, provider, small_corpus, tmp_path / "out")
     assert judged.valid is valid, judged.anomalies
     if valid:
         assert provider.stats()["executions"] == 4 and result.counts["done"] == 4
@@ -329,7 +331,7 @@ def test_a_ledger_that_refuses_to_record_done_stops_the_workers_until_health_is_
     assert second.halted == [] and second.counts["done"] == 4
     provider = provider_in(tmp_path)
     assert provider.stats()["executions"] == 4
-    judged = verdict(pg_url, provider, small_corpus)
+    judged = verdict(pg_url, provider, small_corpus, tmp_path / "out")
     assert judged.valid is True, judged.anomalies
     provider.close()
 
@@ -410,7 +412,7 @@ def test_server_crash_mid_batch_halts_the_workers_and_a_rerun_executes_each_docu
     stats = provider.stats()
     assert stats["executions"] == 4
     assert all(task["submit_calls"] == 1 for task in stats["per_task"].values())
-    judged = verdict(pg_url, provider, small_corpus)
+    judged = verdict(pg_url, provider, small_corpus, tmp_path / "out")
     assert judged.valid is True, judged.anomalies
     provider.close()
 

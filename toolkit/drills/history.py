@@ -33,11 +33,13 @@ def _state_file_items(path) -> dict[str, Item]:
 
 
 def collect_history(ledger_path, provider, inputs, contract, options_sets=({},),
-                    page_by_page_from=None) -> History:
+                    page_by_page_from=None, out=None) -> History:
     """Everything the checker judges: both ledgers, the call logs, what is on disk.
 
     The inputs are keyed as the runner keys them: with ``page_by_page_from``,
-    a long document's identity includes its page-by-page routing.
+    a long document's identity includes its page-by-page routing. Artifacts are
+    looked for under ``out``, else under the ledger's recorded root (a PostgreSQL
+    ledger records none: each machine names its own ``out``).
     """
     ledger_path = Path(ledger_path)
     if ledger_path.suffix == ".json":
@@ -48,7 +50,8 @@ def collect_history(ledger_path, provider, inputs, contract, options_sets=({},),
     artifacts = {}
     for key, item in items.items():
         if item.state is State.DONE and item.artifact_path:
-            path = roots.artifact_file(ledger_path, item.artifact_path)
+            path = (roots.resolve(out, item.artifact_path) if out is not None
+                    else roots.artifact_file(ledger_path, item.artifact_path))
             found = documents.artifact_of(path) if path.is_file() else None
             artifacts[key] = ArtifactOnDisk(str(path), found is not None, found and found.size,
                                             found and found.sha256)
