@@ -19,8 +19,8 @@ NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 PATHS = sorted(NOTEBOOKS.glob("*.ipynb"))
 SANITIZER = NOTEBOOKS / "nbval-sanitize.cfg"
 EXPECTED = ["00-Index", "01-Done-Failed-Unknown", "02-Intent-Before-Side-Effect",
-            "03-Identity-And-Keys", "04-Leases-Two-Workers", "05-Kill-9", "06-Audit-A-Ledger",
-            "07-Drill-Your-Pipeline"]
+            "03-Identity-And-Keys", "06-Leases-Two-Workers", "10-Kill-9", "11-Audit-A-Ledger",
+            "12-Drill-Your-Pipeline"]
 
 
 def load(path):
