@@ -29,6 +29,7 @@ import sys
 import traceback
 from pathlib import Path
 
+from toolkit.explore.snapshot import Recorder
 from toolkit.identity import PAGE_MARK
 
 KILL, TEAR = "kill", "tear+kill"
@@ -64,9 +65,10 @@ class Tracer:
     """Numbers the durable steps of one run; really dies at step ``kill_at``."""
 
     def __init__(self, fd: int, names: dict, *, kill_at=None, how=KILL, record=False,
-                 acks=False):
+                 acks=False, snapshot=None):
         self.fd, self.names = fd, names
         self.kill_at, self.how, self.record, self.acks = kill_at, how, record, acks
+        self.snapshot = snapshot  # snapshot mode: copies the batch folder at each step
         self.n = 0
 
     def name(self, key) -> str:
@@ -77,6 +79,13 @@ class Tracer:
         self.n += 1
         if self.record:
             send(self.fd, t="step", n=self.n, kind=kind, label=label, tearable=path is not None)
+        if self.snapshot is not None:  # here, where a real kill at step n would strike
+            try:
+                self.snapshot(self.n, path)
+            except BaseException as exc:  # stop the recording: no caller may take it for a fault
+                send(self.fd, t="error", error=f"snapshot at step {self.n}: {exc}",
+                     traceback=traceback.format_exc()[-3000:])
+                os._exit(70)
         if self.n == self.kill_at:
             if self.how == TEAR and path is not None:
                 _tear(Path(path))
@@ -190,8 +199,12 @@ def _watch_fsyncs(tracer: Tracer, ledger_path: Path) -> None:
 
 
 def run_batch(fd: int, plan, paths: Paths, inputs, names, *, run: int, kill_at=None, how=KILL,
-              record=False) -> dict:
-    """One run of the batch in this (forked) process; returns how it ended."""
+              record=False, snapshots=None) -> dict:
+    """One run of the batch in this (forked) process; returns how it ended.
+
+    With ``snapshots`` (a folder), the batch folder is copied there at every step
+    (``snapshot.Recorder``).
+    """
     from toolkit.ledger import open_ledger
     from toolkit.provider import FakeProvider
     from toolkit.runner import RetryPolicy
@@ -214,6 +227,8 @@ def run_batch(fd: int, plan, paths: Paths, inputs, names, *, run: int, kill_at=N
     else:
         ledger = open_ledger(paths.ledger, **plan.ledger_options())
         runner = resolve_strategy(plan.strategy)(ledger, traced, paths.out, **options)
+    if snapshots is not None:
+        tracer.snapshot = Recorder(paths.root, snapshots, getattr(runner, "lease_ttl", 60.0) / 2)
     if hasattr(runner.ledger, "on_event"):
         runner.ledger.on_event = tracer.on_event
     try:
