@@ -23,6 +23,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # measure, workloads, sections, batches, audit_jsonl
 sys.path.insert(1, str(HERE.parent))  # toolkit, when run from a checkout
 
+import crash_drills  # noqa: E402
 import measure  # noqa: E402
 import ocr_routes  # noqa: E402
 import pages  # noqa: E402
@@ -49,6 +50,7 @@ class Config:
     run_items: int
     long_pages: int  # pages of the long document (section 8; text pages of section 9)
     ocr_pages: int  # scanned pages read by Tesseract (section 9)
+    drills: tuple | None = None  # the drills timed in section 5 (None: the whole catalogue)
 
 
 CONFIGS = {
@@ -61,7 +63,7 @@ CONFIGS = {
                     rewrite_sizes=(25, 50, 100), atomic_size=25, audit_lines=5_000,
                     resume_sizes=(150, 600), resume_budget=3.0,
                     explore_docs=1, explore_every=4, forks=30, batch_docs=(2, 1),
-                    run_items=60, long_pages=8, ocr_pages=2),
+                    run_items=60, long_pages=8, ocr_pages=2, drills=crash_drills.QUICK_DRILLS),
 }
 SECTIONS = ("1", "2", "3", "4", "5", "6", "7", "8", "9")
 
@@ -105,7 +107,7 @@ def main(argv=None) -> int:
         if "4" in only:
             rows += sections.resume(cfg, folder)
         if "5" in only:
-            rows += sections.explore(cfg)
+            rows += crash_drills.explore(cfg)
         if "6" in only:
             rows += sections.real_batch(cfg, folder)
         if "7" in only:

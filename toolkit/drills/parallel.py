@@ -47,7 +47,7 @@ def run_parallel(names=None, progress=None, strategy=None, jobs=0) -> list:
             if progress is not None:
                 progress(results[-1])
         return results
-    results, reported = [None] * len(chosen), 0
+    results, reported, failure = [None] * len(chosen), 0, None
     pending, running = list(enumerate(chosen)), {}
     with selectors.DefaultSelector() as selector:
         while pending or running:
@@ -65,11 +65,16 @@ def run_parallel(names=None, progress=None, strategy=None, jobs=0) -> list:
                 os.close(key.fd)
                 index, pid, chunks = running.pop(key.fd)
                 os.waitpid(pid, 0)
-                results[index] = _outcome(chosen[index], b"".join(chunks))
-            while reported < len(chosen) and results[reported] is not None:
+                try:
+                    results[index] = _outcome(chosen[index], b"".join(chunks))
+                except RuntimeError as exc:  # start no other drill; reap those running
+                    failure, pending = failure or exc, []
+            while failure is None and reported < len(chosen) and results[reported] is not None:
                 if progress is not None:  # in catalogue order, whoever finished first
                     progress(results[reported])
                 reported += 1
+    if failure is not None:
+        raise failure
     return results
 
 

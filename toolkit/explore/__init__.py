@@ -46,7 +46,7 @@ from pathlib import Path
 
 from toolkit.errors import ToolkitError
 from toolkit.explore.child import (KILL, TEAR, Paths, fork, fork_many, killed_by_sigkill,
-                                   run_batch)
+                                   run_batch, run_here)
 from toolkit.explore.powerloss import LEDGERS, drop_unsynced, lost_acknowledged, synced_size
 from toolkit.explore.memo import input_checks, judge_with, provider_work
 from toolkit.explore.snapshot import folder, position_dependent, refusal
@@ -139,9 +139,11 @@ class Exploration:
 
     def total(self) -> dict:
         count = collections.Counter(row["verdict"] for row in self.rows)
+        # the rate counts only points whose recovery ran and was judged
+        judged = sum(count[verdict] for verdict in ("valid", "parked", "violation", "undecided"))
         total = {"mode": self.mode, "points": len(self.rows), "violations": count["violation"],
                  "parked": count["parked"],
-                 "points_per_s": round(len(self.rows) / self.seconds, 2) if self.seconds else 0.0}
+                 "points_per_s": round(judged / self.seconds, 2) if self.seconds else 0.0}
         total["caused_by_crash"] = sum(bool(row["new"]) for row in self.rows)
         if self.plan.power_loss:
             total["lost_acknowledged"] = sum(row["lost_acked"] for row in self.rows)
@@ -326,7 +328,10 @@ def _explore_point(fd, plan: Plan, work: Path, inputs, names, point: Point,
     rested, recovery_steps = _rested(messages), []
     while not rested and row["runs"] < plan.runs:
         kill_at = point.j if row["runs"] == 0 else None
-        messages, status = fork(run_batch, plan, paths, inputs, names, run=row["runs"] + 1,
+        # From a copy, the first rerun runs here: this supervisor is a fresh fork of the
+        # exploring parent, as a child of it would be; one fork saved per point.
+        run = run_here if start is not None and row["runs"] == 0 else fork
+        messages, status = run(run_batch, plan, paths, inputs, names, run=row["runs"] + 1,
                                 kill_at=kill_at, record=record_recovery and row["runs"] == 0)
         if row["runs"] == 0:
             recovery_steps = [m for m in messages if m["t"] == "step"]

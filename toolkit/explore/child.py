@@ -33,6 +33,9 @@ from toolkit.explore.snapshot import Recorder
 from toolkit.identity import PAGE_MARK
 
 KILL, TEAR = "kill", "tear+kill"
+# The real calls, taken at import (before any fork): a process that runs the batch twice
+# (``run_here``, then a fork of itself) wraps them afresh each time, never a wrapper again.
+_REPLACE, _FSYNC = os.replace, os.fsync
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -162,7 +165,7 @@ class TracedProvider:
 def _watch_renames(tracer: Tracer, out_dir: Path) -> None:
     """A rename into the client's output (or checkpoint) folder is a step (this process only:
     we are a fork)."""
-    real_replace = os.replace
+    real_replace = _REPLACE
 
     def replace(src, dst, *args, **kwargs):
         real_replace(src, dst, *args, **kwargs)
@@ -178,7 +181,7 @@ def _watch_renames(tracer: Tracer, out_dir: Path) -> None:
 
 def _watch_fsyncs(tracer: Tracer, ledger_path: Path) -> None:
     """Power-loss mode: a ledger line written but not yet fsynced is a step; report synced sizes."""
-    real_fsync = os.fsync
+    real_fsync = _FSYNC
 
     def is_ledger(fd) -> bool:
         try:
@@ -271,6 +274,27 @@ def _start(body, args, kwargs) -> tuple[int, int]:
 
 def _messages(data: bytes) -> list[dict]:
     return [json.loads(line) for line in data.splitlines() if line.strip()]
+
+
+def run_here(body, *args, **kwargs) -> tuple[list[dict], int]:
+    """Run ``body`` in this process, as ``fork`` runs it in a child; return (messages, status).
+
+    For a process that was itself just forked from the exploring parent (a
+    crash point's supervisor): it is as fresh as a child of it would be. The
+    messages go to a temporary file, not a pipe (no reader while it runs).
+    """
+    import tempfile
+
+    with tempfile.TemporaryFile() as sink:
+        status = 0
+        try:
+            send(sink.fileno(), t="end", **body(sink.fileno(), *args, **kwargs))
+        except Exception as exc:  # the caller must hear of it, as from a child
+            status = 70 << 8  # as os.waitpid reports an exit status of 70
+            send(sink.fileno(), t="error", error=f"{type(exc).__name__}: {exc}",
+                 traceback=traceback.format_exc()[-3000:])
+        sink.seek(0)
+        return _messages(sink.read()), status
 
 
 def fork(body, *args, **kwargs) -> tuple[list[dict], int]:
