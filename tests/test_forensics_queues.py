@@ -44,9 +44,11 @@ def snapshot(folder: Path) -> dict:
 
 
 def table(report) -> dict:
-    """{key: (state, raw_state, source, action)} for every item."""
+    """{key: (state, raw_state, source, action)} for every item (a missing source is None,
+    whatever missing value pandas chose for the column)."""
     items = report.items
-    return {key: (state, raw, source, action) for key, state, raw, source, action
+    return {key: (state, raw, source if isinstance(source, str) else None, action)
+            for key, state, raw, source, action
             in zip(items["key"], items["state"], items["raw_state"], items["source"],
                    items["action"])}
 
@@ -80,6 +82,7 @@ LITEQUEUE_WORKER = """
 """
 
 
+@pytest.mark.slow
 def test_litequeue_worker_killed_holding_a_message_leaves_it_locked_and_audited_unknown(tmp_path):
     """A litequeue worker pops a message and is SIGKILLed before done(): the row stays
     LOCKED and the WAL stays beside the file. The audit reads it (from a private copy,
@@ -168,6 +171,7 @@ PERSIST_REOPEN = """
 """
 
 
+@pytest.mark.slow
 def test_persist_queue_unack_row_of_a_killed_worker_is_unknown_until_a_reopen_erases_it(tmp_path):
     """A SQLiteAckQueue worker is SIGKILLed holding an unacked item. The audit reads the
     file without opening it through persist-queue and must say: unack unknown, acked done,
@@ -204,6 +208,7 @@ def test_persist_queue_unack_row_of_a_killed_worker_is_unknown_until_a_reopen_er
 PICKLE_WORKER = """
     import os, sys
     from persistqueue import SQLiteAckQueue
+    from persistqueue.serializers import json as as_json
 
     class Trap:
         def __reduce__(self):  # unpickling this calls os.mkdir(marker)
@@ -215,12 +220,15 @@ PICKLE_WORKER = """
     q.put(Trap())
     q.put(Trap())
     q.close()
+    other = SQLiteAckQueue(sys.argv[1], name="other", serializer=as_json)  # same data.db
+    other.put("scans/z.pdf")
+    other.close()
 """
 
 
 def test_pickled_payloads_are_reported_opaque_and_never_unpickled(tmp_path):
     """persist-queue pickles its payloads by default; two of them here are pickles whose
-    unpickling creates a folder. The audit must report them as opaque and leave the
+    unpickling creates a folder (a second, JSON queue shares the file). The audit must report them as opaque and leave the
     folder uncreated (an audit never runs code from the file it audits); unpickling one
     by hand then creates it, so the trap is live."""
     path, marker = tmp_path / "pq", tmp_path / "UNPICKLED"
@@ -230,12 +238,15 @@ def test_pickled_payloads_are_reported_opaque_and_never_unpickled(tmp_path):
     report = audit(db, now=NOW)
 
     assert not marker.exists()
-    assert table(report) == {"1": ("done", "acked", None, FOREIGN_DONE),
-                             "2": ("pending", "inited", None, "run"),
-                             "3": ("pending", "inited", None, "run")}
-    assert kinds(report) == [(None, "opaque_payload"), ("1", "done_without_artifact")]
+    assert table(report) == {  # two queues in one data.db: keys name their queue
+        "default:1": ("done", "acked", None, FOREIGN_DONE),
+        "default:2": ("pending", "inited", None, "run"),
+        "default:3": ("pending", "inited", None, "run"),
+        "other:1": ("pending", "inited", "scans/z.pdf", "run")}
+    assert kinds(report) == [(None, "opaque_payload"), ("default:1", "done_without_artifact")]
     opaque = report.anomalies[0].detail
-    assert "3 of 3 rows hold payload: a pickle (1, 2, 3)" in opaque
+    assert ("ack_queue_default: 3 of 3 rows hold payload: a pickle "
+            "(default:1, default:2, default:3)") in opaque
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)  # the control: the payload runs code
     blob = con.execute("SELECT data FROM ack_queue_default WHERE _id = 2").fetchone()[0]
     con.close()

@@ -188,10 +188,11 @@ def read_persist_queue(db, schema) -> Raw:
     tables = _ack_tables(schema)
     for table in tables:
         prefix = f"{ACK_TABLE.fullmatch(table).group(1)}:" if len(tables) > 1 else ""
-        rows = db.execute(f"SELECT _id, status, data, timestamp FROM {_quote(table)} "
-                          "ORDER BY _id")
+        # ``timestamp`` is when the item was put, not when its status last changed: it is
+        # not ``updated`` (a stuck report would say "unack since" the put)
+        rows = db.execute(f"SELECT _id, status, data FROM {_quote(table)} ORDER BY _id")
         totals[table] = 0
-        for rowid, status, data, stamp in rows:
+        for rowid, status, data in rows:
             where = f"{table} _id={rowid}"
             totals[table] += 1
             if type(rowid) is not int:
@@ -203,8 +204,8 @@ def read_persist_queue(db, schema) -> Raw:
                 continue
             word, state = ACK_STATES[status]
             source, digest = found.payload(table, key, data)
-            found.add(foreign_item(key, state, word, {}, source=source, input_digest=digest,
-                                   updated=stamp if type(stamp) in (int, float) else None), where)
+            found.add(foreign_item(key, state, word, {}, source=source, input_digest=digest),
+                      where)
     return found.finish(totals)
 
 
