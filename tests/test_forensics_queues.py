@@ -410,3 +410,44 @@ def test_auditing_library_databases_imports_none_of_the_libraries(celery_db, tmp
                            str(tmp_path / "pq" / "data.db"), str(tmp_path / "lq" / "q.db")],
                           capture_output=True, text=True, check=True)
     assert done.stdout.splitlines() == ["['celery-db', 'persist-queue', 'litequeue']", "[]"]
+
+
+class Trap:
+    """Unpickling this creates the folder it names: a visible side effect."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (os.mkdir, (self.marker,))
+
+
+def test_celery_pickled_result_is_opaque_and_a_custom_state_is_unknown(tmp_path):
+    """A Celery app with ``result_serializer='pickle'`` stores a SUCCESS whose result is a
+    pickle that would create a folder, and a task's ``update_state(state='PROGRESS')``
+    (what it does: ``backend.store_result``). The audit must report the result opaque
+    and leave the folder uncreated, read the SUCCESS as done without an artifact, and
+    the custom state as unknown (the task had not finished)."""
+    celery = pytest.importorskip("celery")
+    marker = tmp_path / "UNPICKLED"
+    app = celery.Celery("pickled", broker="memory://",
+                        backend=f"db+sqlite:///{tmp_path / 'results.db'}")
+    app.conf.update(result_serializer="pickle", result_accept_content=["pickle", "json"])
+    done, running = str(uuid.UUID(int=1)), str(uuid.UUID(int=2))
+    app.backend.store_result(done, Trap(marker), "SUCCESS")
+    app.backend.store_result(running, {"page": 3}, "PROGRESS")
+    app.backend.ResultSession().close()
+
+    report = audit(tmp_path / "results.db", now=NOW)
+
+    assert not marker.exists()
+    assert table(report) == {done: ("done", "SUCCESS", None, FOREIGN_DONE),
+                             running: ("unknown", "PROGRESS", None, "reconcile")}
+    assert kinds(report) == [(None, "opaque_payload"), (done, "done_without_artifact"),
+                             (running, "stuck_unknown")]
+    assert "2 of 2 rows hold result: a pickle" in report.anomalies[0].detail
+    con = sqlite3.connect(f"file:{tmp_path / 'results.db'}?mode=ro", uri=True)
+    blob = con.execute("SELECT result FROM celery_taskmeta WHERE task_id = ?", (done,)).fetchone()
+    con.close()
+    pickle.loads(blob[0])  # the control: the stored result really runs code
+    assert marker.is_dir()
