@@ -424,10 +424,11 @@ class Trap:
 
 def test_celery_pickled_result_is_opaque_and_a_custom_state_is_unknown(tmp_path):
     """A Celery app with ``result_serializer='pickle'`` stores a SUCCESS whose result is a
-    pickle that would create a folder, and a task's ``update_state(state='PROGRESS')``
-    (what it does: ``backend.store_result``). The audit must report the result opaque
-    and leave the folder uncreated, read the SUCCESS as done without an artifact, and
-    the custom state as unknown (the task had not finished)."""
+    pickle that would create a folder, a task's ``update_state(state='PROGRESS')`` (what
+    it does: ``backend.store_result``) and a failure (``mark_as_failure``, as the worker
+    does). The audit must report the results opaque and leave the folder uncreated, read
+    the SUCCESS as done without an artifact, the custom state as unknown (the task had not
+    finished), and the failure's reason from its stored traceback."""
     celery = pytest.importorskip("celery")
     marker = tmp_path / "UNPICKLED"
     app = celery.Celery("pickled", broker="memory://",
@@ -436,16 +437,22 @@ def test_celery_pickled_result_is_opaque_and_a_custom_state_is_unknown(tmp_path)
     done, running = str(uuid.UUID(int=1)), str(uuid.UUID(int=2))
     app.backend.store_result(done, Trap(marker), "SUCCESS")
     app.backend.store_result(running, {"page": 3}, "PROGRESS")
-    app.backend.ResultSession().close()
+    failed = str(uuid.UUID(int=3))
+    app.backend.mark_as_failure(failed, ValueError("cannot read x.pdf"), traceback=(
+        'Traceback (most recent call last):\n  File "t.py", line 1\n'
+        "ValueError: cannot read x.pdf\n"))
 
     report = audit(tmp_path / "results.db", now=NOW)
 
     assert not marker.exists()
     assert table(report) == {done: ("done", "SUCCESS", None, FOREIGN_DONE),
-                             running: ("unknown", "PROGRESS", None, "reconcile")}
+                             running: ("unknown", "PROGRESS", None, "reconcile"),
+                             failed: ("failed", "FAILURE", None, "review")}
     assert kinds(report) == [(None, "opaque_payload"), (done, "done_without_artifact"),
                              (running, "stuck_unknown")]
-    assert "2 of 2 rows hold result: a pickle" in report.anomalies[0].detail
+    assert "3 of 3 rows hold result: a pickle" in report.anomalies[0].detail
+    reasons = dict(zip(report.items["key"], report.items["reason"]))
+    assert reasons[failed] == "ValueError: cannot read x.pdf"  # from the stored traceback
     con = sqlite3.connect(f"file:{tmp_path / 'results.db'}?mode=ro", uri=True)
     blob = con.execute("SELECT result FROM celery_taskmeta WHERE task_id = ?", (done,)).fetchone()
     con.close()

@@ -236,6 +236,12 @@ def _exception(result) -> str | None:
     return f"{result['exc_type']}: {message}" if message not in (None, "") else result["exc_type"]
 
 
+def _last_line(traceback) -> str | None:
+    """The exception line of a stored traceback (when the result itself is opaque)."""
+    lines = traceback.strip().splitlines() if type(traceback) is str else []
+    return lines[-1][:400] if lines else None
+
+
 @register("celery-db", "sqlite", lambda db, schema: bool(_taskmeta_tables(schema)),
           "Celery database result backend: celery_taskmeta, task_id, status, result")
 def read_celery(db, schema) -> Raw:
@@ -251,7 +257,7 @@ def read_celery(db, schema) -> Raw:
                           f"FROM {_quote(table)} ORDER BY id")
         totals[table] = 0
         for row in rows:
-            rowid, key, status, result, done, _traceback, args, kwargs, worker, retries = row
+            rowid, key, status, result, done, traceback, args, kwargs, worker, retries = row
             where = f"{table} id={rowid}"
             totals[table] += 1
             if type(key) is not str or not key:
@@ -271,7 +277,7 @@ def read_celery(db, schema) -> Raw:
                                   updated=done)
             record.attempt = retries if type(retries) is int else None
             record.failure = failure or record.failure
-            record.reason = _exception(decoded) or record.reason
+            record.reason = _exception(decoded) or _last_line(traceback) or record.reason
             if state == "unknown" and type(decoded) is dict and "hostname" in decoded:
                 record.lease_owner = f"{decoded['hostname']} pid {decoded.get('pid')}"
             elif state == "unknown" and type(worker) is str:
