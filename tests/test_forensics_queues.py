@@ -399,9 +399,16 @@ def test_celery_done_whose_output_was_lost_is_not_skipped(celery_db, tmp_path):
 def test_auditing_library_databases_imports_none_of_the_libraries(celery_db, tmp_path):
     """The adapters read SQL: auditing a Celery, a persist-queue and a litequeue file in a
     fresh process must load neither celery, sqlalchemy, kombu, persistqueue nor litequeue."""
-    run_child(PERSIST_WORKER, tmp_path / "pq")
+    from litequeue import LiteQueue
+    from persistqueue import SQLiteAckQueue
+
+    pq = SQLiteAckQueue(str(tmp_path / "pq"))
+    pq.put({"file": "a.pdf"})
+    pq.close()
     (tmp_path / "lq").mkdir()
-    run_child(LITEQUEUE_WORKER, tmp_path / "lq" / "q.db")
+    lq = LiteQueue(tmp_path / "lq" / "q.db")
+    lq.put("a.pdf")
+    lq.close()
     code = ("import sys\nfrom toolkit.forensics import audit\n"
             "print([audit(p).format for p in sys.argv[1:]])\n"
             "print([m for m in ('celery', 'sqlalchemy', 'kombu', 'persistqueue', 'litequeue')"
