@@ -264,7 +264,8 @@ CELERY_TASKS = """
         broker_url="filesystem://",
         broker_transport_options={"data_folder_in": f"{HERE}/broker",
                                   "data_folder_out": f"{HERE}/broker",
-                                  "processed_folder": f"{HERE}/broker", "store_processed": False},
+                                  "processed_folder": f"{HERE}/broker", "store_processed": False,
+                                  "control_folder": f"{HERE}/control"},
         result_backend=f"db+sqlite:///{HERE}/results.db",
         task_track_started=True, result_extended=True,
     )
