@@ -133,7 +133,7 @@ def flush(sync):
     print("flushing", flush=True)
     real_flush(sync)
 
-def sync():  # the victim's third fsync never ends: it holds the flock until the SIGKILL
+def sync():  # the victim's third fsync never ends: it holds the flush lock until the SIGKILL
     sync.calls += 1
     if victim and sync.calls == 3:
         print("syncing", flush=True)
@@ -157,7 +157,7 @@ print("finished", flush=True)
 def test_sigkill_of_the_flush_leader_mid_group_blocks_nobody_and_loses_no_ack(tmp_path):
     """Three worker processes share a SQLite ledger with group commit. One is SIGKILLed
     while it leads a flush (inside its fsync, holding the flush lock), after the two
-    others have queued behind it. The flock dies with it: the others finish all their
+    others have queued behind it. The lock dies with it: the others finish all their
     transitions, and every transition any process acknowledged is in the ledger."""
     path = tmp_path / "ledger.sqlite"
     open_ledger(path).close()
@@ -176,7 +176,7 @@ def test_sigkill_of_the_flush_leader_mid_group_blocks_nobody_and_loses_no_ack(tm
             break
     assert lines["v"][-1] == ["syncing"], lines["v"]
     others = {name: start(name, False) for name in ("a", "b")}
-    for name, proc in others.items():  # each reaches its flush and queues on the flock
+    for name, proc in others.items():  # each reaches its flush and queues on the flush lock
         lines[name] = []
         for line in proc.stdout:
             lines[name].append(line.split())

@@ -25,7 +25,7 @@ the file: its own ack waits for a flush that covers both.
 
 ``SharedFlushes`` extends the same rule across processes (SQLite worker
 processes on one ledger): a ``<ledger>-flush`` file holds two counters,
-*started* and *done*, advanced under an ``flock``; a process whose write
+*started* and *done*, advanced under a lock on that file; a process whose write
 happened before another process's fsync started needs no fsync of its own.
 The counters are relative (a caller compares values it read after its own
 write), so a stale counter file is harmless; it is never a record.
@@ -40,6 +40,23 @@ import threading
 from toolkit.errors import StorageError
 
 COUNTERS = struct.Struct("<QQ")  # started, done
+# Two independent locks on one file: open-file-description byte locks (F_OFD_SETLKW), so a
+# lock belongs to this process's descriptor and dies with it; flock would be one per file.
+WRITER_BYTE, FLUSH_BYTE = 16, 17
+FLOCK = struct.Struct("hhqqi4x")  # struct flock on Linux: type, whence, start, len, pid
+
+
+def _ofd(fd: int, byte: int, kind: int) -> None:
+    fcntl.fcntl(fd, fcntl.F_OFD_SETLKW, FLOCK.pack(kind, os.SEEK_SET, byte, 1, 0))
+
+
+@contextlib.contextmanager
+def _locked(fd: int, byte: int):
+    _ofd(fd, byte, fcntl.F_WRLCK)
+    try:
+        yield
+    finally:
+        _ofd(fd, byte, fcntl.F_UNLCK)
 
 
 class GroupCommit:
@@ -119,14 +136,15 @@ class SharedFlushes:
     """The cross-process half: skip the fsync when another process's covered us.
 
     ``flush(sync)`` is called by an in-process leader after its writes. It reads
-    *started* (no lock: a value read after our writes), then under the flock
+    *started* (no lock: a value read after our writes), then under the flush lock
     reads *done*: if a flush numbered above what we read has completed, it
     started after our writes and covered them. Otherwise it becomes the leader:
-    *started* += 1, ``sync()``, *done* = that number. A killed leader drops the
-    flock with its process; the next one simply fsyncs again.
+    *started* += 1, ``sync()``, *done* = that number. A killed leader's lock
+    dies with its process; the next one simply fsyncs again.
     """
 
     def __init__(self, path):
+        """Raises OSError when the counter file cannot be opened."""
         self.path = str(path)
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         self.skipped = 0  # flushes another process's fsync made unnecessary
@@ -137,8 +155,7 @@ class SharedFlushes:
 
     def flush(self, sync) -> None:
         seen, _ = self._read()
-        fcntl.flock(self._fd, fcntl.LOCK_EX)
-        try:
+        with _locked(self._fd, FLUSH_BYTE):
             started, done = self._read()
             if done > seen:
                 self.skipped += 1
@@ -147,8 +164,12 @@ class SharedFlushes:
             os.pwrite(self._fd, COUNTERS.pack(number, done), 0)
             sync()
             os.pwrite(self._fd, COUNTERS.pack(number, number), 0)
-        finally:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def writer(self):
+        """Held around one write transaction: the processes' writers queue in the kernel
+        and each is woken as the lock frees, instead of SQLite's busy handler polling
+        with sleeps of 1-100 ms (which leaves the write lock idle under contention)."""
+        return _locked(self._fd, WRITER_BYTE)
 
     def close(self) -> None:
         if self._fd is not None:

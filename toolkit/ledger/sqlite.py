@@ -5,6 +5,7 @@ write lock, re-reads the item inside the transaction, and the ``UPDATE`` is
 guarded on the from-state and token it read (``rowcount == 1`` or an error).
 """
 
+import contextlib
 import dataclasses
 import json
 import operator
@@ -101,7 +102,12 @@ class SqliteLedger(Ledger):
             self._db.close()
             raise LedgerError(f"{str(self.path)!r} is not a resume-toolkit ledger ({fmt})")
         if grouped:
-            self._flushes = SharedFlushes(f"{self.path}-flush")
+            try:
+                self._flushes = SharedFlushes(f"{self.path}-flush")
+            except OSError as exc:
+                self._db.close()
+                raise StorageError(f"SQLite ledger {str(self.path)!r}: cannot open its "
+                                   f"group-commit file: {exc}") from exc
             self._wal_named = False
             self._group = GroupCommit(lambda: self._flushes.flush(self._sync_wal),
                                       f"SQLite ledger {str(self.path)!r}")
@@ -115,7 +121,7 @@ class SqliteLedger(Ledger):
         """
         fd = os.open(f"{self.path}-wal", os.O_RDONLY)
         try:
-            os.fsync(fd)
+            os.fdatasync(fd)  # as SQLite syncs its WAL: the data and the size, not the mtime
         finally:
             os.close(fd)
         if not self._wal_named:
@@ -123,7 +129,15 @@ class SqliteLedger(Ledger):
             self._wal_named = True
 
     def _txn(self):
-        return sqlite_txn(self._db, f"SQLite ledger {str(self.path)!r}")
+        if self._flushes is None:
+            return sqlite_txn(self._db, f"SQLite ledger {str(self.path)!r}")
+        return self._queued_txn()
+
+    @contextlib.contextmanager
+    def _queued_txn(self):
+        """Group commit: the processes' writers take turns on a kernel lock first."""
+        with self._flushes.writer(), sqlite_txn(self._db, f"SQLite ledger {str(self.path)!r}"):
+            yield
 
     def _query(self, sql, args=()):
         return sqlite_read(f"SQLite ledger {str(self.path)!r}",
