@@ -8,7 +8,6 @@ item is exactly the fold of its events (``apply_event``): the JSONL backend
 replays them, the SQLite backend stores both and must agree.
 """
 
-import contextlib
 import dataclasses
 import operator
 import os
@@ -24,6 +23,7 @@ from toolkit.errors import (
     StateConflictError,
 )
 from toolkit.identity import idem_key, page_key
+from toolkit.ledger.group import Commit
 from toolkit.liveness import alive, host_id, my_start, start_ticks
 # The transition policy lives in one module (transitions.py); re-exported from here.
 from toolkit.ledger.transitions import (ARTIFACT_FIELDS, PERMANENT, TERMINAL, TRANSIENT,
@@ -36,6 +36,7 @@ S = State
 MUTABLE_FIELDS = ("job_id", "failure", "reason", "artifact_path", "artifact_size",
                   "artifact_sha256", "pages_done")
 LEASE_FIELDS = ("lease_owner", "lease_host", "lease_pid", "lease_started", "lease_expires")
+_MUTABLE = frozenset(MUTABLE_FIELDS)
 HOST = host_id()  # where this process runs, in this boot: a lease names its owner's host
 
 
@@ -240,7 +241,7 @@ class Ledger:
         frm, to = State(frm), State(to)
         if to not in TRANSITIONS[frm]:
             raise IllegalTransitionError(frm, to)
-        unknown_fields = set(fields) - set(MUTABLE_FIELDS)
+        unknown_fields = fields.keys() - _MUTABLE
         if unknown_fields:
             raise TypeError(f"move() cannot set {sorted(unknown_fields)}")
         if (to is S.FAILED) != (fields.get("failure") in (TRANSIENT, PERMANENT)):
@@ -340,34 +341,16 @@ class Ledger:
             raise StaleTokenError(key, token, item.token)
         return item
 
-    @contextlib.contextmanager
-    def _commit(self):
-        """Hold the in-process lock and a backend transaction; emit events after commit.
+    def _commit(self) -> Commit:
+        """``with self._commit() as commit:`` -- the one place where changes are made
+        (``group.Commit``: lock, transaction, group-commit wait, then ``on_event``)."""
+        return Commit(self)
 
-        Order: guards, write and commit happen under the lock; with group commit
-        (``self._group``) the caller then waits, outside the lock so that other
-        transitions can join the flush, until its own commit is durable. Only then
-        do ``on_event`` and the caller's return (the ack) follow. A transition that
-        wrote nothing (a guard failed, ``add`` of a known key) waits for nothing.
-        """
-        written = []
-        clock, write = self.clock, self._write
-
-        def commit(old, op, key, frm, to, attempt, worker, token, detail):
-            event = Event(0, clock(), op, key, frm, to, attempt, worker, token, detail)
-            new = apply_event(old, event)
-            written.append(write(old, new, event))
-            return new
-
-        with self._lock:
-            with self._txn():
-                yield commit
-            ticket = self._group.ticket() if written and self._group is not None else None
-        if ticket is not None:
-            self._group.wait(ticket)
-        if self.on_event is not None:
-            for event in written:  # only after the transaction is durable
-                self.on_event(event)
+    def _record(self, old, op, key, frm, to, attempt, worker, token, detail) -> tuple:
+        """Build the event and the new item, write both; return (new item, written event)."""
+        event = Event(0, self.clock(), op, key, frm, to, attempt, worker, token, detail)
+        new = apply_event(old, event)
+        return new, self._write(old, new, event)
 
 
 def canonical_path(path) -> Path:

@@ -1,5 +1,8 @@
 """Group commit: many transitions, one fsync, each caller acknowledged only when durable.
 
+``Commit`` is every transition's frame (lock, transaction, wait, ``on_event``);
+``GroupCommit`` and ``SharedFlushes`` are the shared fsync it waits on.
+
 A transition with group commit is written in two phases. Phase one (under the
 ledger's lock, and for SQLite under its write lock) checks the guards and
 writes the transition -- an SQLite ``COMMIT`` with ``synchronous=NORMAL``, a
@@ -57,6 +60,56 @@ def _locked(fd: int, byte: int):
         yield
     finally:
         _ofd(fd, byte, fcntl.F_UNLCK)
+
+
+class Commit:
+    """Hold the in-process lock and a backend transaction; emit events after commit.
+
+    Order: guards, write and commit happen under the lock; with group commit
+    (``ledger._group``) the caller then waits, outside the lock so that other
+    transitions can join the flush, until its own commit is durable. Only then
+    do ``on_event`` and the caller's return (the ack) follow. A transition that
+    wrote nothing (a guard failed, ``add`` of a known key) waits for nothing.
+    A class, not a generator: this runs once per transition.
+    """
+
+    __slots__ = ("ledger", "txn", "written")
+
+    def __init__(self, ledger):
+        self.ledger, self.written = ledger, []
+
+    def __enter__(self):
+        ledger = self.ledger
+        ledger._lock.acquire()
+        try:
+            self.txn = ledger._txn()
+            self.txn.__enter__()
+        except BaseException:
+            ledger._lock.release()
+            raise
+        return self.commit
+
+    def commit(self, old, op, key, frm, to, attempt, worker, token, detail):
+        new, event = self.ledger._record(old, op, key, frm, to, attempt, worker, token, detail)
+        self.written.append(event)
+        return new
+
+    def __exit__(self, kind, exc, tb) -> bool:
+        ledger, ticket = self.ledger, None
+        try:
+            suppressed = self.txn.__exit__(kind, exc, tb)
+            if kind is not None:  # rolled back: nothing to wait for, nothing to announce
+                return bool(suppressed)
+            if self.written and ledger._group is not None:
+                ticket = ledger._group.ticket()
+        finally:
+            ledger._lock.release()
+        if ticket is not None:
+            ledger._group.wait(ticket)
+        if ledger.on_event is not None:
+            for event in self.written:  # only after the transaction is durable
+                ledger.on_event(event)
+        return False
 
 
 class GroupCommit:
