@@ -142,8 +142,8 @@ def postgres(cfg) -> list[Row]:
     """PostgreSQL's own group commit: N worker connections (rows say why when not run)."""
     url = os.environ.get("TOOLKIT_TEST_PG")
     if not url:
-        return [Row(S10, "PostgreSQL ledger, 1-16 workers", None, "",
-                    "not measured: set TOOLKIT_TEST_PG to a throwaway server")]
+        return [Row(S10, "PostgreSQL ledger, 1-16 workers", None,
+                    note="not measured: set TOOLKIT_TEST_PG to a throwaway server")]
     import psycopg
 
     from sections import log
