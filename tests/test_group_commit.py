@@ -10,6 +10,7 @@ JSONL.
 """
 
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -209,3 +210,42 @@ def test_explore_with_group_commit_sigkill_at_every_step_and_power_loss_lose_no_
     assert sum(row["acked"] for row in jsonl.rows) > 0
     assert jsonl.total()["violations"] == 0 and jsonl.total()["lost_acknowledged"] == 0
     assert any(row["step"] == "ledger line written, fsync pending" for row in jsonl.rows)
+
+
+FAILING_FSYNC = r"""
+import sys
+from toolkit.errors import StorageError
+from toolkit.ledger import open_ledger
+ledger = open_ledger(sys.argv[1], group_commit=True)
+for n in range(4):
+    try:
+        ledger.add(f"doc-{n}")
+        print("acked", n, flush=True)
+    except StorageError as exc:
+        print("refused", n, flush=True)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace (fault injection)")
+def test_failed_group_fsync_acks_nobody_and_refuses_every_later_write(tmp_path):
+    """A real EIO from the group's fdatasync (strace inject) at the second flush: that
+    caller gets StorageError, and so does every later one, before writing anything (a
+    retried fsync could report success for pages the kernel already dropped)."""
+    path = tmp_path / "ledger.sqlite"
+    open_ledger(path).close()  # the schema first: the child's syncs are then its flushes
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run(["strace", "-f", "-qq", "-e", "trace=fdatasync", "-e",
+                           "inject=fdatasync:error=EIO:when=3+", sys.executable, "-c",
+                           FAILING_FSYNC, str(path)], capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.split("\n")[:-1]
+    first_refused = lines.index(next(line for line in lines if line.startswith("refused")))
+    assert all(line.startswith("acked") for line in lines[:first_refused])
+    assert all(line.startswith("refused") for line in lines[first_refused:])
+    assert first_refused < 4
+    with open_ledger(path) as ledger:  # later callers wrote nothing at all
+        keys = [item.key for item in ledger.items()]
+    assert keys == [f"doc-{n}" for n in range(first_refused + 1)] or \
+        keys == [f"doc-{n}" for n in range(first_refused)]

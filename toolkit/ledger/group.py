@@ -80,6 +80,8 @@ class Commit:
 
     def __enter__(self):
         ledger = self.ledger
+        if ledger._group is not None:
+            ledger._group.check()  # after a failed fsync, write nothing more
         ledger._lock.acquire()
         try:
             self.txn = ledger._txn()
@@ -134,14 +136,14 @@ class GroupCommit:
 
     def ticket(self) -> int:
         with self._cond:
-            self._check()
+            self.check()
             return self._started
 
     def wait(self, ticket: int) -> None:
         """Return once flush number ``ticket + 1`` (or a later one) has completed."""
         with self._cond:
             while True:
-                self._check()
+                self.check()
                 if self._done > ticket:
                     return
                 if not self._leading:
@@ -179,7 +181,8 @@ class GroupCommit:
                 self._leading = False
                 self._cond.notify_all()
 
-    def _check(self):
+    def check(self) -> None:
+        """Raises StorageError once a flush of this group has failed."""
         if self._broken is not None:
             raise StorageError(f"{self._what}: an earlier fsync failed ({self._broken}); "
                                "nothing written since is known to be durable: reopen the ledger")
