@@ -57,7 +57,7 @@ def render_text(report, limit: int = 40, action: str | None = None) -> str:
     out += ["", f"{title} ({len(todo)})"]
     if todo:
         out += _wrapped(("key", "source", "state", "raw", "next", "why"), todo[:limit],
-                        (24, 30, 12, 10, 9, 44))
+                        (24, 30, 12, 12, 9, 44))
         if len(todo) > limit:
             out.append(f"… and {len(todo) - limit} more (use --csv FILE or --json for all)")
     else:
