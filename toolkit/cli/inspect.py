@@ -1,7 +1,7 @@
 """Read-only views: a ledger's items, a provider's counters."""
 
-import json
 import os
+import sys
 
 from toolkit.cli import command, emit, table
 from toolkit.errors import ToolkitError
@@ -119,14 +119,14 @@ def _audit(parser):
 
     def run(args):
         from toolkit.forensics import audit, render_text
-        from toolkit.forensics.report import document, dumps, write_csv
+        from toolkit.forensics.report import document, write_csv, write_json
 
         rule = _output_rule(args.output_name, args.artifacts)
         report = audit(args.path, artifacts=args.artifacts, inputs=args.inputs, output_name=rule)
         if args.csv:
             write_csv(report, args.csv, args.action)
         if args.json:
-            print(dumps(document(report, args.action)))
+            write_json(document(report, args.action), sys.stdout)
         else:
             print(render_text(report, action=args.action))
         return 0

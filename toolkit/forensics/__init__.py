@@ -11,8 +11,10 @@ Formats are adapters registered in ``model.ADAPTERS`` (see ``jsonl.py`` and
 ``sqlite.py``): adding one is one function and one ``@register`` line.
 
 Plan (``checks.plan_item``): ``run`` pending; ``reconcile`` unknown or
-submitted (look up before anything) and done whose artifact is unrecorded,
-missing or damaged (look up and re-fetch, never re-execute); ``retry``
+submitted (look up before anything) and, in our formats, done whose artifact is
+unrecorded, missing or damaged (look up and re-fetch, never re-execute); in a
+format without lookup such a done is ``verify`` (unrecorded) or ``review``
+(missing or damaged); ``retry``
 transient failure; ``review`` permanent or unclassified failure,
 needs_review, a non-done item whose input changed, and any item whose history
 cannot be trusted (duplicate_key, illegal_transition, history_mismatch,
