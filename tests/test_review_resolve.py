@@ -80,6 +80,25 @@ def test_review_lists_the_parked_item_with_its_reason_job_lookups_and_history(pa
     assert status == 0 and key in text and "lookups 1" in text
 
 
+def test_ledger_json_prints_every_item_with_state_attempt_quarantine_reason_and_artifact(
+        parked, capsys):
+    """Must hold: ``ledger PATH --json`` lists every item (not only counts): the poison input
+    quarantined by preflight with its ``poison:`` reason, each done item with its artifact,
+    the parked one with why it was parked."""
+    path, _, _, key = parked
+    status, out, _ = cli(capsys, "ledger", path, "--json")
+    document = json.loads(out)
+    rows = {row["key"]: row for row in document["per_item"]}
+    assert status == 0 and len(rows) == document["items"] == 5
+    [poison] = [row for row in rows.values() if row["state"] == "failed"]
+    assert poison["failure"] == "permanent" and poison["reason"].startswith("poison:")
+    done = [row for row in rows.values() if row["state"] == "done"]
+    assert len(done) == 3 and all(row["artifact_path"] and len(row["artifact_sha256"]) == 64
+                                  and row["artifact_size"] > 0 and row["attempt"] == 1
+                                  for row in done)
+    assert "contract forbids a resubmit" in rows[key]["reason"]
+
+
 def test_release_goes_back_to_unknown_and_the_next_run_looks_up_never_resubmits(parked, capsys,
                                                                                  tmp_path):
     """What breaks: the operator releases an item whose intent was recorded but whose submit
