@@ -214,8 +214,9 @@ def test_resolve_against_a_live_holder_is_refused_exit_1_then_succeeds_once_it_e
         tmp_path, suffix, hold, said, capsys):
     """What breaks: a live process holds the ledger (JSONL: its one writer) or the item's
     lease (SQLite: many writers, fenced by leases) while the operator resolves. Must hold:
-    resolve answers "run again" (exit 1, one line) and writes nothing; once that process
-    has exited, the same command succeeds (a dead owner's lease is taken, fenced)."""
+    resolve answers "run again" (exit 1, one line) and writes nothing, while review still
+    lists the item (it reads a private copy); once that process has exited, the same
+    command succeeds (a dead owner's lease is taken, fenced)."""
     path = make_small(tmp_path / f"l.{suffix}")
     proc = subprocess.Popen([sys.executable, "-c", HOLD, str(path), hold],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -228,6 +229,8 @@ def test_resolve_against_a_live_holder_is_refused_exit_1_then_succeeds_once_it_e
                              "--release", "--note", "n")
         assert (status, err.count("\n")) == (1, 1) and said in err
         assert look() == before
+        status, out, _ = cli(capsys, "review", "--ledger", path, "--json")  # never waits
+        assert status == 0 and [i["key"] for i in json.loads(out)["needs_review"]] == ["parked"]
     finally:
         proc.stdin.close()
         proc.wait(timeout=60)
