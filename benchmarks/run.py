@@ -23,6 +23,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # measure, workloads, sections, batches, audit_jsonl
 sys.path.insert(1, str(HERE.parent))  # toolkit, when run from a checkout
 
+import concurrency  # noqa: E402
 import crash_drills  # noqa: E402
 import measure  # noqa: E402
 import ocr_routes  # noqa: E402
@@ -50,6 +51,8 @@ class Config:
     run_items: int
     long_pages: int  # pages of the long document (section 8; text pages of section 9)
     ocr_pages: int  # scanned pages read by Tesseract (section 9)
+    worker_counts: tuple = (1, 2, 4, 8, 16)  # concurrent workers (section 10)
+    worker_items: int = 30  # lifecycles per worker (x6 transitions)
     drills: tuple | None = None  # the drills timed in section 5 (None: the whole catalogue)
 
 
@@ -63,9 +66,10 @@ CONFIGS = {
                     rewrite_sizes=(25, 50, 100), atomic_size=25, audit_lines=5_000,
                     resume_sizes=(150, 600), resume_budget=3.0,
                     explore_docs=1, explore_every=4, forks=30, batch_docs=(2, 1),
-                    run_items=60, long_pages=8, ocr_pages=2, drills=crash_drills.QUICK_DRILLS),
+                    run_items=60, long_pages=8, ocr_pages=2, worker_counts=(1, 8),
+                    worker_items=3, drills=crash_drills.QUICK_DRILLS),
 }
-SECTIONS = ("1", "2", "3", "4", "5", "6", "7", "8", "9")
+SECTIONS = ("1", "2", "3", "4", "5", "6", "7", "8", "9", "10")
 
 
 def main(argv=None) -> int:
@@ -116,6 +120,8 @@ def main(argv=None) -> int:
             rows += pages.long_documents(cfg, folder)
         if "9" in only:
             rows += ocr_routes.document_routes(cfg, folder)
+        if "10" in only:
+            rows += concurrency.group_commit(cfg, folder)
         reps = f"{cfg.reps}/{cfg.heavy_reps}/{cfg.huge_reps}"
         print("\n".join(measure.header(folder, mode, reps)))
     print()
