@@ -231,29 +231,7 @@ def bare_forks(count: int) -> float:
     return rate(count, time.perf_counter() - start)
 
 
-def explore(cfg) -> list[Row]:
-    try:
-        from toolkit.explore import Plan
-        from toolkit.explore import explore as run_explore
-    except ImportError as exc:
-        return [Row("5", "crash points explored/s", None, ">= 100 /s",
-                    note=f"not measured: toolkit.explore not importable ({exc})")]
-    log(f"5 crash exploration, {cfg.explore_docs} documents")
-    points = []
-
-    def one():
-        result = run_explore(Plan(docs=cfg.explore_docs, every=cfg.explore_every, jobs=0))
-        points.append(len(result.rows))
-        return rate(len(result.rows), result.seconds)
-
-    r = interleave(cfg.heavy_reps, {"explore": one, "forks": lambda: bare_forks(cfg.forks)})
-    fig = Figure(r["explore"], "/s")
-    every = f", every {cfg.explore_every}th step" if cfg.explore_every > 1 else ""
-    return [Row("5", f"crash points explored/s (safe, {cfg.explore_docs} docs{every}, "
-                     f"{max(points)} points, replay+check)", fig,
-                *check(fig, ">=", 100)),
-            Row("5", "bare fork+exit+wait of this warm process", Figure(r["forks"], "/s")),
-            Row("5", "  ratio crash points / bare forks", ratio(r["explore"], r["forks"]))]
+# 5: crash exploration and drills live in crash_drills.py
 
 
 # -- 6: ledger overhead on real work -------------------------------------------------

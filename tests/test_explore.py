@@ -4,6 +4,9 @@ Each crash point is a forked child that sends itself SIGKILL at step k, then
 fresh processes rerun the batch until it rests, and the checker judges the
 whole history. Batches are kept small (1-3 documents) so the module stays
 within CI's budget; ``python -m toolkit explore --docs 10`` is the full run.
+Where a property is proven under two contracts, one of them runs in snapshot
+mode (recoveries from copies taken at each step, proven to give the real
+mode's verdicts in test_explore_snapshot.py), the other with real SIGKILLs.
 """
 
 import json
@@ -32,8 +35,9 @@ def test_tracer_dies_by_a_real_sigkill_at_exactly_step_k_and_names_it():
     assert messages[-1]["label"] == "step 2"
 
 
-@pytest.mark.parametrize("contract", ["idempotent", "non-idempotent"])
-def test_sigkill_at_every_durable_step_of_safe_batch_recovers_without_violation(contract):
+@pytest.mark.parametrize("contract, mode", [("idempotent", "snapshot"),
+                                            ("non-idempotent", "real")])
+def test_sigkill_at_every_durable_step_of_safe_batch_recovers_without_violation(contract, mode):
     """Kill -9 at each durable step of a 3-document safe batch, rerun until it rests.
 
     Every point must really die at the step the uncrashed run had there, and
@@ -41,7 +45,8 @@ def test_sigkill_at_every_durable_step_of_safe_batch_recovers_without_violation(
     parked items are those whose intent was committed with nothing sent:
     exactly one crash point per document, never a blind resubmit.
     """
-    result = explore(Plan(contract=contract, docs=3))
+    result = explore(Plan(contract=contract, docs=3, mode=mode))
+    assert result.mode == mode
     assert len(result.steps) > 30
     assert {row["point"] for row in result.rows} == {step["n"] for step in result.steps}
     assert sum(row["how"] == TEAR for row in result.rows) == 3  # one download per document
@@ -59,21 +64,29 @@ def test_sigkill_at_every_durable_step_of_safe_batch_recovers_without_violation(
     assert result.total()["violations"] == 0
 
 
-# One named witness per naive design: the step where a kill makes it fail, and how.
+# One named witness per naive design: the step where a kill makes it fail, and how; and the
+# mode snapshot mode runs in (real: its ledger records absolute paths, copies cannot move).
 NAIVE_WITNESSES = {
-    "blind-retry": (KILL, "submit doc-000#1 returned", "double_execution"),
-    "output-exists": (TEAR, "fetch job-000001 returned", "fake_done"),
-    "batch-commit": (KILL, "fetch job-000001 returned", "double_execution"),
-    "rewrite-state": (KILL, "state file truncated", "double_execution"),
-    "no-lease": (KILL, "submit doc-000#1 returned", "double_execution"),
+    "blind-retry": (KILL, "submit doc-000#1 returned", "double_execution", "snapshot"),
+    "output-exists": (TEAR, "fetch job-000001 returned", "fake_done", "real"),
+    "batch-commit": (KILL, "fetch job-000001 returned", "double_execution", "real"),
+    "rewrite-state": (KILL, "state file truncated", "double_execution", "snapshot"),
+    "no-lease": (KILL, "submit doc-000#1 returned", "double_execution", "snapshot"),
 }
 
 
 @pytest.mark.parametrize("strategy", sorted(NAIVE_WITNESSES))
 def test_sigkill_exploration_names_the_step_where_each_naive_strategy_breaks(strategy):
-    """The same exploration over a naive design finds and names a crash-caused violation."""
+    """The same exploration over a naive design finds and names a crash-caused violation.
+
+    Snapshot mode finds the very same rows at every crash point (or, for a
+    design whose ledger names its own folder, falls back to real kills).
+    """
     result = explore(Plan(strategy=strategy, docs=1))
-    how, step, anomaly = NAIVE_WITNESSES[strategy]
+    how, step, anomaly, mode = NAIVE_WITNESSES[strategy]
+    snapshot = explore(Plan(strategy=strategy, docs=1, mode="snapshot"))
+    assert snapshot.mode == mode, snapshot.note
+    assert same_rows(snapshot) == same_rows(result)
     witnesses = [row for row in result.rows
                  if row["how"] == how and row["step"].startswith(step) and anomaly in row["new"]]
     assert witnesses, [(row["how"], row["step"], row["new"]) for row in result.rows]
@@ -108,6 +121,14 @@ def test_power_loss_drops_acknowledged_transitions_only_from_the_jsonl_writer_wi
     assert real.total()["lost_acknowledged"] == 0
     assert {row["verdict"] for row in real.rows} <= {"valid", "parked"}
     assert any(row["step"] == "ledger line written, fsync pending" for row in real.rows)
+
+
+def same_rows(result) -> dict:
+    """What must not depend on the mode: each point's step, verdict, anomalies, counts."""
+    fields = ("step", "kind", "verdict", "anomalies", "new", "outcome", "submits",
+              "executions", "parked", "runs", "errors", "detail")
+    return {(row["point"], row["how"]): {field: row[field] for field in fields}
+            for row in result.rows}
 
 
 def run_cli(*args):
@@ -147,15 +168,18 @@ def test_every_child_killed_by_the_exploration_is_reaped():
     assert {child.pid for child in after} == before
 
 
-@pytest.mark.parametrize("contract", ["idempotent", "non-idempotent"])
-def test_sigkill_at_every_step_of_a_page_by_page_document_resumes_without_violation(contract):
+@pytest.mark.parametrize("contract, mode", [("idempotent", "snapshot"),
+                                            ("non-idempotent", "real")])
+def test_sigkill_at_every_step_of_a_page_by_page_document_resumes_without_violation(contract,
+                                                                                      mode):
     """A 5-page document sent page by page, killed at each durable step, then rerun.
 
     Steps include every page's checkpoint rename and ``partial`` commit. No
     crash point executes a page twice; under the non-idempotent contract the
     only parked points are an intent (document or next page) with nothing sent.
     """
-    result = explore(Plan(contract=contract, docs=1, long_docs=1, long_pages=5))
+    result = explore(Plan(contract=contract, docs=1, long_docs=1, long_pages=5, mode=mode))
+    assert result.mode == mode
     labels = [step["label"] for step in result.steps]
     assert sum(label.startswith("checkpoint of long-000") for label in labels) == 4
     assert sum(label.endswith("submitted->partial") for label in labels) == 4
@@ -171,9 +195,12 @@ def test_sigkill_at_every_step_of_a_page_by_page_document_resumes_without_violat
 
 
 def test_restart_from_page_one_is_caught_at_crash_points_inside_a_long_document():
-    """The same exploration of the naive restart: uncrashed it is valid, crashed it bills twice."""
+    """The same exploration of the naive restart: uncrashed it is valid, crashed it bills twice.
+
+    From snapshots (the real kills of a long document run in the test above).
+    """
     result = explore(Plan(strategy="restart-long-docs", contract="non-idempotent", docs=1,
-                          long_docs=1, long_pages=5))
+                          long_docs=1, long_pages=5, mode="snapshot"))
     assert result.baseline["verdict"] == "valid"
     bad = result.violations()
     assert len(bad) >= 10

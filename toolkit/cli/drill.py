@@ -21,6 +21,9 @@ def _drill(parser):
     parser.add_argument("--strategy", default=None,
                         help="run every scenario with this strategy instead: a name, or "
                              "module:Class for your own pipeline (a toolkit.runner.Pipeline)")
+    parser.add_argument("--jobs", type=int, default=0, metavar="N",
+                        help="drills run side by side in forked processes (default: one per "
+                             "CPU; 1: one after the other); the table keeps catalogue order")
 
     parser.add_argument("--command", default=None, metavar="CMD",
                         help="drill an unmodified program (any language) run through the shell "
@@ -36,7 +39,8 @@ def _drill(parser):
                              "non-idempotent)")
 
     def run(args):
-        from toolkit.drills import DRILLS, run_catalogue
+        from toolkit.drills import DRILLS
+        from toolkit.drills.parallel import run_parallel
 
         if args.command is not None:
             return _blackbox(args)
@@ -57,8 +61,11 @@ def _drill(parser):
             from toolkit.runner.registry import resolve_strategy
 
             resolve_strategy(args.strategy)  # a bad reference is one line, before any work
-        results = run_catalogue(names, strategy=args.strategy, progress=lambda r: print(
-            f"  {r.drill.name}: {r.status}", file=sys.stderr))
+        if args.jobs < 0:
+            raise ToolkitError(f"--jobs must be 0 (one per CPU) or more, got {args.jobs}")
+        results = run_parallel(names, strategy=args.strategy, jobs=args.jobs,
+                               progress=lambda r: print(f"  {r.drill.name}: {r.status}",
+                                                        file=sys.stderr))
         rows = [result.row() for result in results]
         if args.json:
             from toolkit.drills.explain import findings_json

@@ -35,6 +35,10 @@ def _explore(parser):
     parser.add_argument("--max-pairs", type=int, default=200, help="cap on pairs (default 200)")
     parser.add_argument("--every", type=int, default=1,
                         help="explore every k-th durable step only (default 1: all)")
+    parser.add_argument("--mode", default="real", choices=("real", "snapshot"),
+                        help="real (default): replay the batch and SIGKILL it at step k; "
+                             "snapshot: record one run, copy its folder at every step, rerun "
+                             "from the copies (faster; no --pairs, no --power-loss)")
     parser.add_argument("--jobs", type=int, default=0,
                         help="crash points explored side by side (default: one per CPU)")
     parser.add_argument("--seed", type=int, default=0, help="seeds the corpus and the provider")
@@ -51,7 +55,7 @@ def _explore(parser):
                     long_docs=args.long_docs, long_pages=args.long_pages,
                     ledger=args.ledger, power_loss=args.power_loss, every=args.every,
                     pairs=args.pairs, max_pairs=args.max_pairs, seed=args.seed,
-                    jobs=args.jobs).validate()
+                    jobs=args.jobs, mode=args.mode).validate()
         interactive = sys.stderr.isatty()
         result = explore(plan, progress=_progress if interactive else None)
         if interactive:
@@ -73,6 +77,8 @@ def _text(result) -> str:
              f"the uncrashed run has {len(result.steps)} durable steps and is {base['verdict']}"
              + (f" ({', '.join(base['anomalies'])})" if base["anomalies"] else "")
              + f", {base['outcome']}", ""]
+    if result.plan.mode != result.mode:
+        lines[-1:-1] = [f"snapshot mode fell back to real kills: {result.note}"]
     pairs = result.plan.pairs
     rows = [{**row, "then": f"{row['recovery_point']} {row['recovery_step'] or ''}".strip()
              if row["recovery_point"] else "-",

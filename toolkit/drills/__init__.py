@@ -419,17 +419,22 @@ def _snapshot(run, label, event, items, provider):
                 stats["executions"])
 
 
+def chosen_drills(names=None, strategy=None) -> list[Drill]:
+    """The drills ``run_catalogue`` runs: all (or the named ones); with ``strategy``, the safe rows."""
+    chosen = CATALOGUE if names is None else [DRILLS[name] for name in names]
+    if strategy is not None:
+        chosen = [drill for drill in chosen if drill.strategy == "safe"]
+    return chosen
+
+
 def run_catalogue(names=None, progress=None, strategy=None) -> list[DrillResult]:
     """Run every drill (or the named ones), in catalogue order.
 
     With ``strategy``, run each distinct scenario (the safe rows) with that
     strategy instead, expecting what the safe design achieves: a valid verdict.
     """
-    chosen = CATALOGUE if names is None else [DRILLS[name] for name in names]
-    if strategy is not None:
-        chosen = [drill for drill in chosen if drill.strategy == "safe"]
     results = []
-    for drill in chosen:
+    for drill in chosen_drills(names, strategy):
         results.append(run_drill(drill, strategy=strategy))
         if progress is not None:
             progress(results[-1])

@@ -15,6 +15,10 @@ and CrashMonkey, at the level of this protocol:
 4. collect the whole history (both ledgers, the call logs, the disk) and
    judge it with ``toolkit.checker.check``: the checker is the oracle.
 
+Snapshot mode (``mode="snapshot"``, see ``snapshot``) records the uncrashed
+run once, copying the batch folder at each durable step, and starts each crash
+point's reruns from its copy instead of replaying the prefix and killing it.
+
 With ``pairs``, the first rerun is killed too, at each of its own durable
 steps (bounded by ``max_pairs``). Children are forked from a parent that has
 already imported everything (PyMuPDF, SQLite, psutil), so a crash point costs
@@ -42,10 +46,13 @@ from pathlib import Path
 
 from toolkit.errors import ToolkitError
 from toolkit.explore.child import (KILL, TEAR, Paths, fork, fork_many, killed_by_sigkill,
-                                   run_batch)
+                                   run_batch, run_here)
 from toolkit.explore.powerloss import LEDGERS, drop_unsynced, lost_acknowledged, synced_size
+from toolkit.explore.memo import input_checks, judge_with, provider_work
+from toolkit.explore.snapshot import folder, position_dependent, refusal
 
 VERDICTS = ("valid", "parked", "violation", "undecided", "not-reached", "diverged")
+MODES = ("real", "snapshot")  # real: replay the prefix, SIGKILL at step k; snapshot: copies
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -65,6 +72,7 @@ class Plan:
     runs: int = 3  # reruns allowed for the batch to rest after the crash
     seed: int = 0
     jobs: int = 0  # crash points explored side by side (0: one per CPU)
+    mode: str = "real"  # a key of MODES; the real mode is the default
 
     def validate(self) -> "Plan":
         """Raises ToolkitError naming the first bad field (one line, for the CLI)."""
@@ -78,6 +86,10 @@ class Plan:
                                 or self.strategy == "rewrite-state"):
             raise ToolkitError("power loss is simulated for JSONL ledgers only: "
                                "--ledger jsonl or --ledger jsonl-no-fsync")
+        if self.mode not in MODES:
+            raise ToolkitError(f"unknown mode {self.mode!r}; choose from {', '.join(MODES)}")
+        if self.mode == "snapshot" and refusal(self):
+            raise ToolkitError(refusal(self))
         for name, low in (("docs", 1), ("every", 1), ("max_pairs", 0), ("runs", 1), ("jobs", 0),
                           ("long_docs", 0), ("long_pages", 5)):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < low:
@@ -122,12 +134,16 @@ class Exploration:
     baseline: dict
     steps: list[dict]  # the durable steps of the uncrashed run, in order
     seconds: float
+    mode: str = "real"  # the mode the points ran in (snapshot mode may fall back to real)
+    note: str = ""  # why it fell back
 
     def total(self) -> dict:
         count = collections.Counter(row["verdict"] for row in self.rows)
-        total = {"points": len(self.rows), "violations": count["violation"],
+        # the rate counts only points whose recovery ran and was judged
+        judged = sum(count[verdict] for verdict in ("valid", "parked", "violation", "undecided"))
+        total = {"mode": self.mode, "points": len(self.rows), "violations": count["violation"],
                  "parked": count["parked"],
-                 "points_per_s": round(len(self.rows) / self.seconds, 2) if self.seconds else 0.0}
+                 "points_per_s": round(judged / self.seconds, 2) if self.seconds else 0.0}
         total["caused_by_crash"] = sum(bool(row["new"]) for row in self.rows)
         if self.plan.power_loss:
             total["lost_acknowledged"] = sum(row["lost_acked"] for row in self.rows)
@@ -167,12 +183,22 @@ def explore(plan: Plan, workdir=None, progress=None) -> Exploration:
                          else os.cpu_count() or 1)
     started = time.monotonic()
 
+    snapshots = root / "snapshots" if plan.mode == "snapshot" else None
+    memo = None if snapshots is None else (root / "provider-work", input_checks(inputs))
     body, args, kwargs = _call(plan, root, inputs, names, "baseline", Point(None),
                                record_first=True)
-    baseline = _result(*fork(body, *args, **kwargs))
+    baseline = _result(*fork(body, *args, snapshots=snapshots, memo=memo, **kwargs))
     steps = baseline["first_steps"]
+    if snapshots is not None and baseline["row"]["errors"]:
+        raise ToolkitError(f"the recording failed: {baseline['row']['errors'][0]}")
     if baseline["row"]["verdict"] == "not-reached" or "not_at_rest" in baseline["row"]["anomalies"]:
         raise ToolkitError(f"the uncrashed batch does not rest: {baseline['row']}")
+    note = snapshots and position_dependent(snapshots, args[1])  # args[1]: its folder
+    if note:  # the copies cannot be moved: every point replays and dies for real
+        import shutil
+
+        shutil.rmtree(snapshots)
+        snapshots = memo = None
 
     singles = [Point(s["n"], how) for s in steps if (s["n"] - 1) % plan.every == 0
                for how in (KILL, TEAR) if how == KILL or s["tearable"]]
@@ -184,7 +210,8 @@ def explore(plan: Plan, workdir=None, progress=None) -> Exploration:
         if progress is not None:
             progress(done[0], expected[0])
 
-    results = _explore_points(plan, root, inputs, names, singles, jobs, tick, record=plan.pairs)
+    results = _explore_points(plan, root, inputs, names, singles, jobs, tick, record=plan.pairs,
+                              snapshots=snapshots, steps=steps, memo=memo)
     # The label each crash point must die at: the baseline's, and for pairs the first rerun's.
     expect = {(point.k, point.how, None): steps[point.k - 1]["label"] for point in singles}
     if plan.pairs:
@@ -206,7 +233,8 @@ def explore(plan: Plan, workdir=None, progress=None) -> Exploration:
         if row["verdict"] != "not-reached" and died_at != expect[
                 (row["point"], row["how"], row["recovery_point"])]:
             row["verdict"] = "diverged"  # not the step the baseline had: not deterministic
-    return Exploration(plan, rows, baseline["row"], steps, seconds)
+    return Exploration(plan, rows, baseline["row"], steps, seconds,
+                       "real" if snapshots is None else "snapshot", note or "")
 
 
 def _scratch() -> str | None:
@@ -241,9 +269,14 @@ def _call(plan, root, inputs, names, label, point, record_first=False, record=Fa
             {"record_first": record_first, "record_recovery": record})
 
 
-def _explore_points(plan, root, inputs, names, points, jobs, tick, record=False):
+def _explore_points(plan, root, inputs, names, points, jobs, tick, record=False, snapshots=None,
+                    steps=(), memo=None):
     calls = [_call(plan, root, inputs, names, f"{point.k}-{point.how}-{point.j}", point,
                    record=record) for point in points]
+    if snapshots is not None:  # each point starts from the copy taken at its step
+        for (_, _, kwargs), point in zip(calls, points):
+            kwargs.update(start=folder(snapshots, point.k, point.how == TEAR),
+                          start_step=steps[point.k - 1], memo=memo)
     return [_result(*result) for result in fork_many(calls, jobs, tick)]
 
 
@@ -256,21 +289,37 @@ def _result(messages, status) -> dict:
 
 
 def _explore_point(fd, plan: Plan, work: Path, inputs, names, point: Point,
-                   record_first=False, record_recovery=False) -> dict:
-    """One crash point, in its own (forked) supervisor process: crash, rerun, judge."""
+                   record_first=False, record_recovery=False, snapshots=None, start=None,
+                   start_step=None, memo=None) -> dict:
+    """One crash point, in its own (forked) supervisor process: crash, rerun, judge.
+
+    ``start`` (snapshot mode): the copy of the batch folder taken at step
+    ``start_step``; the reruns start from it instead of a replay killed there.
+    ``memo`` (snapshot mode): the provider's work cache and the inputs' checks.
+    """
     import shutil
 
+    if memo is not None:  # this process and the runs it forks: see ``memo``
+        provider_work(memo[0])
+
     shutil.rmtree(work, ignore_errors=True)  # a leftover of an interrupted exploration
-    work.mkdir(parents=True)
+    work.parent.mkdir(parents=True, exist_ok=True)
+    if start is None:
+        work.mkdir()
     paths = Paths(work, work / plan.ledger_file())
     row = {"point": point.k, "how": point.how, "step": None, "kind": None,
            "recovery_point": point.j, "recovery_step": None, "runs": 0}
     errors, lost, acked, reached = [], [], 0, True
 
-    messages, status = fork(run_batch, plan, paths, inputs, names, run=0, kill_at=point.k,
-                            how=point.how, record=record_first)
+    if start is None:
+        messages, status = fork(run_batch, plan, paths, inputs, names, run=0, kill_at=point.k,
+                                how=point.how, record=record_first, snapshots=snapshots)
+        reached &= _note_kill(row, "step", messages, status, point.k)
+    else:  # same depth as the real mode's folder: the roots, relative to it, resolve alike
+        os.rename(start, work)  # each copy serves one point: no second copy
+        messages, status = [], 0
+        row.update(step=start_step["label"], kind=start_step["kind"])
     first_steps = [m for m in messages if m["t"] == "step"]
-    reached &= _note_kill(row, "step", messages, status, point.k)
     errors += [m["error"] for m in messages if m["t"] == "error"]
     if plan.power_loss and point.k is not None:  # the uncrashed baseline keeps its power
         drop_unsynced(paths.ledger, synced_size(messages) or 0)
@@ -279,7 +328,10 @@ def _explore_point(fd, plan: Plan, work: Path, inputs, names, point: Point,
     rested, recovery_steps = _rested(messages), []
     while not rested and row["runs"] < plan.runs:
         kill_at = point.j if row["runs"] == 0 else None
-        messages, status = fork(run_batch, plan, paths, inputs, names, run=row["runs"] + 1,
+        # From a copy, the first rerun runs here: this supervisor is a fresh fork of the
+        # exploring parent, as a child of it would be; one fork saved per point.
+        run = run_here if start is not None and row["runs"] == 0 else fork
+        messages, status = run(run_batch, plan, paths, inputs, names, run=row["runs"] + 1,
                                 kill_at=kill_at, record=record_recovery and row["runs"] == 0)
         if row["runs"] == 0:
             recovery_steps = [m for m in messages if m["t"] == "step"]
@@ -288,6 +340,8 @@ def _explore_point(fd, plan: Plan, work: Path, inputs, names, point: Point,
         errors += [m["error"] for m in messages if m["t"] == "error"]
         rested = _rested(messages)
 
+    if memo is not None:
+        judge_with(memo[1])
     row.update(_judge(plan, paths, inputs, rested, lost, reached))
     row["errors"] = errors
     if plan.power_loss:

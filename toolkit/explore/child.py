@@ -29,9 +29,13 @@ import sys
 import traceback
 from pathlib import Path
 
+from toolkit.explore.snapshot import Recorder
 from toolkit.identity import PAGE_MARK
 
 KILL, TEAR = "kill", "tear+kill"
+# The real calls, taken at import (before any fork): a process that runs the batch twice
+# (``run_here``, then a fork of itself) wraps them afresh each time, never a wrapper again.
+_REPLACE, _FSYNC = os.replace, os.fsync
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -64,9 +68,10 @@ class Tracer:
     """Numbers the durable steps of one run; really dies at step ``kill_at``."""
 
     def __init__(self, fd: int, names: dict, *, kill_at=None, how=KILL, record=False,
-                 acks=False):
+                 acks=False, snapshot=None):
         self.fd, self.names = fd, names
         self.kill_at, self.how, self.record, self.acks = kill_at, how, record, acks
+        self.snapshot = snapshot  # snapshot mode: copies the batch folder at each step
         self.n = 0
 
     def name(self, key) -> str:
@@ -77,6 +82,13 @@ class Tracer:
         self.n += 1
         if self.record:
             send(self.fd, t="step", n=self.n, kind=kind, label=label, tearable=path is not None)
+        if self.snapshot is not None:  # here, where a real kill at step n would strike
+            try:
+                self.snapshot(self.n, path)
+            except BaseException as exc:  # stop the recording: no caller may take it for a fault
+                send(self.fd, t="error", error=f"snapshot at step {self.n}: {exc}",
+                     traceback=traceback.format_exc()[-3000:])
+                os._exit(70)
         if self.n == self.kill_at:
             if self.how == TEAR and path is not None:
                 _tear(Path(path))
@@ -153,7 +165,7 @@ class TracedProvider:
 def _watch_renames(tracer: Tracer, out_dir: Path) -> None:
     """A rename into the client's output (or checkpoint) folder is a step (this process only:
     we are a fork)."""
-    real_replace = os.replace
+    real_replace = _REPLACE
 
     def replace(src, dst, *args, **kwargs):
         real_replace(src, dst, *args, **kwargs)
@@ -169,7 +181,7 @@ def _watch_renames(tracer: Tracer, out_dir: Path) -> None:
 
 def _watch_fsyncs(tracer: Tracer, ledger_path: Path) -> None:
     """Power-loss mode: a ledger line written but not yet fsynced is a step; report synced sizes."""
-    real_fsync = os.fsync
+    real_fsync = _FSYNC
 
     def is_ledger(fd) -> bool:
         try:
@@ -190,8 +202,12 @@ def _watch_fsyncs(tracer: Tracer, ledger_path: Path) -> None:
 
 
 def run_batch(fd: int, plan, paths: Paths, inputs, names, *, run: int, kill_at=None, how=KILL,
-              record=False) -> dict:
-    """One run of the batch in this (forked) process; returns how it ended."""
+              record=False, snapshots=None) -> dict:
+    """One run of the batch in this (forked) process; returns how it ended.
+
+    With ``snapshots`` (a folder), the batch folder is copied there at every step
+    (``snapshot.Recorder``).
+    """
     from toolkit.ledger import open_ledger
     from toolkit.provider import FakeProvider
     from toolkit.runner import RetryPolicy
@@ -214,6 +230,8 @@ def run_batch(fd: int, plan, paths: Paths, inputs, names, *, run: int, kill_at=N
     else:
         ledger = open_ledger(paths.ledger, **plan.ledger_options())
         runner = resolve_strategy(plan.strategy)(ledger, traced, paths.out, **options)
+    if snapshots is not None:
+        tracer.snapshot = Recorder(paths.root, snapshots, getattr(runner, "lease_ttl", 60.0) / 2)
     if hasattr(runner.ledger, "on_event"):
         runner.ledger.on_event = tracer.on_event
     try:
@@ -256,6 +274,27 @@ def _start(body, args, kwargs) -> tuple[int, int]:
 
 def _messages(data: bytes) -> list[dict]:
     return [json.loads(line) for line in data.splitlines() if line.strip()]
+
+
+def run_here(body, *args, **kwargs) -> tuple[list[dict], int]:
+    """Run ``body`` in this process, as ``fork`` runs it in a child; return (messages, status).
+
+    For a process that was itself just forked from the exploring parent (a
+    crash point's supervisor): it is as fresh as a child of it would be. The
+    messages go to a temporary file, not a pipe (no reader while it runs).
+    """
+    import tempfile
+
+    with tempfile.TemporaryFile() as sink:
+        status = 0
+        try:
+            send(sink.fileno(), t="end", **body(sink.fileno(), *args, **kwargs))
+        except Exception as exc:  # the caller must hear of it, as from a child
+            status = 70 << 8  # as os.waitpid reports an exit status of 70
+            send(sink.fileno(), t="error", error=f"{type(exc).__name__}: {exc}",
+                 traceback=traceback.format_exc()[-3000:])
+        sink.seek(0)
+        return _messages(sink.read()), status
 
 
 def fork(body, *args, **kwargs) -> tuple[list[dict], int]:

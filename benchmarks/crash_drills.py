@@ -1,0 +1,82 @@
+"""Section 5: crash exploration (snapshot and real-SIGKILL modes) and the drill catalogue.
+
+* crash points/s: ``toolkit.explore`` on the same batch in both modes, back to
+  back in each repetition (the ratio is per repetition). A point counts only
+  when its recovery ran and the checker judged it (every row does: a point
+  that did not is ``not-reached``, and none may be). The rate includes the
+  recording (snapshot mode) or the uncrashed baseline (real mode).
+* bare forks/s of this warm process: what one fork costs, for scale.
+* ``drill all`` wall time, in forked parallel processes (one per CPU) and one
+  after the other, in this (warm) process. ``--quick`` runs a few drills.
+"""
+
+import time
+
+from measure import Figure, Row, check, interleave, rate, ratio
+from sections import bare_forks, log
+
+QUICK_DRILLS = ("crash-after-submit", "crash-after-submit/blind-retry")
+
+
+def explore(cfg) -> list[Row]:
+    try:
+        from toolkit.explore import Plan
+        from toolkit.explore import explore as run_explore
+    except ImportError as exc:
+        return [Row("5", "crash points explored/s", None, ">= 100 /s",
+                    note=f"not measured: toolkit.explore not importable ({exc})")]
+    log(f"5 crash exploration, {cfg.explore_docs} documents, snapshot and real modes")
+    points = {}
+
+    def one(mode):
+        def run():
+            result = run_explore(Plan(docs=cfg.explore_docs, every=cfg.explore_every, jobs=0,
+                                      mode=mode))
+            judged = [row for row in result.rows if row["verdict"] not in ("not-reached",
+                                                                           "diverged")]
+            assert result.mode == mode and len(judged) == len(result.rows), result.total()
+            points[mode] = len(judged)
+            return rate(len(judged), result.seconds)
+        return run
+
+    r = interleave(cfg.heavy_reps, {"snapshot": one("snapshot"), "real": one("real"),
+                                    "forks": lambda: bare_forks(cfg.forks)})
+    snap, real = Figure(r["snapshot"], "/s"), Figure(r["real"], "/s")
+    every = f", every {cfg.explore_every}th step" if cfg.explore_every > 1 else ""
+    batch = f"safe, {cfg.explore_docs} docs{every}, {points['snapshot']} points"
+    return [Row("5", f"crash points explored/s, snapshot mode ({batch}, copy+recover+check)",
+                snap, *check(snap, ">=", 100)),
+            Row("5", f"crash points explored/s, real SIGKILL mode ({batch}, replay+check)",
+                real),
+            Row("5", "  ratio snapshot / real mode", ratio(r["snapshot"], r["real"])),
+            Row("5", "bare fork+exit+wait of this warm process", Figure(r["forks"], "/s")),
+            Row("5", "  ratio snapshot-mode crash points / bare forks",
+                ratio(r["snapshot"], r["forks"]))] + drill_all(cfg)
+
+
+def drill_all(cfg) -> list[Row]:
+    from toolkit.drills import CATALOGUE
+    from toolkit.drills.parallel import default_jobs, run_parallel
+
+    names = None if cfg.drills is None else list(cfg.drills)  # --quick: a few drills
+    count = len(CATALOGUE) if names is None else len(names)
+    jobs = default_jobs()
+    log(f"5 drill catalogue ({count} drills), {jobs} processes and one after the other")
+
+    def wall(jobs_now):
+        def run():
+            start = time.perf_counter()
+            results = run_parallel(names, jobs=jobs_now)
+            assert len(results) == count
+            return time.perf_counter() - start
+        return run
+
+    # the sequential catalogue takes about a minute per repetition; --quick proves it runs
+    reps = 1 if cfg.drills is not None else min(cfg.heavy_reps, 2)
+    r = interleave(reps, {"parallel": wall(jobs), "sequential": wall(1)})
+    what = "drill all" if names is None else f"{count} drills (quick)"
+    parallel = Figure(r["parallel"], "s")
+    return [Row("5", f"{what}: wall time, {jobs} forked processes", parallel,
+                *(check(parallel, "<=", 30) if names is None else ("", ""))),
+            Row("5", f"{what}: wall time, one after the other", Figure(r["sequential"], "s")),
+            Row("5", "  ratio sequential / parallel", ratio(r["sequential"], r["parallel"]))]
