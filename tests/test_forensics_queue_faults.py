@@ -27,19 +27,32 @@ from test_forensics_queues import (
 from toolkit.forensics import audit
 
 
+LEDGER_WRITER = """
+    import os, signal, sys
+    from toolkit.ledger import open_ledger
+    ledger = open_ledger(sys.argv[1])
+    for n in range(5):
+        ledger.add(f"k{n}", source=f"d{n}.pdf")
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
 @pytest.mark.slow
-def test_symlink_to_a_queue_with_a_dead_writers_wal_is_audited_through_that_wal(tmp_path):
-    """A litequeue and a persist-queue worker are SIGKILLed: their WAL (holding every row)
-    stays beside the real file. Audited through a same-folder relative alias, a relative
+def test_symlink_to_a_sqlite_file_with_a_dead_writers_wal_is_audited_through_that_wal(
+        tmp_path):
+    """A litequeue worker, a persist-queue worker and a writer of the toolkit's own SQLite
+    ledger are SIGKILLed: their WAL (holding every row) stays beside the real file. Audited through a same-folder relative alias, a relative
     link from another folder and an absolute link, the report must equal the one of the
     real path (the -wal beside the link's name does not exist; the one beside its target
     does), and nothing is created beside either."""
-    lq, pq, links = tmp_path / "lq", tmp_path / "pq", tmp_path / "links"
-    lq.mkdir()
-    links.mkdir()
+    lq, pq, own, links = (tmp_path / name for name in ("lq", "pq", "own", "links"))
+    for folder in (lq, own, links):
+        folder.mkdir()
     run_child(LITEQUEUE_WORKER, lq / "q.db")
     run_child(PERSIST_WORKER, pq)
-    for real in (lq / "q.db", pq / "data.db"):
+    run_child(LEDGER_WRITER, own / "l.sqlite")
+    formats = {lq: "litequeue", pq: "persist-queue", own: "toolkit-sqlite"}
+    for real in (lq / "q.db", pq / "data.db", own / "l.sqlite"):
         assert os.path.exists(f"{real}-wal")
         (real.parent / "alias.db").symlink_to(real.name)  # relative, same folder
         (links / f"rel-{real.parent.name}").symlink_to(os.path.relpath(real, links))
@@ -50,7 +63,7 @@ def test_symlink_to_a_queue_with_a_dead_writers_wal_is_audited_through_that_wal(
         for link in (real.parent / "alias.db", links / f"rel-{real.parent.name}",
                      links / f"abs-{real.parent.name}"):
             report = audit(link, now=NOW)
-            assert report.format == ("litequeue" if real.parent == lq else "persist-queue")
+            assert report.format == formats[real.parent]
             assert table(report) == expected, link
         assert (snapshot(real.parent), snapshot(links)) == before
 
