@@ -41,6 +41,7 @@ from toolkit.forensics import queues as _queues  # noqa: F401  (registers its ad
 from toolkit.forensics import sqlite as _sqlite
 from toolkit.forensics.checks import LOOKUP_FORMATS, check_items, plan_item
 from toolkit.forensics.lines import MAX_LINE
+from toolkit.forensics.private import CopyError
 from toolkit.forensics.model import (
     ACTIONS,
     ADAPTERS,
@@ -204,12 +205,13 @@ def _audit(path, name, adapter, artifacts, inputs, now, gone=None, output_name=N
             raw = Raw()
         else:
             raw = adapter.read(path)
-    except ToolkitError as exc:
-        raise _fail(path, exc) from exc
+    except ToolkitError as exc:  # a failed private copy is the disk's fault, not the format's
+        raise _fail(path, exc, not isinstance(exc, CopyError)) from exc
     except (OSError, sqlite3.Error, MemoryError) as exc:
         raise _fail(path, f"{type(exc).__name__}: {exc}", not _storage_fault(exc)) from exc
     anomalies = raw.anomalies + check_items(raw.items, artifacts, inputs,
-                                            time.time() if now is None else now, output_name)
+                                            time.time() if now is None else now, output_name,
+                                            name in LOOKUP_FORMATS)
     if gone is not None:
         anomalies += _root_gone(raw.items, gone)
     return _report(os.fspath(path), name, raw, _ordered(anomalies))

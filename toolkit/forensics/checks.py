@@ -89,13 +89,20 @@ def check_whole_pdf(key, path: str, real: str) -> list[Anomaly]:
                     f"{verdict.reason}")]
 
 
-def check_artifact(item, root: str | None, output_name: str | None = None) -> list[Anomaly]:
+def check_artifact(item, root: str | None, output_name: str | None = None,
+                   lookup: bool = True) -> list[Anomaly]:
     """``output_name`` (a rule for ``output_path``) turns on the check by content: an item
-    whose format records no artifact path (or no SHA-256) is verified as a whole PDF."""
+    whose format records no artifact path (or no SHA-256) is verified as a whole PDF.
+    ``lookup`` False (a format without lookup) and no ``root``: a recorded artifact cannot
+    be looked at, so it is not verified (``done_without_artifact``: ``verify``, never
+    ``skip``)."""
     key, path = item.key, item.artifact_path
     size, sha = item.artifact_size, item.artifact_sha256
     if (type(path) is not str or not path) and (output_name is None or root is None):
         return [Anomaly(key, "done_without_artifact", "no artifact path recorded")]
+    if root is None and not lookup:
+        return [Anomaly(key, "done_without_artifact", f"{path!r} recorded but not checked: no "
+                        "artifacts folder (give --artifacts to verify its size and SHA-256)")]
     if type(path) is not str or not path:
         path = output_path(item, output_name)
     real, unsafe = locate(root, path)
@@ -162,12 +169,12 @@ def check_stuck(item, now: float) -> list[Anomaly]:
 
 
 def check_items(items: dict, artifacts: str | None, inputs: str | None, now: float,
-                output_name: str | None = None):
+                output_name: str | None = None, lookup: bool = True):
     found, digests = [], {}
     for item in items.values():
         state = item.state
         if state == "done":
-            found += check_artifact(item, artifacts, output_name)
+            found += check_artifact(item, artifacts, output_name, lookup)
         elif state == "partial":  # a partial item's artifact is its checkpoint
             found += check_artifact(item, artifacts)
         elif state == "unknown":

@@ -30,6 +30,11 @@ SIDE_FILES = ("-wal",)  # -shm is an index SQLite rebuilds from the WAL; -journa
 _TRIES = 5
 
 
+class CopyError(ToolkitError):
+    """The copy itself failed (disk full under TMPDIR, an unreadable file): a storage
+    error, never a sign that the file is of no known format."""
+
+
 def _fingerprint(path: Path):
     found = []
     for candidate in (path, *(Path(f"{path}{side}") for side in SIDE_FILES)):
@@ -68,9 +73,10 @@ def private_copy(path):
     """Yield the path of a private copy of ``path`` (and its ``-wal``); removed afterwards.
 
     Raises:
-        ToolkitError: the file keeps changing under us, or cannot be read.
+        ToolkitError: the file keeps changing under us; ``CopyError``: it cannot be
+            read or copied.
     """
-    path = Path(path)
+    path = Path(os.path.realpath(path))  # a symlink's -wal is the one beside its target
     with tempfile.TemporaryDirectory(prefix="toolkit-view-") as folder:
         copy = Path(folder) / path.name
         for _ in range(_TRIES):
@@ -83,7 +89,7 @@ def private_copy(path):
                     if source.exists():
                         shutil.copyfile(source, target)
             except OSError as exc:
-                raise ToolkitError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from exc
+                raise CopyError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from exc
             if _fingerprint(path) == before:
                 break
         else:

@@ -22,6 +22,11 @@ pickle is never unpickled: unpickling runs code the file names, and an audit
 must not execute the file it audits. These queues record no artifact, so a
 ``done`` from them is ``done_without_artifact`` (a Celery result that names
 its ``output`` is the exception).
+
+A text cell that is not UTF-8 is read as bytes (``_lenient``): its payload is opaque,
+its key or state is kept with the odd bytes escaped (``bad\\xff``); the other rows are
+audited. Tables of the file that the adapter does not read (a second kind of queue, a
+plain persist-queue ``SQLiteQueue``) are listed in one ``unaudited_table`` finding.
 """
 
 import json
@@ -35,6 +40,25 @@ _MAX_NAME = 4096  # a text payload longer than this is not a file name
 
 def _quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
+
+
+def _text_or_bytes(value: bytes):
+    """sqlite3 text_factory: UTF-8 text as str, anything else as its bytes (the default
+    raises on the first bad cell and the whole database would go unaudited)."""
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        return value
+
+
+def _lenient(db):
+    db.text_factory = _text_or_bytes
+    return db
+
+
+def _escaped(value):
+    """A key or state read as non-UTF-8 bytes, with its odd bytes escaped; else as it is."""
+    return value.decode("utf-8", "backslashreplace") if type(value) is bytes else value
 
 
 def decode_payload(value):
@@ -109,7 +133,13 @@ class _Collector:
         digest = first(decoded, INPUT_DIGEST_FIELDS, str) if type(decoded) is dict else None
         return named_source(decoded), digest
 
-    def finish(self, totals: dict) -> Raw:
+    def finish(self, totals: dict, schema: dict, companions=()) -> Raw:
+        """``companions``: tables the library writes beside the audited ones (not items)."""
+        left = sorted(name for name in schema if name not in totals and name not in companions
+                      and not name.startswith("sqlite_"))
+        if left:
+            self.raw.finding(None, "unaudited_table", f"{self.name}: tables not audited "
+                             f"(not of this format): {', '.join(left)}; audit them apart")
         for table, found in self.opaque.items():
             whys = sorted(set(found.values()))
             keys = ", ".join(list(found)[:5]) + (" …" if len(found) > 5 else "")
@@ -144,6 +174,7 @@ def _ns_seconds(*stamps):
 def read_litequeue(db, schema) -> Raw:
     """One item per message, keyed by ``message_id``; ``data`` names the input."""
     found, totals = _Collector("litequeue"), {}
+    _lenient(db)
     for table in _litequeue_tables(schema):
         rows = db.execute("SELECT rowid, message_id, status, data, in_time, lock_time, done_time "
                           f"FROM {_quote(table)} ORDER BY rowid")
@@ -151,6 +182,7 @@ def read_litequeue(db, schema) -> Raw:
         for rowid, key, status, data, in_time, lock_time, done_time in rows:
             where = f"{table} rowid={rowid}"
             totals[table] += 1
+            key = _escaped(key)
             if type(key) is not str or not key:
                 found.bad_row(None, f"row {where}: message_id {key!r} is not a string")
                 continue
@@ -161,7 +193,7 @@ def read_litequeue(db, schema) -> Raw:
             source, digest = found.payload(table, key, data)
             found.add(foreign_item(key, state, word, {}, source=source, input_digest=digest,
                                    updated=_ns_seconds(in_time, lock_time, done_time)), where)
-    return found.finish(totals)
+    return found.finish(totals, schema)
 
 
 # --- persist-queue -----------------------------------------------------------------------
@@ -185,6 +217,7 @@ def read_persist_queue(db, schema) -> Raw:
     """One item per row, keyed by its ``_id`` (the ``pqid``), or ``<name>:<_id>`` when the
     file holds several queues; ``data`` is whatever the queue's serializer wrote."""
     found, totals = _Collector("persist-queue"), {}
+    _lenient(db)
     tables = _ack_tables(schema)
     for table in tables:
         prefix = f"{ACK_TABLE.fullmatch(table).group(1)}:" if len(tables) > 1 else ""
@@ -206,7 +239,7 @@ def read_persist_queue(db, schema) -> Raw:
             source, digest = found.payload(table, key, data)
             found.add(foreign_item(key, state, word, {}, source=source, input_digest=digest),
                       where)
-    return found.finish(totals)
+    return found.finish(totals, schema)
 
 
 # --- Celery's database result backend ----------------------------------------------------
@@ -219,7 +252,7 @@ CELERY_STATES = {"PENDING": ("pending", None), "RECEIVED": ("unknown", None),
                  "STARTED": ("unknown", None), "SUCCESS": ("done", None),
                  "FAILURE": ("failed", None), "RETRY": ("failed", "transient"),
                  "REVOKED": ("cancelled", None), "REJECTED": ("failed", None)}
-_CUSTOM_STATE = re.compile(r"[A-Z][A-Z0-9_]{0,49}")  # update_state(state="PROGRESS") and kin
+TASKSETMETA = "celery_tasksetmeta"  # groups' results, written beside it: not items
 
 
 def _taskmeta_tables(schema):
@@ -238,6 +271,7 @@ def _exception(result) -> str | None:
 
 def _last_line(traceback) -> str | None:
     """The exception line of a stored traceback (when the result itself is opaque)."""
+    traceback = _escaped(traceback)
     lines = traceback.strip().splitlines() if type(traceback) is str else []
     return lines[-1][:400] if lines else None
 
@@ -245,10 +279,12 @@ def _last_line(traceback) -> str | None:
 @register("celery-db", "sqlite", lambda db, schema: bool(_taskmeta_tables(schema)),
           "Celery database result backend: celery_taskmeta, task_id, status, result")
 def read_celery(db, schema) -> Raw:
-    """One item per task, keyed by ``task_id``. A custom state (``update_state``) is an
-    unfinished task: ``unknown``. ``result`` is Celery's encoded return value: a JSON
-    object naming ``output``/``sha256`` gives the artifact; a pickled result stays opaque."""
+    """One item per task, keyed by ``task_id``. Any other state (``update_state`` takes any
+    string: 'PROGRESS', 'page-3', '') is an unfinished task: ``unknown``, its word kept.
+    ``result`` is Celery's encoded return value: a JSON object naming ``output``/``sha256``
+    gives the artifact; a pickled result stays opaque."""
     found, totals = _Collector("celery_taskmeta"), {}
+    _lenient(db)
     for table in _taskmeta_tables(schema):
         columns = schema[table]
         extra = ", ".join(name if name in columns else "NULL"
@@ -260,11 +296,11 @@ def read_celery(db, schema) -> Raw:
             rowid, key, status, result, done, traceback, args, kwargs, worker, retries = row
             where = f"{table} id={rowid}"
             totals[table] += 1
+            key, status, worker = _escaped(key), _escaped(status), _escaped(worker)
             if type(key) is not str or not key:
                 found.bad_row(None, f"row {where}: task_id {key!r} is not a string")
                 continue
-            if type(status) is not str or not (status in CELERY_STATES
-                                               or _CUSTOM_STATE.fullmatch(status)):
+            if type(status) is not str:
                 found.bad_row(key, f"row {where}: status {status!r} is not a Celery state")
                 continue
             state, failure = CELERY_STATES.get(status, ("unknown", None))
@@ -283,4 +319,4 @@ def read_celery(db, schema) -> Raw:
             elif state == "unknown" and type(worker) is str:
                 record.lease_owner = worker
             found.add(record, where)
-    return found.finish(totals)
+    return found.finish(totals, schema, (TASKSETMETA,))

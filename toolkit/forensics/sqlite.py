@@ -59,6 +59,7 @@ def read_database(path, adapters):
     back through a read-only connection; then a private copy of the database
     and its journal is rolled back and read instead, and the report says so.
     """
+    path = os.path.realpath(path)  # a symlink's -wal/-journal are beside its target, not it
     if os.path.exists(f"{path}-wal") and not live_wal_connection(path):
         # a dead writer's WAL: even mode=ro would create or rebuild -shm beside it
         with private_copy(path) as copy:
