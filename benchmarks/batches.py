@@ -19,6 +19,7 @@ from pathlib import Path
 from toolkit.identity import task_key
 from toolkit.ledger.sqlite import ITEM_COLUMNS, SCHEMA
 from toolkit.provider import Contract, Job, JobStatus
+from toolkit.runner.artifacts import stat_fields
 
 PERMANENT_REASON = "poison: not-pdf: no %PDF- header"
 
@@ -55,7 +56,8 @@ def resume_fixture(folder: Path, items: int, done_share: float = 0.99) -> tuple[
             artifact = out_dir / f"doc-{number:07d}.{key[:8]}.pdf"
             artifact.write_bytes(data)  # the stub provider's artifact is the input itself
             fields = {"job_id": f"job-{number:07d}", "artifact_path": str(artifact),
-                      "artifact_size": len(data), "artifact_sha256": digest}
+                      "artifact_size": len(data), "artifact_sha256": digest,
+                      **stat_fields(artifact)}  # as the runner records them at done
             row.update(state="done", **fields)
             history += [("move", "pending", "unknown", 1, 1, {"note": "intent"}),
                         ("move", "unknown", "submitted", 1, 1, {"job_id": fields["job_id"]}),

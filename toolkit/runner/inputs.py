@@ -14,7 +14,7 @@ and the batch goes on.
 import errno
 import os
 import stat
-from pathlib import Path
+from pathlib import Path, PurePath
 
 from toolkit.errors import ToolkitError
 
@@ -38,7 +38,7 @@ def entry_name(path) -> str:
     with its undecodable bytes escaped (``bad\\xff.pdf``): readable, and one batch's
     odd name never stops the others. The file itself is still opened by its real name.
     """
-    raw = os.fsencode(Path(path).name)
+    raw = os.fsencode(path.name if isinstance(path, PurePath) else Path(path).name)
     return raw.decode("utf-8", "backslashreplace")
 
 
