@@ -18,10 +18,10 @@ from pathlib import Path
 
 from toolkit import documents, roots
 from toolkit.errors import LeaseHeldError, LedgerError
-from toolkit.identity import canonical_json, content_digest, task_key, task_keyer
+from toolkit.identity import canonical_json, content_digest, task_key
 from toolkit.ledger import PERMANENT, Item, State
 from toolkit.provider import Contract
-from toolkit.runner import artifacts
+from toolkit.runner import artifacts, keying
 from toolkit.runner.inputs import Odd, entry_name, read_input
 from toolkit.runner.ops import mark_unhealthy, recover_abandoned, require_healthy
 
@@ -147,7 +147,7 @@ class Pipeline:
         self._pages: dict[str, int] = {}  # page count of each document routed page by page
         self._known: dict[str, Item] = {}  # items read by enqueue, for process's first look
         self._seen: dict[str, str] = {}  # every key of this run -> its first input's name
-        self._routes = None  # the option sets an input can be keyed with (``_vouched``)
+        self._routes = None  # digest -> key, per option set an input can have (``keying``)
         self._snapshots = None  # tempfile.TemporaryDirectory of this run's input snapshots
         self.other_roots: list[Path] = []  # the recorded outputs root, when --out is another
         self._current = self._stage = None
@@ -181,7 +181,7 @@ class Pipeline:
         Poison becomes ``failed(permanent, reason)`` before anything is
         submitted, and never blocks the rest of the queue. An input whose bytes the
         ledger already keyed into an item at rest (done, parked, poison) is taken by that
-        key from its digest alone (``_vouched``): no MuPDF, no snapshot, no write.
+        key from its digest alone (``keying``): no MuPDF, no snapshot, no write.
         """
         paths = sorted(p if isinstance(p, Path) else Path(p) for p in inputs)
         vouched, keys = self._vouched(paths), []
@@ -195,34 +195,13 @@ class Pipeline:
         return keys
 
     def _vouched(self, paths) -> dict:
-        """The inputs whose bytes the ledger already keyed into one item at rest, by path.
-
-        An input's key is its digest plus its options, routed (OCR, page by page) by a
-        look at its pages. Bytes keyed before were routed then: of the keys their digest
-        can have, the one the ledger holds is theirs, and an item at rest needs no bytes
-        sent. None of two keys found (or with page-by-page routing, which needs the
-        page count) is left to the full keying.
-        """
+        """The inputs the ledger already keyed into an item at rest (``keying``); none with
+        page-by-page routing, which needs each document's page count."""
         if self.page_by_page_from is not None:
             return {}
         if self._routes is None:
-            plain, scanned = documents.ocr_routes(self.options)
-            self._routes = [task_keyer(route) for route in
-                            ((plain,) if scanned == plain else (plain, scanned))]
-        candidates = {}
-        for path in paths:
-            try:
-                digest = content_digest(read_input(path))
-            except Odd:
-                continue  # the full keying quarantines it
-            candidates[path] = [keyer(digest) for keyer in self._routes]
-        known = self.ledger.get_many(key for keys in candidates.values() for key in keys)
-        vouched = {}
-        for path, keys in candidates.items():
-            found = [known[key] for key in keys if key in known]
-            if len(found) == 1 and found[0].resting:
-                vouched[path] = found[0]
-        return vouched
+            self._routes = keying.keyers(self.options)
+        return keying.vouched(self.ledger, paths, self._routes)
 
     def _admit(self, path, key: str, keys: list) -> bool:
         """Note ``key`` as this run's item for ``path``; False for an alias (said, not silent)."""
