@@ -189,3 +189,25 @@ def test_run_streams_its_batch_one_chunk_at_a_time(batch, monkeypatch, small_cor
         runner, counts = batch()
         assert counts["done"] == 4 and counts["failed"] == 1  # poison never reaches process
     assert len(held) == 8 and max(max(h) for h in held) <= 2
+
+
+def test_get_many_and_unsettled_select_what_items_holds(ledger):
+    """Fault: none. Property: the two reads a streaming run uses instead of ``items()``
+    agree with it on every backend: ``get_many`` returns exactly the keys that exist,
+    ``unsettled`` exactly the items not at rest (done, poison and parked excluded)."""
+    for key in ("a", "b", "c", "d"):
+        ledger.add(key)
+    token = ledger.claim("b", "w", 60.0)
+    ledger.move("b", S.PENDING, S.FAILED, token=token, failure="permanent", reason="poison: x")
+    token = ledger.claim("c", "w", 60.0)
+    ledger.move("c", S.PENDING, S.UNKNOWN, token=token)
+    ledger.move("c", S.UNKNOWN, S.SUBMITTED, token=token, job_id="j")
+    ledger.move("c", S.SUBMITTED, S.DONE, token=token, artifact_path="c.pdf", artifact_size=1,
+                artifact_sha256="0" * 64, artifact_mtime_ns=1, artifact_ctime_ns=2, artifact_ino=3)
+    token = ledger.claim("d", "w", 60.0)
+    ledger.move("d", S.PENDING, S.UNKNOWN, token=token)
+    every = {item.key: item for item in ledger.items()}
+    assert ledger.get_many(["d", "zz", "a", "c"]) == {k: every[k] for k in ("d", "a", "c")}
+    assert [item.key for item in ledger.unsettled()] == ["a", "d"]
+    assert (every["c"].artifact_mtime_ns, every["c"].artifact_ctime_ns,
+            every["c"].artifact_ino) == (1, 2, 3)

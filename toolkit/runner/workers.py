@@ -269,10 +269,9 @@ def _batch_counts(location, inputs, options, page_by_page_from=None):
     unsettled = 0
     try:
         with open_ledger(location) as ledger:
-            for item in ledger.items():
-                if item.key in keys:
-                    counts[item.state.value] += 1
-                    unsettled += not item.resting
+            for item in ledger.get_many(keys).values():  # the batch's, not the whole ledger
+                counts[item.state.value] += 1
+                unsettled += not item.resting
     except ToolkitError:
         return None, None
     return counts, unsettled
