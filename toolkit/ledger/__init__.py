@@ -58,12 +58,12 @@ class Item:
     lease_pid: int | None = None
     lease_started: float | None = None
     lease_expires: float | None = None
-    updated: float = 0.0
     # The artifact's stat when ``done`` was recorded (with artifact_size: git's index):
     # unchanged, the runner trusts the recorded SHA-256; None (older ledgers): it hashes.
     artifact_mtime_ns: int | None = None
     artifact_ctime_ns: int | None = None
     artifact_ino: int | None = None
+    updated: float = 0.0  # last: benchmarks/workloads.py builds rows by position
 
     @property
     def resting(self) -> bool:

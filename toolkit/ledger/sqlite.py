@@ -21,8 +21,9 @@ CREATE TABLE IF NOT EXISTS items (
     key TEXT PRIMARY KEY, state TEXT NOT NULL, source TEXT, attempt INTEGER NOT NULL,
     token INTEGER NOT NULL, job_id TEXT, failure TEXT, reason TEXT, artifact_path TEXT,
     artifact_size INTEGER, artifact_sha256 TEXT, pages_done INTEGER, lease_owner TEXT,
-    lease_host TEXT, lease_pid INTEGER, lease_started REAL, lease_expires REAL, updated REAL NOT NULL,
-    artifact_mtime_ns INTEGER, artifact_ctime_ns INTEGER, artifact_ino INTEGER);
+    lease_host TEXT, lease_pid INTEGER, lease_started REAL, lease_expires REAL,
+    artifact_mtime_ns INTEGER, artifact_ctime_ns INTEGER, artifact_ino INTEGER,
+    updated REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS events (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL NOT NULL, op TEXT NOT NULL,
     key TEXT NOT NULL, frm TEXT, "to" TEXT NOT NULL, attempt INTEGER NOT NULL,
