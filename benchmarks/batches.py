@@ -16,9 +16,11 @@ import sqlite3
 import time
 from pathlib import Path
 
+from toolkit.errors import PermanentError
 from toolkit.identity import task_key
 from toolkit.ledger.sqlite import ITEM_COLUMNS, SCHEMA
 from toolkit.provider import Contract, Job, JobStatus
+from toolkit.runner.artifacts import stat_fields
 
 PERMANENT_REASON = "poison: not-pdf: no %PDF- header"
 
@@ -55,7 +57,8 @@ def resume_fixture(folder: Path, items: int, done_share: float = 0.99) -> tuple[
             artifact = out_dir / f"doc-{number:07d}.{key[:8]}.pdf"
             artifact.write_bytes(data)  # the stub provider's artifact is the input itself
             fields = {"job_id": f"job-{number:07d}", "artifact_path": str(artifact),
-                      "artifact_size": len(data), "artifact_sha256": digest}
+                      "artifact_size": len(data), "artifact_sha256": digest,
+                      **stat_fields(artifact)}  # as the runner records them at done
             row.update(state="done", **fields)
             history += [("move", "pending", "unknown", 1, 1, {"note": "intent"}),
                         ("move", "unknown", "submitted", 1, 1, {"job_id": fields["job_id"]}),
@@ -90,20 +93,24 @@ def resume_fixture(folder: Path, items: int, done_share: float = 0.99) -> tuple[
 class InstantProvider:
     """The provider interface, answering at once: the artifact is the input's bytes.
 
-    Keeps one small ``Job`` per key in memory (counted in a run's peak memory).
+    Keeps a ``Job`` in memory only until its artifact is fetched: a real provider keeps
+    its records in its own process, and a run's peak memory (section 7) is the runner's.
+    A job it forgot is unknown to ``poll`` (``PermanentError``), as a real provider says.
     """
 
     def __init__(self):
         self.contract = Contract()
         self._jobs: dict[str, Job] = {}
         self._by_id: dict[str, tuple[Job, Path]] = {}
+        self._count = 0
 
     def submit(self, key: str, document_path, options: dict, task_key: str | None = None) -> Job:
         if key in self._jobs:
             return self._jobs[key]
         data = Path(document_path).read_bytes()
         now = time.time()
-        job = Job(f"job-{len(self._jobs) + 1:07d}", key, key.rpartition(":")[0], "-",
+        self._count += 1
+        job = Job(f"job-{self._count:07d}", key, key.rpartition(":")[0], "-",
                   JobStatus.SUCCEEDED, None, None, str(document_path), len(data),
                   hashlib.sha256(data).hexdigest(), now, now)
         self._jobs[key] = job
@@ -114,11 +121,14 @@ class InstantProvider:
         return self._jobs.get(key)
 
     def poll(self, job_id: str) -> Job:
+        if job_id not in self._by_id:
+            raise PermanentError(f"unknown job {job_id}")
         return self._by_id[job_id][0]
 
     def fetch(self, job_id: str, dest_path) -> Job:
-        job, source = self._by_id[job_id]
+        job, source = self._by_id.pop(job_id)
         shutil.copyfile(source, dest_path)
+        del self._jobs[job.idem_key]
         return job
 
     def close(self):

@@ -49,6 +49,7 @@ class Config:
     forks: int
     batch_docs: tuple  # (healthy, poison)
     run_items: int
+    run_big: int  # the second run of section 7 (one sample: minutes at full size)
     long_pages: int  # pages of the long document (section 8; text pages of section 9)
     ocr_pages: int  # scanned pages read by Tesseract (section 9)
     worker_counts: tuple = (1, 2, 4, 8, 16)  # concurrent workers (section 10)
@@ -61,12 +62,12 @@ CONFIGS = {
                    rewrite_sizes=(500, 1_000, 2_000), atomic_size=250, audit_lines=1_000_000,
                    resume_sizes=(5_000, 20_000, 200_000), resume_budget=60.0,
                    explore_docs=2, explore_every=1, forks=300, batch_docs=(27, 3),
-                   run_items=10_000, long_pages=40, ocr_pages=10),
+                   run_items=10_000, run_big=100_000, long_pages=40, ocr_pages=10),
     "quick": Config(reps=2, heavy_reps=2, huge_reps=2, blocks=2, block_items=2, fast_scale=2,
                     rewrite_sizes=(25, 50, 100), atomic_size=25, audit_lines=5_000,
                     resume_sizes=(150, 600), resume_budget=3.0,
                     explore_docs=1, explore_every=4, forks=30, batch_docs=(2, 1),
-                    run_items=60, long_pages=8, ocr_pages=2, worker_counts=(1, 8),
+                    run_items=30, run_big=60, long_pages=8, ocr_pages=2, worker_counts=(1, 8),
                     worker_items=3, drills=crash_drills.QUICK_DRILLS),
 }
 SECTIONS = ("1", "2", "3", "4", "5", "6", "7", "8", "9", "10")

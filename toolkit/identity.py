@@ -72,6 +72,16 @@ def task_key(digest: str, options: dict, version: str = KEY_VERSION) -> str:
     return hashlib.sha256(material.encode("utf-8")).hexdigest()
 
 
+def task_keyer(options: dict, version: str = KEY_VERSION):
+    """``task_key(digest, options)`` as a function of ``digest``, the options serialized once.
+
+    >>> task_keyer({"lang": "de"})("ab") == task_key("ab", {"lang": "de"})
+    True
+    """
+    head, tail = f"{version}\n", f"\n{canonical_json(options)}"
+    return lambda digest: hashlib.sha256(f"{head}{digest}{tail}".encode("utf-8")).hexdigest()
+
+
 def file_task_key(path, options: dict) -> str:
     """``task_key`` of a file's content; the file's name plays no part."""
     return task_key(content_digest(Path(path)), options)

@@ -106,10 +106,10 @@ def resolve(root, stored) -> Path:
     A ledger written before roots stored paths relative to its working
     directory: when nothing is under ``root`` but such a file exists, it is used.
     """
-    path = Path(root) / stored
-    if not Path(stored).is_absolute() and not path.exists() and Path(stored).is_file():
+    path = os.path.join(root, stored)  # os.path: every resume calls this once per done item
+    if not os.path.isabs(stored) and not os.path.exists(path) and os.path.isfile(stored):
         return Path(stored)
-    return path
+    return Path(path)
 
 
 def materialize(stored, size, sha256, target: Path, roots) -> bool:

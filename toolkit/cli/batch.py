@@ -68,6 +68,9 @@ def _run(parser):
     parser.add_argument("--page-by-page-from", type=int, default=None, metavar="PAGES",
                         help="documents with at least PAGES pages are sent page by page, "
                              "checkpointed after each page and resumed at the next one")
+    parser.add_argument("--verify", action="store_true",
+                        help="hash every done item's artifact (SHA-256), even one whose size, "
+                             "mtime, ctime and inode are those recorded at done")
 
     def run(args):
         try:
@@ -100,6 +103,8 @@ def _run(parser):
                 raise ToolkitError(f"--strategy {args.strategy} does not send long documents "
                                    "page by page")
             paging["page_by_page_from"] = args.page_by_page_from
+        if args.verify:  # only then: a user's own pipeline class need not know the option
+            paging["verify"] = True
         if args.provider_url:
             provider = _service(args)
         else:
@@ -186,7 +191,7 @@ def _run_workers(args, inputs, provider):
     result = run_workers(args.ledger, args.provider_db, inputs, args.out, args.workers, contract,
                          provider_url=args.provider_url, read_timeout=args.read_timeout,
                          strategy=args.strategy, policy=RetryPolicy(seed=args.seed),
-                         page_by_page_from=args.page_by_page_from)
+                         page_by_page_from=args.page_by_page_from, verify=args.verify)
     counts = result.counts or {}
     items = sum(counts.values())
     text = "  ".join(f"{state}={n}" for state, n in counts.items() if n) + \

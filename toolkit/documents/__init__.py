@@ -30,6 +30,7 @@ from pathlib import Path
 from toolkit.documents.preflight import PAGE_KINDS, Preflight, page_count, preflight  # noqa: F401
 from toolkit.documents.preflight import mupdf as _mupdf, one_at_a_time
 from toolkit.documents.ocr import routed as ocr_routed
+from toolkit.documents.ocr import routes as ocr_routes
 from toolkit.documents.render import check as check_rendered, pdf_bytes
 from toolkit.errors import PermanentError
 

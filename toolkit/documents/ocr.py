@@ -138,6 +138,10 @@ def routed(path, options: dict) -> dict:
     The route changes how the result is made, so it is part of the request
     identity: the same file read by another engine or language is other work.
     """
-    if not needs_ocr(path):
-        return options
-    return {**ocr_options(options.get("ocr_language", DEFAULT_LANGUAGE)), **options}
+    plain, scanned = routes(options)
+    return scanned if needs_ocr(path) else plain
+
+
+def routes(options: dict) -> tuple[dict, dict]:
+    """The two option sets a document can be keyed with: as it is, and OCR-routed."""
+    return options, {**ocr_options(options.get("ocr_language", DEFAULT_LANGUAGE)), **options}

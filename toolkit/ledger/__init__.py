@@ -34,7 +34,8 @@ S = State
 
 # Item fields a transition may set; everything else is owned by the base.
 MUTABLE_FIELDS = ("job_id", "failure", "reason", "artifact_path", "artifact_size",
-                  "artifact_sha256", "pages_done")
+                  "artifact_sha256", "pages_done", "artifact_mtime_ns", "artifact_ctime_ns",
+                  "artifact_ino")
 LEASE_FIELDS = ("lease_owner", "lease_host", "lease_pid", "lease_started", "lease_expires")
 _MUTABLE = frozenset(MUTABLE_FIELDS)
 HOST = host_id()  # where this process runs, in this boot: a lease names its owner's host
@@ -59,7 +60,12 @@ class Item:
     lease_pid: int | None = None
     lease_started: float | None = None
     lease_expires: float | None = None
-    updated: float = 0.0
+    # The artifact's stat when ``done`` was recorded (with artifact_size: git's index):
+    # unchanged, the runner trusts the recorded SHA-256; None (older ledgers): it hashes.
+    artifact_mtime_ns: int | None = None
+    artifact_ctime_ns: int | None = None
+    artifact_ino: int | None = None
+    updated: float = 0.0  # last: benchmarks/workloads.py builds rows by position
 
     @property
     def resting(self) -> bool:
@@ -210,6 +216,22 @@ class Ledger:
         """The whole history, ordered by seq."""
         with self._lock:
             return self._events()
+
+    def get_many(self, keys) -> dict[str, Item]:
+        """The items of ``keys`` that exist, by key (a backend may read them in one query)."""
+        with self._lock:
+            return self._load_many(list(keys))
+
+    def _load_many(self, keys: list[str]) -> dict[str, Item]:
+        return {key: item for key in keys if (item := self._load(key)) is not None}
+
+    def unsettled(self) -> list[Item]:
+        """The items not at rest (``Item.resting`` is False), ordered by key."""
+        with self._lock:
+            return sorted(self._unsettled(), key=lambda item: item.key)
+
+    def _unsettled(self) -> list[Item]:  # a backend may select them without reading the rest
+        return [item for item in self._items() if not item.resting]
 
     def counts(self) -> dict[str, int]:
         """Number of items per state (every state present, zero included)."""

@@ -14,7 +14,7 @@ import sqlite3
 
 from toolkit.documents import fsync_dir
 from toolkit.errors import LedgerError, StateConflictError, StorageError
-from toolkit.ledger import Event, Item, Ledger, State, with_seq
+from toolkit.ledger import PERMANENT, TERMINAL, Event, Item, Ledger, State, with_seq
 from toolkit.ledger.group import GroupCommit, SharedFlushes
 from toolkit.storage import sqlite_read, sqlite_txn, storage_error
 
@@ -26,7 +26,9 @@ CREATE TABLE IF NOT EXISTS items (
     key TEXT PRIMARY KEY, state TEXT NOT NULL, source TEXT, attempt INTEGER NOT NULL,
     token INTEGER NOT NULL, job_id TEXT, failure TEXT, reason TEXT, artifact_path TEXT,
     artifact_size INTEGER, artifact_sha256 TEXT, pages_done INTEGER, lease_owner TEXT,
-    lease_host TEXT, lease_pid INTEGER, lease_started REAL, lease_expires REAL, updated REAL NOT NULL);
+    lease_host TEXT, lease_pid INTEGER, lease_started REAL, lease_expires REAL,
+    artifact_mtime_ns INTEGER, artifact_ctime_ns INTEGER, artifact_ino INTEGER,
+    updated REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS events (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL NOT NULL, op TEXT NOT NULL,
     key TEXT NOT NULL, frm TEXT, "to" TEXT NOT NULL, attempt INTEGER NOT NULL,
@@ -35,7 +37,8 @@ INSERT OR IGNORE INTO meta VALUES ('format', '{FORMAT}');
 """
 # Columns added after format 1 was first written: an older ledger gains them on open
 # (NULL for every existing item, which is what those items mean).
-ADDED_COLUMNS = {"pages_done": "INTEGER", "lease_host": "TEXT"}
+ADDED_COLUMNS = {"pages_done": "INTEGER", "lease_host": "TEXT", "artifact_mtime_ns": "INTEGER",
+                 "artifact_ctime_ns": "INTEGER", "artifact_ino": "INTEGER"}
 # The statements, built once: sqlite3 caches a prepared statement per SQL text, so
 # the same string every call is a prepared statement reused (no parse, no f-string).
 SELECT_ITEM = f"SELECT {', '.join(ITEM_COLUMNS)} FROM items WHERE key=?"
@@ -167,6 +170,23 @@ class SqliteLedger(Ledger):
         except sqlite3.Error as exc:
             raise StorageError(f"cannot record {event.op} of {event.key}: {exc}") from exc
         return with_seq(event, cursor.lastrowid)
+
+    def _load_many(self, keys):
+        found = {}
+        for start in range(0, len(keys), 500):  # under SQLite's limit of bound parameters
+            part = keys[start:start + 500]
+            rows = self._query(f"SELECT {', '.join(ITEM_COLUMNS)} FROM items WHERE key IN "
+                               f"({', '.join('?' * len(part))})", part)
+            found.update((row[0], _item(row)) for row in rows)
+        return found
+
+    def _unsettled(self):
+        # Item.resting in SQL: not terminal, and not failed(permanent).
+        terminal = ", ".join(f"'{state.value}'" for state in TERMINAL)
+        rows = self._query(f"SELECT {', '.join(ITEM_COLUMNS)} FROM items WHERE state NOT IN "
+                           f"({terminal}) AND NOT (state = ? AND failure IS ?)",
+                           (State.FAILED.value, PERMANENT))
+        return [_item(row) for row in rows]
 
     def _items(self):
         rows = self._query(f"SELECT {', '.join(ITEM_COLUMNS)} FROM items")

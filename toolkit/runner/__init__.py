@@ -23,6 +23,7 @@ from toolkit.errors import (KeyReuseError, LeaseHeldError, LedgerError, Permanen
                             StaleTokenError, StateConflictError, TransientError)
 from toolkit.ledger import PERMANENT, TRANSIENT, Item, State
 from toolkit.provider import JobStatus, ProviderConflict
+from toolkit.runner import artifacts
 from toolkit.runner.pages import PageByPage
 from toolkit.runner.pipeline import (HOOK_POINTS, Pipeline, RetryPolicy, Snapshot, _Budget,
                                      default_worker, resubmit_is_safe)
@@ -45,7 +46,7 @@ class Runner(PageByPage, Pipeline):
     def process(self, key: str) -> Item:
         """Advance one item until it rests for this run; return where it ended."""
         self._current, self._stage = key, "verify"
-        item = self.ledger.get(key)
+        item = self._known.pop(key, None) or self.ledger.get(key)  # read by enqueue just now
         if item.state is S.DONE and self._artifact_intact(item):
             self.reused += 1
             return item  # reuse needs no lease: verifying reads only
@@ -274,7 +275,8 @@ class Runner(PageByPage, Pipeline):
                 self.hook("before_commit", item.key, to=S.DONE)
                 self._move(item, S.DONE, token, job_id=job.job_id,
                            artifact_path=roots.relative(final, self.out_dir),
-                           artifact_size=job.artifact_size, artifact_sha256=job.artifact_sha256)
+                           artifact_size=job.artifact_size, artifact_sha256=job.artifact_sha256,
+                           **artifacts.stat_fields(final))  # after the rename: it sets ctime
                 return REST
             part.unlink(missing_ok=True)  # a half download is never done
         return REST
@@ -291,10 +293,14 @@ class Runner(PageByPage, Pipeline):
         return roots.resolve(self.out_dir, item.artifact_path)
 
     def _artifact_intact(self, item) -> bool:
-        """Verified under ``--out``; or found verified under the recorded outputs root and
-        materialized here (a rerun with another ``--out``): reads and a copy, no state."""
+        """Verified under ``--out`` (by its recorded stat, else its SHA-256: ``artifacts``);
+        or found verified (hashed) under the recorded outputs root and materialized here
+        (a rerun with another ``--out``): reads and a copy, no state."""
         if not item.artifact_path:
             return False
+        if not self.verify_all and artifacts.unchanged(
+                os.path.join(self.out_dir, item.artifact_path), item):
+            return True  # the very file recorded at done (an absolute path stays itself)
         if documents.verify(self._artifact_file(item), item.artifact_size, item.artifact_sha256):
             return True
         if Path(item.artifact_path).is_absolute():

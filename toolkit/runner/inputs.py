@@ -14,7 +14,7 @@ and the batch goes on.
 import errno
 import os
 import stat
-from pathlib import Path
+from pathlib import Path, PurePath
 
 from toolkit.errors import ToolkitError
 
@@ -38,7 +38,7 @@ def entry_name(path) -> str:
     with its undecodable bytes escaped (``bad\\xff.pdf``): readable, and one batch's
     odd name never stops the others. The file itself is still opened by its real name.
     """
-    raw = os.fsencode(Path(path).name)
+    raw = os.fsencode(path.name if isinstance(path, PurePath) else Path(path).name)
     return raw.decode("utf-8", "backslashreplace")
 
 
@@ -66,17 +66,25 @@ def read_input(path, limit: int | None = None) -> bytes:
             raise Odd(path, "a symlink loop") from exc
         raise Odd(path, exc.strerror or str(exc)) from exc
     try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise Odd(path, _kind(mode))
-        chunks, left = [], limit
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise Odd(path, _kind(info.st_mode))
+        chunks, left, got = [], limit, 0
         while left is None or left > 0:
-            chunk = os.read(fd, _CHUNK if left is None else min(_CHUNK, left))
+            # The size fstat gave, plus one byte to see the end (asking 1 MiB of a 2 KiB
+            # file costs a 1 MiB buffer per read: most of a rerun's time); then chunks.
+            asked = min(_CHUNK, info.st_size - got + 1) if got <= info.st_size else _CHUNK
+            if left is not None:
+                asked = min(asked, left)
+            chunk = os.read(fd, asked)
             if not chunk:
                 break
             chunks.append(chunk)
+            got += len(chunk)
             if left is not None:
                 left -= len(chunk)
+            if len(chunk) < asked:
+                break  # a short read of a regular file is its end: no read just to see EOF
         return b"".join(chunks)
     except Odd:
         raise

@@ -126,7 +126,7 @@ class BatchCommit(Runner):
     def _recount(self, counts):
         counts = {state: 0 for state in counts}
         self.unsettled = 0
-        for key in dict.fromkeys(self._paths):
+        for key in self._seen:  # every key of this run (the base forgets each chunk's paths)
             item = self.ledger.get(key)
             counts[item.state.value] += 1
             self.unsettled += not item.resting

@@ -219,8 +219,8 @@ def recover_abandoned(ledger, worker: str) -> list[str]:
     second recoverer may have moved it in between; the lease goes back in ``finally``.
     """
     recovered = []
-    for listed in ledger.items():
-        if listed.lease_owner is None or listed.resting or owner_alive(listed) is not False:
+    for listed in ledger.unsettled():  # an item at rest has nothing in flight
+        if listed.lease_owner is None or owner_alive(listed) is not False:
             continue
         try:
             token = ledger.claim(listed.key, worker, ttl=60.0)

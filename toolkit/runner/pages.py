@@ -27,6 +27,7 @@ from toolkit.errors import PermanentError, TransientError
 from toolkit.identity import idem_key, page_key
 from toolkit.ledger import State
 from toolkit.provider import JobStatus
+from toolkit.runner.artifacts import stat_fields
 from toolkit.runner.pipeline import PAGE_BY_PAGE
 
 S = State
@@ -90,7 +91,8 @@ class PageByPage:
         self.hook("before_commit", item.key, to=to)
         self._move(item, to, token, job_id=job.job_id, pages_done=page,
                    artifact_path=roots.relative(made.path, self.out_dir),
-                   artifact_size=made.size, artifact_sha256=made.sha256)
+                   artifact_size=made.size, artifact_sha256=made.sha256,
+                   **stat_fields(made.path))
         self._drop_checkpoints(item, keep=None if last else made.path)
         if last:
             return REST
@@ -135,7 +137,8 @@ class PageByPage:
             return REST
         os.replace(joined, final)  # concat fsynced the file; now the name
         documents.fsync_dir(final.parent)
-        self._move(item, S.DONE, token, note="assembled again from its pages' jobs")
+        self._move(item, S.DONE, token, note="assembled again from its pages' jobs",
+                   **stat_fields(final))
         return REST
 
     def _finished_page(self, item, page: int):

@@ -6,6 +6,7 @@ snapshot. ``Runner`` (the safe strategy), the naive strategies and a user's
 own pipeline differ only in ``process(key)``.
 """
 
+import contextlib
 import dataclasses
 import os
 import random
@@ -20,6 +21,7 @@ from toolkit.errors import LeaseHeldError, LedgerError
 from toolkit.identity import canonical_json, content_digest, task_key
 from toolkit.ledger import PERMANENT, Item, State
 from toolkit.provider import Contract
+from toolkit.runner import artifacts, keying
 from toolkit.runner.inputs import Odd, entry_name, read_input
 from toolkit.runner.ops import mark_unhealthy, recover_abandoned, require_healthy
 
@@ -27,6 +29,7 @@ S = State
 HOOK_POINTS = ("before_intent", "after_intent", "after_submit", "before_commit",
                "during_fetch", "during_lookup", "after_checkpoint")
 PAGE_BY_PAGE = "page_by_page"  # the routing option: part of a long document's identity
+CHUNK = 256  # inputs a run keys, looks up and processes together: all it holds of a batch
 
 
 def routed_options(options: dict, pages: int, page_by_page_from: int | None) -> dict:
@@ -123,7 +126,7 @@ class Pipeline:
 
     def __init__(self, ledger, provider, out_dir, *, options=None, policy=RetryPolicy(),
                  worker=None, hook=None, sleep=time.sleep, lease_ttl=60.0, progress=False,
-                 page_by_page_from: int | None = None):
+                 page_by_page_from: int | None = None, verify: bool = False):
         self.ledger, self.provider = ledger, provider
         self.out_dir = Path(out_dir)
         self.options = dict(options or {})
@@ -138,8 +141,13 @@ class Pipeline:
             raise ValueError(f"page_by_page_from={page_by_page_from}: needs a strategy that "
                              "sends pages (the safe Runner) and a value >= 1")
         self.page_by_page_from = page_by_page_from
+        self.verify_all = verify  # --verify: hash every done artifact, whatever its stat says
+        # Of the chunk in hand only (run() streams the batch, CHUNK inputs at a time):
         self._paths: dict[str, Path] = {}
         self._pages: dict[str, int] = {}  # page count of each document routed page by page
+        self._known: dict[str, Item] = {}  # items read by enqueue, for process's first look
+        self._seen: dict[str, str] = {}  # every key of this run -> its first input's name
+        self._routes = None  # digest -> key, per option set an input can have (``keying``)
         self._snapshots = None  # tempfile.TemporaryDirectory of this run's input snapshots
         self.other_roots: list[Path] = []  # the recorded outputs root, when --out is another
         self._current = self._stage = None
@@ -167,57 +175,86 @@ class Pipeline:
 
     # -- the batch ---------------------------------------------------------------
     def enqueue(self, inputs) -> list[str]:
-        """Key every input, record new ones ``pending``, quarantine poison at once.
+        """Key inputs, record new ones ``pending``, quarantine poison at once; return the keys
+        new to this run (a key met earlier in the run is an alias, said and skipped).
 
         Poison becomes ``failed(permanent, reason)`` before anything is
-        submitted, and never blocks the rest of the queue.
+        submitted, and never blocks the rest of the queue. An input whose bytes the
+        ledger already keyed into an item at rest (done, parked, poison) is taken by that
+        key from its digest alone (``keying``): no MuPDF, no snapshot, no write.
         """
-        keys = {}  # ordered, and O(1) membership: resume of a large batch stays linear
-        for path in sorted(Path(p) for p in inputs):
-            try:
-                data = read_input(path)  # read once: the bytes hashed are the bytes sent
-            except Odd as odd:  # a FIFO, a directory, a dangling link: its own item, parked
-                self._odd(odd, keys)
-                continue
-            digest = content_digest(data)
-            options = documents.ocr_routed(data, self.options)  # scans: the OCR route is identity
-            if self.page_by_page_from is not None:  # the routing needs the page count first
-                pages = documents.page_count(self._snapshot(digest, data))
-                options = routed_options(options, pages, self.page_by_page_from)
-            key = task_key(digest, options)
-            if PAGE_BY_PAGE in options:
-                self._pages[key] = pages
-            if key in keys:  # same content twice in one batch is one unit of work
-                self.aliases.append((entry_name(path), keys[key]))  # said, never silent
-                continue
-            keys[key] = entry_name(path)
-            self.ledger.add(key, source=entry_name(path), digest=digest)
-            item = self.ledger.get(key)
-            # What is sent is a private snapshot of the hashed bytes, never the input file
-            # itself: a file replaced after this read is new content for a later run.
-            self._paths[key] = path if item.state is S.DONE else self._snapshot(digest, data)
-            if item.state is S.PENDING:
-                check = documents.preflight(self._paths[key])
-                if not check.ok:
-                    self._quarantine(item, check.reason)
-            self._note_quarantined(key)
-        return list(keys)
+        paths = sorted(p if isinstance(p, Path) else Path(p) for p in inputs)
+        vouched, keys = self._vouched(paths), []
+        for path in paths:
+            item = vouched.get(path)
+            if item is None:
+                self._enqueue_one(path, keys)  # reads it again: the bytes keyed are the bytes sent
+            elif self._admit(path, item.key, keys):
+                self._paths[item.key], self._known[item.key] = path, item  # never sent
+                self._note_quarantined(item.key, item)
+        return keys
 
-    def _note_quarantined(self, key: str) -> None:
-        """Remember poison (found now or by an earlier run): run() never hands it to process()."""
+    def _vouched(self, paths) -> dict:
+        """The inputs the ledger already keyed into an item at rest (``keying``); none with
+        page-by-page routing, which needs each document's page count."""
+        if self.page_by_page_from is not None:
+            return {}
+        if self._routes is None:
+            self._routes = keying.keyers(self.options)
+        return keying.vouched(self.ledger, paths, self._routes)
+
+    def _admit(self, path, key: str, keys: list) -> bool:
+        """Note ``key`` as this run's item for ``path``; False for an alias (said, not silent)."""
+        if key in self._seen:  # same content twice in one batch is one unit of work
+            self.aliases.append((entry_name(path), self._seen[key]))
+            return False
+        self._seen[key] = entry_name(path)
+        keys.append(key)
+        return True
+
+    def _enqueue_one(self, path: Path, keys: list) -> None:
+        try:
+            data = read_input(path)  # read once: the bytes hashed are the bytes sent
+        except Odd as odd:  # a FIFO, a directory, a dangling link: its own item, parked
+            self._odd(odd, keys)
+            return
+        digest = content_digest(data)
+        options = documents.ocr_routed(data, self.options)  # scans: the OCR route is identity
+        if self.page_by_page_from is not None:  # the routing needs the page count first
+            pages = documents.page_count(self._snapshot(digest, data))
+            options = routed_options(options, pages, self.page_by_page_from)
+        key = task_key(digest, options)
+        if PAGE_BY_PAGE in options:
+            self._pages[key] = pages
+        if not self._admit(path, key, keys):
+            return
+        self.ledger.add(key, source=entry_name(path), digest=digest)
         item = self.ledger.get(key)
+        # What is sent is a private snapshot of the hashed bytes, never the input file
+        # itself: a file replaced after this read is new content for a later run.
+        self._paths[key] = path if item.state is S.DONE else self._snapshot(digest, data)
+        if item.state is S.PENDING:
+            check = documents.preflight(self._paths[key])
+            if not check.ok:
+                self._quarantine(item, check.reason)
+        self._note_quarantined(key)
+
+    def _note_quarantined(self, key: str, item: Item | None = None) -> None:
+        """Remember poison (found now or by an earlier run): run() never hands it to process()."""
+        item = item or self.ledger.get(key)
         if item.state is S.FAILED and item.failure == PERMANENT and \
                 (item.reason or "").startswith("poison:"):
             self.quarantined.add(key)
 
-    def _odd(self, odd: Odd, keys: dict) -> None:
+    def _odd(self, odd: Odd, keys: list) -> None:
         """Quarantine an input entry that cannot be read as a file: keyed by its name (it
         has no content), ``failed(permanent)`` with the reason; the batch goes on."""
         name = entry_name(odd.path)
         key = odd_key(name, self.options)
-        if key in keys:
+        if key in self._seen:
             return
-        keys[key] = None
+        self._seen[key] = name
+        keys.append(key)
         self.ledger.add(key, source=name, digest=None)
         item = self.ledger.get(key)
         if item.state is S.PENDING:
@@ -256,53 +293,88 @@ class Pipeline:
     def run(self, inputs) -> dict[str, int]:
         """Enqueue ``inputs`` and process each item; return counts per state of this batch.
 
+        The batch streams: ``CHUNK`` inputs at a time are keyed, looked up in the ledger
+        in one read, processed, counted and let go (their snapshots deleted), so what a
+        run holds grows with the chunk, not the batch (only the keys it met, for aliases
+        and strays). Items not at rest when counted are read again at the end.
+
         Raises:
             ToolkitError: an earlier run failed closed and nobody cleared the ledger's health.
         """
         require_healthy(self.ledger.path)
-        self.halted, keys, bar = None, [], None
+        self.halted, bar, chunk = None, None, []
+        self._seen = {}
+        counts = {state.value: 0 for state in State}
+        restless: set[str] = set()  # keys of this batch not at rest when their chunk ended
         try:
             self.recovered = recover_abandoned(self.ledger, self.worker)
-            self._record_roots(inputs)
-            keys = self.enqueue(inputs)
+            paths = sorted(p if isinstance(p, Path) else Path(p) for p in inputs)
+            self._record_roots(paths)
             if self.progress:
                 from tqdm.auto import tqdm
 
-                bar = tqdm(total=len(keys), file=sys.stderr, unit="doc", leave=False)
-            for key in keys:
-                if key not in self.quarantined:
-                    self.process(key)
+                bar = tqdm(total=len(paths), file=sys.stderr, unit="doc", leave=False)
+            for start in range(0, len(paths), CHUNK):
+                chunk, ended = self.enqueue(paths[start:start + CHUNK]), {}
+                for key in chunk:
+                    ended[key] = self._known.get(key) if key in self.quarantined \
+                        else self.process(key)
                 if bar is not None:
-                    bar.update(1)
+                    bar.update(min(CHUNK, len(paths) - start))
+                self._tally(chunk, counts, restless, ended)
+                chunk = self._let_go()
         except (LedgerError, OSError) as exc:
             # Fail closed: whatever we cannot record (the ledger, the provider's database,
             # an artifact on a full disk), we must not act upon.
             self.halted = str(exc) if isinstance(exc, LedgerError) else f"storage: {exc}"
             self.health_recorded = mark_unhealthy(self.ledger.path, self.halted)
+            with contextlib.suppress(LedgerError, OSError):  # what the halted chunk holds
+                self._tally(chunk, counts, restless)
+            self._let_go()
         if bar is not None:
             bar.close()
         self._current = self._stage = None
         self._drop_snapshots()
         if not self.halted and not self.local_errors and self.other_roots:
             self._record_out()
-        counts = {state.value: 0 for state in State}
         self.unsettled = 0  # items a later run must pick up again
-        for key in keys:
-            item = self.ledger.get(key)
-            counts[item.state.value] += 1
-            self.unsettled += not item.resting
+        with contextlib.suppress(LedgerError, OSError) if self.halted else contextlib.nullcontext():
+            for item in self.ledger.get_many(restless).values():
+                counts[item.state.value] += 1
+                self.unsettled += not item.resting
         if not self.halted:
-            self.strays = self._strays(keys)
+            self.strays = self._strays()
         return counts
 
-    def _strays(self, keys) -> list[Item]:
+    def _tally(self, keys, counts, restless, ended=None) -> None:
+        """Count the chunk's items at rest; keep the others' keys to count at the end.
+
+        An item ``process`` returned at rest is counted as returned (rest is final for
+        automation); any other is read again."""
+        ended = ended or {}
+        rest = {key: item for key, item in ended.items()
+                if isinstance(item, Item) and item.resting}
+        rest.update(self.ledger.get_many(key for key in keys if key not in rest))
+        for key, item in rest.items():
+            if item.resting:
+                counts[item.state.value] += 1
+            else:
+                restless.add(key)
+
+    def _let_go(self) -> list:
+        """Forget the chunk in hand: its paths, items, page counts and input snapshots."""
+        self._paths.clear()
+        self._pages.clear()
+        self._known.clear()
+        self._drop_snapshots()
+        return []
+
+    def _strays(self) -> list[Item]:
         """Items of the ledger not at rest whose content is no longer among the inputs (a
         file changed, or left the folder, after they were recorded). This run cannot move
         them (it has not their bytes) and will not guess: they are reported, and the run
         is not "at rest" (exit 1) until the input is back or an operator cancels them."""
-        ours = set(keys)
-        return [item for item in self.ledger.items()
-                if item.key not in ours and not item.resting]
+        return [item for item in self.ledger.unsettled() if item.key not in self._seen]
 
     def _record_roots(self, inputs) -> None:
         """Paths in the ledger are relative to the roots; record them once, beside it."""
@@ -310,17 +382,17 @@ class Pipeline:
         recorded = roots.recorded(where).get("out")
         if recorded is not None and recorded.resolve() != self.out_dir.resolve():
             self.other_roots = [recorded]
-        folders = {Path(path).parent for path in inputs}
-        roots.record(where, out=self.out_dir, inputs=folders.pop() if len(folders) == 1 else None)
+        folders = {os.path.dirname(path) for path in inputs}  # no Path per input: a resume's
+        roots.record(where, out=self.out_dir,  # cost is per item
+                     inputs=Path(folders.pop()) if len(folders) == 1 else None)
 
     def _record_out(self) -> None:
         """This run's ``--out`` becomes the recorded outputs root once it holds every
         done item's verified artifact (of the whole ledger, not only this batch): the
         roots file then never names a folder that lacks one (roots.record's rule)."""
         for item in self.ledger.items():
-            if item.state is S.DONE and not documents.verify(
-                    roots.resolve(self.out_dir, item.artifact_path or ""),
-                    item.artifact_size, item.artifact_sha256):
+            if item.state is S.DONE and not artifacts.intact(
+                    roots.resolve(self.out_dir, item.artifact_path or ""), item, self.verify_all):
                 return
         roots.record(getattr(self.ledger, "path", None), replace=True, out=self.out_dir)
 

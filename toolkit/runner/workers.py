@@ -91,6 +91,7 @@ class _Spec:
     lease_ttl: float
     hook: object
     page_by_page_from: int | None = None
+    verify: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -121,12 +122,13 @@ def run_workers(ledger_url, provider_db, inputs, out_dir, workers: int, contract
                 provider_url=None, read_timeout: float = 30.0, strategy: str = "safe",
                 options=None, policy: RetryPolicy = RetryPolicy(), lease_ttl: float = 60.0,
                 hook=None, start_method: str = "spawn",
-                page_by_page_from: int | None = None) -> WorkersResult:
+                page_by_page_from: int | None = None, verify: bool = False) -> WorkersResult:
     """Run the batch ``inputs`` with ``workers`` processes on the ledger at ``ledger_url``.
 
     The provider is the fake one at ``provider_db`` (its jobs beside it, as
     ``provider_at`` does) or the service at ``provider_url``. ``hook`` (picklable)
-    is each worker's runner hook. Rerun after any crash, as with one worker.
+    is each worker's runner hook; ``verify`` hashes every done artifact (``--verify``).
+    Rerun after any crash, as with one worker.
 
     Raises:
         ToolkitError: bad arguments, a ledger that failed closed and was not
@@ -151,7 +153,7 @@ def run_workers(ledger_url, provider_db, inputs, out_dir, workers: int, contract
         recover_abandoned(ledger, default_worker())
     spec = _Spec(location, provider_db and str(provider_db), provider_url, read_timeout,
                  contract, tuple(str(path) for path in inputs), str(out_dir), strategy,
-                 dict(options or {}), policy, lease_ttl, hook, page_by_page_from)
+                 dict(options or {}), policy, lease_ttl, hook, page_by_page_from, verify)
     shards = None if cls in STRATEGIES.values() else _shards(inputs, workers)
     reports = _run_processes(spec, workers, multiprocessing.get_context(start_method), shards)
     halted = [report["halted"] for report in reports if report["halted"]]
@@ -217,7 +219,8 @@ def _work(spec: _Spec, conn) -> None:
             cls = QueueRunner
         runner = cls(ledger, provider, spec.out_dir, options=spec.options, policy=spec.policy,
                      lease_ttl=spec.lease_ttl, hook=spec.hook, worker=report["worker"],
-                     page_by_page_from=spec.page_by_page_from)
+                     page_by_page_from=spec.page_by_page_from,
+                     **({"verify": True} if spec.verify else {}))
         runner.run([Path(path) for path in spec.inputs])
         report["halted"] = runner.halted
     except LedgerError as exc:
@@ -266,10 +269,9 @@ def _batch_counts(location, inputs, options, page_by_page_from=None):
     unsettled = 0
     try:
         with open_ledger(location) as ledger:
-            for item in ledger.items():
-                if item.key in keys:
-                    counts[item.state.value] += 1
-                    unsettled += not item.resting
+            for item in ledger.get_many(keys).values():  # the batch's, not the whole ledger
+                counts[item.state.value] += 1
+                unsettled += not item.resting
     except ToolkitError:
         return None, None
     return counts, unsettled

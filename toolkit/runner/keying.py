@@ -1,0 +1,40 @@
+"""Keying a rerun's inputs by what the ledger already holds (``Pipeline.enqueue``).
+
+An input's key is its content digest plus its request options, and the options
+are routed by a look at its pages (a scan goes the OCR route): MuPDF opens the
+file. Bytes keyed by an earlier run were routed then, and the ledger holds the
+key they got: of the keys a digest can have (``keyers``), the one the ledger
+holds is theirs. An input whose key names one item at rest (done, parked,
+poison) needs nothing else: no MuPDF, no snapshot, no write (``vouched``).
+Anything else (a new input, two candidate items, an item still in flight) is
+keyed in full, from a fresh read: the bytes keyed are the bytes sent.
+"""
+
+from toolkit import documents
+from toolkit.identity import content_digest, task_keyer
+from toolkit.runner.inputs import Odd, read_input
+
+
+def keyers(options: dict) -> list:
+    """One ``digest -> key`` function per option set an input can be keyed with."""
+    plain, scanned = documents.ocr_routes(options)
+    return [task_keyer(route) for route in ((plain,) if scanned == plain else (plain, scanned))]
+
+
+def vouched(ledger, paths, keyers_) -> dict:
+    """``{path: item}`` for the ``paths`` whose bytes the ledger keyed into one item at rest
+    (one read of each input, one ledger query for them all)."""
+    candidates = {}
+    for path in paths:
+        try:
+            digest = content_digest(read_input(path))
+        except Odd:
+            continue  # the full keying quarantines it
+        candidates[path] = [keyer(digest) for keyer in keyers_]
+    known = ledger.get_many(key for keys in candidates.values() for key in keys)
+    found = {}
+    for path, keys in candidates.items():
+        items = [known[key] for key in keys if key in known]
+        if len(items) == 1 and items[0].resting:
+            found[path] = items[0]
+    return found
