@@ -45,6 +45,7 @@ from toolkit.forensics.model import (
     Anomaly,
     Raw,
     Report,
+    frame,
     supported,
 )
 from toolkit.forensics.render import render_text
@@ -214,41 +215,6 @@ def _ordered(anomalies):
     return lines + keyed
 
 
-EVENT_HINTS = {"seq": "int64", "ts": "float64", "attempt": "int64", "token": "int64",
-               "line": "int64"}
-
-
-def _column(np, values, hint=None):
-    """One numpy array per column, built once (pandas then copies nothing).
-
-    ``hint``: the dtype the reader already validated (event seq, ts, ...); the
-    values' types are inferred only when it does not fit.
-    """
-    if hint is not None:
-        try:
-            return np.array(values, dtype=hint)
-        except (TypeError, ValueError, OverflowError):
-            pass
-    kinds = set(map(type, values))
-    try:
-        if kinds == {int}:
-            return np.array(values, dtype=np.int64)
-        if kinds and kinds <= {int, float}:
-            return np.array(values, dtype=np.float64)
-    except OverflowError:
-        pass
-    return np.fromiter(values, dtype=object, count=len(values))  # never 2-D, whatever they hold
-
-
-def _frame(pd, columns: dict, hints=None):
-    import numpy as np
-
-    hints = {} if hints is None else {name: getattr(np, kind) for name, kind in hints.items()}
-    return pd.DataFrame({name: _column(np, values, hints.get(name))
-                         for name, values in columns.items()},
-                        columns=list(columns), copy=False)
-
-
 UNSETTLED = ("pending", "unknown", "submitted", "partial", "failed")
 
 
@@ -258,16 +224,25 @@ def _damage(raw) -> str | None:
     if raw.corrupt_lines:
         return (f"ledger has corrupt lines {', '.join(map(str, sorted(raw.corrupt_lines)[:10]))}"
                 ": any key's last event may be lost; salvage parks it for review")
-    seqs = sorted((raw.events or {}).get("seq") or []) if isinstance(raw.events, dict) else []
-    seqs = [seq for seq in seqs if type(seq) is int]
-    if any(after - before > 1 for before, after in zip(seqs, seqs[1:])):
+    seqs = (raw.events or {}).get("seq") if isinstance(raw.events, dict) else None
+    if seqs is None or not len(seqs):
+        return None
+    if type(seqs) is not list and (seqs.min() < 0 or seqs.max() > 1 << 62):
+        seqs = seqs.tolist()  # np.diff could overflow: the exact way
+    if type(seqs) is not list:  # the fold's int64 column
+        import numpy as np
+
+        seqs = np.sort(seqs)
+        gap = bool((np.diff(seqs) > 1).any())
+    else:
+        seqs = sorted(seq for seq in seqs if type(seq) is int)
+        gap = any(after - before > 1 for before, after in zip(seqs, seqs[1:]))
+    if gap:
         return "ledger events have a seq gap: any key's last event may be lost; review"
     return None
 
 
 def _report(path, name, raw, anomalies) -> Report:
-    import pandas as pd
-
     kinds: dict[str, set] = {}
     for anomaly in anomalies:
         if anomaly.key is not None:
@@ -296,9 +271,8 @@ def _report(path, name, raw, anomalies) -> Report:
         whys.append(why)
     columns = dict(zip(ITEM_COLUMNS, map(list, zip(*rows)) if rows else ([] for _ in ITEM_COLUMNS)))
     columns.update(action=actions, why=whys)
-    items = _frame(pd, columns)
-    events = None if raw.events is None else _frame(pd, raw.events, EVENT_HINTS)
-    return Report(path, name, items, events, sorted(raw.corrupt_lines),
+    items = frame(columns)
+    return Report(path, name, items, raw.events, sorted(raw.corrupt_lines),
                   anomalies, plan, by_state)
 
 

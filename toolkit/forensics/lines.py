@@ -25,7 +25,7 @@ def _too_long(size: int) -> Bad:
     return Bad(f"{size} bytes, over the {MAX_LINE}-byte line limit")
 
 
-def _decode_one(raw: bytes):
+def decode_one(raw: bytes):
     if len(raw) > MAX_LINE:
         return _too_long(len(raw))
     try:
@@ -39,9 +39,17 @@ def _decode(block: bytes) -> list:
     try:
         lines = block.decode("utf-8").split("\n")
     except UnicodeDecodeError:
-        return [_decode_one(raw) for raw in block.split(b"\n")]
+        return [decode_one(raw) for raw in block.split(b"\n")]
     if len(block) > MAX_LINE and max(map(len, lines)) > MAX_LINE // 4:
-        return [_decode_one(raw) for raw in block.split(b"\n")]  # limit in bytes
+        return [decode_one(raw) for raw in block.split(b"\n")]  # limit in bytes
+    return lines
+
+
+def _split(block: bytes) -> list:
+    # The bytes path: one split per chunk; the parser judges UTF-8 itself.
+    lines = block.split(b"\n")
+    if len(block) > MAX_LINE and max(map(len, lines)) > MAX_LINE:
+        return [_too_long(len(raw)) if len(raw) > MAX_LINE else raw for raw in lines]
     return lines
 
 
@@ -58,7 +66,9 @@ class LineReader:
         self.torn: tuple[int, int] | None = None
         self.lines = 0
 
-    def batches(self):
+    def batches(self, decode: bool = True):
+        """``decode=False``: the lines as bytes (over-long ones still ``Bad``), for a
+        parser that reads UTF-8 bytes itself."""
         number, carry, skipping = 1, b"", 0  # skipping: bytes of an over-long line so far
         with open(self.path, "rb") as handle:
             while chunk := handle.read(self.chunk):
@@ -76,7 +86,7 @@ class LineReader:
                     carry = buffer
                 else:
                     carry = buffer[cut + 1:]
-                    lines = _decode(buffer[:cut])
+                    lines = _decode(buffer[:cut]) if decode else _split(buffer[:cut])
                     yield number, lines
                     number += len(lines)
                 if len(carry) > MAX_LINE:  # keep memory bounded: drop it, count it

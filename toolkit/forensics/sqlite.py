@@ -129,7 +129,7 @@ def read_toolkit_sqlite(db, schema) -> Raw:
     _require(schema, "items", ITEM_FIELDS, "toolkit-sqlite")
     _require(schema, "events", EVENT_FIELDS, "toolkit-sqlite")
     raw = Raw()
-    history = History(Raw())  # the fold, kept apart from the items table
+    history = History(Raw(), numbered=False)  # the fold, kept apart from the items table
     fold = history.raw
     quoted = ", ".join(f'"{name}"' for name in EVENT_FIELDS)
     for row in db.execute(f"SELECT {quoted} FROM events ORDER BY seq"):
