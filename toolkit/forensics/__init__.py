@@ -19,12 +19,12 @@ cannot be trusted (duplicate_key, illegal_transition, history_mismatch,
 unsafe_artifact_path); ``skip`` done (verified when ``artifacts`` is given)
 and cancelled.
 
-pandas is imported inside ``audit()``, not here: importing this package stays cheap.
+pandas is imported only when ``Report.items`` or ``Report.events`` is first read: importing
+this package, and ``audit --json``, stay cheap.
 """
 
 import contextlib
 import gc
-import operator
 import os
 import sqlite3
 import stat
@@ -39,13 +39,11 @@ from toolkit.forensics.lines import MAX_LINE
 from toolkit.forensics.model import (
     ACTIONS,
     ADAPTERS,
-    ITEM_COLUMNS,
     KINDS,
     STATES,
     Anomaly,
     Raw,
     Report,
-    frame,
     supported,
 )
 from toolkit.forensics.render import render_text
@@ -248,12 +246,11 @@ def _report(path, name, raw, anomalies) -> Report:
         if anomaly.key is not None:
             kinds.setdefault(anomaly.key, set()).add(anomaly.kind)
     plan, by_state = dict.fromkeys(ACTIONS, 0), dict.fromkeys(STATES, 0)
-    fields, rows, actions, whys = operator.attrgetter(*ITEM_COLUMNS), [], [], []
+    rows = []
     memo = {}  # items without findings are planned by (state, failure) alone
     damaged = _damage(raw) if name == "toolkit-jsonl" else None  # the ledger salvage reads
     for key in sorted(raw.items):
         item = raw.items[key]
-        row = fields(item)
         state, failure = item.state, item.failure
         if key in kinds:
             action, why = plan_item(item, kinds[key])
@@ -266,13 +263,8 @@ def _report(path, name, raw, anomalies) -> Report:
             action, why = "review", damaged  # what salvage parks: never run on a guess
         plan[action] += 1
         by_state[state] += 1
-        rows.append(row)
-        actions.append(action)
-        whys.append(why)
-    columns = dict(zip(ITEM_COLUMNS, map(list, zip(*rows)) if rows else ([] for _ in ITEM_COLUMNS)))
-    columns.update(action=actions, why=whys)
-    items = frame(columns)
-    return Report(path, name, items, raw.events, sorted(raw.corrupt_lines),
+        rows.append((item, action, why))
+    return Report(path, name, rows, raw.events, sorted(raw.corrupt_lines),
                   anomalies, plan, by_state)
 
 

@@ -9,7 +9,7 @@ from array import array
 
 from toolkit.forensics.model import EVENT_COLUMNS, ITEM_COLUMNS, STATES, Raw, Record
 from toolkit.ledger import LEASE_FIELDS, MUTABLE_FIELDS
-from toolkit.ledger.transitions import ARTIFACT_FIELDS, DONE_WITHOUT_ARTIFACT, why_illegal
+from toolkit.ledger.transitions import DONE_WITHOUT_ARTIFACT, why_illegal
 
 OPS = frozenset({"add", "move", "claim", "release"})
 STATE_SET = frozenset(STATES)
@@ -50,10 +50,11 @@ class History:
 
     ``event(obj, line)`` returns None when the record was applied, or the
     reason it is not a valid event (the caller decides whether that makes a
-    corrupt line). ``apply(seq, ts, op, key, frm, to, attempt, worker, token,
-    detail, line)`` is the same fold for a caller that already checked the
-    field types (``event`` checks them, then calls it). Call ``finish()`` once
-    at the end to fill ``raw.events``.
+    corrupt line). ``check(seq, ts, op, key, frm, to, attempt, worker, token,
+    detail, line)`` is the same for the fields of a non-snapshot record (an
+    SQLite row: no dict built), and ``apply`` the same again for fields whose
+    types are already checked (a typed decoder's). Call ``finish()`` once at the
+    end to fill ``raw.events``.
 
     Memory: the event columns are kept compact while folding (numbers in
     ``array`` buffers, strings shared with the items and a small vocabulary),
@@ -66,14 +67,14 @@ class History:
         self.items = raw.items
         self.columns = _Columns(numbered)
         self.apply = self._make_apply()
-        self.event = self._make_event(self.apply)
+        self.check = self._make_check(self.apply)
+        self.event = self._make_event(self.check)
 
     def finish(self) -> dict:
         self.raw.events = self.columns.finish()
         return self.raw.events
 
-    def _make_event(self, apply):
-        _type, _int, _str, _dict, _number = type, int, str, dict, NUMBER
+    def _make_event(self, check):
         snapshot = self.snapshot
 
         def event(obj: dict, line: int | None = None) -> str | None:
@@ -85,6 +86,15 @@ class History:
                 token, detail = obj["token"], obj["detail"]
             except KeyError as exc:
                 return f"missing field {exc}"
+            return check(seq, ts, op, key, frm, to, attempt, worker, token, detail, line)
+
+        return event
+
+    def _make_check(self, apply):
+        _type, _int, _str, _dict, _number = type, int, str, dict, NUMBER
+
+        def check(seq, ts, op, key, frm, to, attempt, worker, token, detail, line):
+            """``apply`` for fields of any type (an SQLite row's): their types first."""
             if (_type(seq) is not _int or _type(ts) not in _number or _type(op) is not _str
                     or _type(key) is not _str or _type(to) is not _str
                     or _type(attempt) is not _int or _type(token) is not _int
@@ -94,7 +104,7 @@ class History:
                 return BAD_EVENT
             return apply(seq, ts, op, key, frm, to, attempt, worker, token, detail, line)
 
-        return event
+        return check
 
     def _make_apply(self):
         # The hot loop of a million-line audit, so a closure over locals (no
@@ -103,7 +113,7 @@ class History:
         finding, get = self.raw.finding, self.items.get
         orphaned = set()  # keys seen only in events before any add
         _type, _str = type, str
-        code_of, fields = CODES.get, DETAIL_FIELDS
+        code_of, words, fields = CODES.get, VOCABULARY, DETAIL_FIELDS
         workers: dict = {}  # one string object per worker name, shared by its events
 
         def apply(seq, ts, op, key, frm, to, attempt, worker, token, detail, line):
@@ -111,6 +121,7 @@ class History:
             code = code_of((op, frm, to))  # known op, known states: one lookup
             if code is None:
                 return BAD_EVENT
+            to = words[code][2]  # the vocabulary's own string: items share it, not the line's
             item = get(key)
             if op == "add":
                 orphaned.discard(key)  # from here on its events fold normally
@@ -240,12 +251,30 @@ class _Columns:
             return self.lists
         import numpy as np
 
-        grid = np.frombuffer(self.numbers, dtype=np.int64).reshape(-1, 5)
+        grid = np.frombuffer(self.numbers, dtype=np.int64).reshape(-1, 5)  # views, no copy
         codes = grid[:, 4]
-        words = [np.array([triple[i] for triple in VOCABULARY] or [None], dtype=object)
-                 for i in range(3)]
-        return {"seq": grid[:, 0].copy(), "ts": np.frombuffer(self.times, dtype=np.float64),
-                "op": words[0][codes], "key": self.keys, "frm": words[1][codes],
-                "to": words[2][codes], "attempt": grid[:, 1].copy(), "worker": self.workers,
-                "token": grid[:, 2].copy(),
-                "line": grid[:, 3].copy() if self.numbered else [None] * len(self.keys)}
+        return {"seq": grid[:, 0], "ts": np.frombuffer(self.times, dtype=np.float64),
+                "op": Decoded(codes, 0), "key": self.keys, "frm": Decoded(codes, 1),
+                "to": Decoded(codes, 2), "attempt": grid[:, 1], "worker": self.workers,
+                "token": grid[:, 2],
+                "line": grid[:, 3] if self.numbered else [None] * len(self.keys)}
+
+
+class Decoded:
+    """The op, from or to column of the event table, kept as the row codes until a
+    frame asks for it (``__array__``: an object array of the vocabulary's strings)."""
+
+    def __init__(self, codes, part: int):
+        self.codes, self.part = codes, part
+
+    def __len__(self):
+        return len(self.codes)
+
+    def __iter__(self):
+        return iter(self.__array__().tolist())
+
+    def __array__(self, dtype=None, copy=None):
+        import numpy as np
+
+        words = np.array([triple[self.part] for triple in VOCABULARY], dtype=object)
+        return words[self.codes]

@@ -6,7 +6,7 @@ import typing
 
 from toolkit.forensics.foreign import foreign_item, same_record
 from toolkit.forensics.history import SNAPSHOT, History
-from toolkit.forensics.lines import LineReader, decode_one
+from toolkit.forensics.lines import SHALLOW, LineReader, decode_one
 from toolkit.forensics.model import EVENT_COLUMNS, Raw, register
 from toolkit.ledger.jsonl import FORMAT as JSONL_FORMAT
 from toolkit.ledger.jsonl import header_version
@@ -41,11 +41,6 @@ def _reference(scan, line, number, use):
         why = use(obj, number) if type(obj) is dict else \
             f"JSON {type(obj).__name__}, not an object"
     return why
-
-
-# A line with more brackets than this goes the reference way: the nesting depth at which
-# json gives up depends on the caller's stack, so only shallow lines are read fast.
-SHALLOW = 64
 
 
 def _read_lines(path, raw: Raw, use, fast=None):

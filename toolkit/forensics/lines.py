@@ -8,8 +8,11 @@ toolkit's own JSONL ledger ignores it the same way and cuts it off before its
 next append).
 """
 
-CHUNK = 1 << 24
+CHUNK = 1 << 21  # 2 MiB: big enough to amortize, small enough not to weigh
 MAX_LINE = 1 << 20  # bytes; our events are a few hundred
+# A line with more brackets than this goes the reference way (json): the nesting depth
+# at which json gives up depends on the caller's stack, so only shallow text is read fast.
+SHALLOW = 64
 
 
 class Bad:
@@ -45,14 +48,6 @@ def _decode(block: bytes) -> list:
     return lines
 
 
-def _split(block: bytes) -> list:
-    # The bytes path: one split per chunk; the parser judges UTF-8 itself.
-    lines = block.split(b"\n")
-    if len(block) > MAX_LINE and max(map(len, lines)) > MAX_LINE:
-        return [_too_long(len(raw)) if len(raw) > MAX_LINE else raw for raw in lines]
-    return lines
-
-
 class LineReader:
     """Iterate ``batches()`` of (first line number, [str | Bad, ...]).
 
@@ -81,12 +76,25 @@ class LineReader:
                     yield number, [_too_long(skipping)]
                     number, skipping, chunk = number + 1, 0, chunk[newline + 1:]
                 buffer = carry + chunk if carry else chunk
+                if not decode:  # split once; the last piece is the unfinished line
+                    lines = buffer.split(b"\n")
+                    carry = lines.pop()
+                    if lines:
+                        if len(buffer) > MAX_LINE and max(map(len, lines)) > MAX_LINE:
+                            lines = [_too_long(len(raw)) if len(raw) > MAX_LINE else raw
+                                     for raw in lines]
+                        yield number, lines
+                        number += len(lines)
+                    del buffer, lines  # drop the chunk before reading the next one
+                    if len(carry) > MAX_LINE:
+                        skipping, carry = len(carry), b""
+                    continue
                 cut = buffer.rfind(b"\n")
                 if cut < 0:
                     carry = buffer
                 else:
                     carry = buffer[cut + 1:]
-                    lines = _decode(buffer[:cut]) if decode else _split(buffer[:cut])
+                    lines = _decode(buffer[:cut])
                     yield number, lines
                     number += len(lines)
                 if len(carry) > MAX_LINE:  # keep memory bounded: drop it, count it

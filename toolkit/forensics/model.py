@@ -8,6 +8,7 @@ only the format can see (torn and corrupt lines, duplicate keys, history).
 
 import dataclasses
 import functools
+import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -53,20 +54,30 @@ class Anomaly:
 class Report:
     """What ``audit`` found; ``to_json()`` is the DESIGN.md ``audit --json`` shape.
 
-    ``items`` has one row per item (``ITEM_COLUMNS`` plus ``action`` and
+    ``rows`` is one (``Record``, action, why) per item, ordered by key: the
+    audit's result, for anything that walks the items (``per_item``). ``items``
+    is the same as a pandas.DataFrame (``ITEM_COLUMNS`` plus ``action`` and
     ``why``), ordered by key; ``events`` has ``EVENT_COLUMNS`` or is None when
-    the format keeps no history. ``events`` is built from ``event_columns`` on
-    first use: the audit itself never needs a million-row frame.
+    the format keeps no history. Both frames are built on first use, once:
+    ``audit --json`` needs neither, and a million-row frame costs seconds.
     """
 
     path: str
     format: str
-    items: Any  # pandas.DataFrame
+    rows: list = dataclasses.field(repr=False)  # [(Record, action, why)] ordered by key
     event_columns: Any = dataclasses.field(repr=False)  # {name: list | ndarray} | None
     corrupt_lines: list[int]
     anomalies: list[Anomaly]
     plan: dict[str, int]
     by_state: dict[str, int]
+
+    @functools.cached_property
+    def items(self):
+        """One row per item as a pandas.DataFrame (``ITEM_COLUMNS``, action, why)."""
+        fields = operator.attrgetter(*ITEM_COLUMNS)
+        names = (*ITEM_COLUMNS, "action", "why")
+        table = list(zip(*((*fields(record), action, why) for record, action, why in self.rows)))
+        return frame(dict(zip(names, map(list, table) if table else ([] for _ in names))))
 
     @functools.cached_property
     def events(self):
@@ -76,7 +87,7 @@ class Report:
         return frame(self.event_columns, EVENT_HINTS)
 
     def to_json(self) -> dict:
-        return {"format": self.format, "items": len(self.items), "by_state": dict(self.by_state),
+        return {"format": self.format, "items": len(self.rows), "by_state": dict(self.by_state),
                 "corrupt_lines": list(self.corrupt_lines),
                 "anomalies": [anomaly.to_json() for anomaly in self.anomalies],
                 "plan": dict(self.plan)}
@@ -93,8 +104,8 @@ def _column(np, values, hint=None):
     values' types are inferred only when it does not fit. A numpy array (the
     fold's columns) is taken as it is.
     """
-    if isinstance(values, np.ndarray):
-        return values
+    if isinstance(values, np.ndarray) or hasattr(values, "__array__"):
+        return np.asarray(values)
     if hint is not None:
         try:
             return np.array(values, dtype=hint)
