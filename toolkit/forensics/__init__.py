@@ -223,16 +223,18 @@ def _damage(raw) -> str | None:
         return (f"ledger has corrupt lines {', '.join(map(str, sorted(raw.corrupt_lines)[:10]))}"
                 ": any key's last event may be lost; salvage parks it for review")
     seqs = (raw.events or {}).get("seq") if isinstance(raw.events, dict) else None
-    if seqs is None or not len(seqs):
+    if not seqs:
         return None
-    if type(seqs) is not list and (seqs.min() < 0 or seqs.max() > 1 << 62):
-        seqs = seqs.tolist()  # np.diff could overflow: the exact way
-    if type(seqs) is not list:  # the fold's int64 column
-        import numpy as np
-
-        seqs = np.sort(seqs)
-        gap = bool((np.diff(seqs) > 1).any())
-    else:
+    values = iter(seqs)  # the usual ledger: 1, 2, 3, ... in file order (no list, no sort)
+    previous = next(values)
+    gap = type(previous) is not int
+    if not gap:
+        for seq in values:
+            if type(seq) is not int or seq != previous + 1:
+                gap = True
+                break
+            previous = seq
+    if gap:  # any other order: the exact way
         seqs = sorted(seq for seq in seqs if type(seq) is int)
         gap = any(after - before > 1 for before, after in zip(seqs, seqs[1:]))
     if gap:

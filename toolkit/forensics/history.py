@@ -5,6 +5,7 @@ Shared by the toolkit's JSONL ledger (the history *is* the file) and its SQLite
 ledger (the history is the ``events`` table, checked against ``items``).
 """
 
+import itertools
 from array import array
 
 from toolkit.forensics.model import EVENT_COLUMNS, ITEM_COLUMNS, STATES, Raw, Record
@@ -232,8 +233,7 @@ class _Columns:
         self.push = push
 
     def _demote(self):
-        self.lists = {name: values.tolist() if hasattr(values, "tolist") else list(values)
-                      for name, values in self.finish().items()}  # numpy → Python values
+        self.lists = {name: list(values) for name, values in self.finish().items()}
         appends = tuple(self.lists[name].append for name in EVENT_COLUMNS)
 
         def push(seq, ts, code, key, attempt, worker, token, line):
@@ -245,36 +245,38 @@ class _Columns:
         self.push = push
 
     def finish(self) -> dict:
-        """{name: values}: numpy arrays (numbers, and the vocabulary's strings), or the
-        exact lists."""
+        """{name: values}: lazy columns over the arrays (numpy only when a frame asks),
+        or the exact lists."""
         if self.lists is not None:
             return self.lists
-        import numpy as np
-
-        grid = np.frombuffer(self.numbers, dtype=np.int64).reshape(-1, 5)  # views, no copy
-        codes = grid[:, 4]
-        return {"seq": grid[:, 0], "ts": np.frombuffer(self.times, dtype=np.float64),
-                "op": Decoded(codes, 0), "key": self.keys, "frm": Decoded(codes, 1),
-                "to": Decoded(codes, 2), "attempt": grid[:, 1], "worker": self.workers,
-                "token": grid[:, 2],
-                "line": grid[:, 3] if self.numbered else [None] * len(self.keys)}
+        numbers = self.numbers
+        return {"seq": Field(numbers, 0), "ts": self.times, "op": Field(numbers, 4, 0),
+                "key": self.keys, "frm": Field(numbers, 4, 1), "to": Field(numbers, 4, 2),
+                "attempt": Field(numbers, 1), "worker": self.workers, "token": Field(numbers, 2),
+                "line": Field(numbers, 3) if self.numbered else [None] * len(self.keys)}
 
 
-class Decoded:
-    """The op, from or to column of the event table, kept as the row codes until a
-    frame asks for it (``__array__``: an object array of the vocabulary's strings)."""
+class Field:
+    """One column of the packed event rows (five int64 per row), read in place: as
+    Python values by iteration, as a numpy array when a frame asks (``__array__``).
+    ``part`` names op, from or to in the row's vocabulary code."""
 
-    def __init__(self, codes, part: int):
-        self.codes, self.part = codes, part
+    def __init__(self, numbers, index: int, part: int | None = None):
+        self.numbers, self.index, self.part = numbers, index, part
 
     def __len__(self):
-        return len(self.codes)
+        return len(self.numbers) // 5
 
     def __iter__(self):
-        return iter(self.__array__().tolist())
+        values = itertools.islice(self.numbers, self.index, None, 5)
+        if self.part is None:
+            return values
+        return (VOCABULARY[code][self.part] for code in values)
 
     def __array__(self, dtype=None, copy=None):
         import numpy as np
 
-        words = np.array([triple[self.part] for triple in VOCABULARY], dtype=object)
-        return words[self.codes]
+        column = np.frombuffer(self.numbers, dtype=np.int64)[self.index::5]
+        if self.part is None:
+            return column.copy()
+        return np.array([triple[self.part] for triple in VOCABULARY], dtype=object)[column]

@@ -104,7 +104,7 @@ def _column(np, values, hint=None):
     values' types are inferred only when it does not fit. A numpy array (the
     fold's columns) is taken as it is.
     """
-    if isinstance(values, np.ndarray) or hasattr(values, "__array__"):
+    if hasattr(values, "__array__"):  # numpy, or the fold's packed columns
         return np.asarray(values)
     if hint is not None:
         try:
