@@ -134,8 +134,10 @@ def write_sqlite(path: Path, jsonl: Path) -> int:
 def _task(task: str, path: Path) -> dict:
     """Run ``task`` on ``path`` here; ``seconds`` excludes imports."""
     if task == "audit":
+        import msgspec  # noqa: F401  (imports are not the audit's time)
         import orjson
 
+        import toolkit.ledger.postgres  # noqa: F401
         from toolkit.forensics import audit
 
         start = time.perf_counter()
@@ -164,6 +166,9 @@ def _task(task: str, path: Path) -> dict:
         rows = len(db.execute("SELECT * FROM events").fetchall())
         db.close()
     elif task == "audit_sqlite":
+        import msgspec  # noqa: F401  (imports are not the audit's time)
+
+        import toolkit.ledger.postgres  # noqa: F401
         from toolkit.forensics import audit
 
         start = time.perf_counter()

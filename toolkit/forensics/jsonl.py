@@ -6,6 +6,7 @@ import typing
 
 from toolkit.forensics.foreign import foreign_item, same_record
 from toolkit.forensics.history import SNAPSHOT, History
+from toolkit.forensics import lines as reading
 from toolkit.forensics.lines import SHALLOW, LineReader, decode_one
 from toolkit.forensics.model import EVENT_COLUMNS, Raw, register
 from toolkit.ledger.jsonl import FORMAT as JSONL_FORMAT
@@ -58,9 +59,12 @@ def _read_lines(path, raw: Raw, use, fast=None):
     scan = json.scanner.make_scanner(json.JSONDecoder())  # the C scanner under json.loads
     decode, failed = msgspec.json.Decoder().decode, msgspec.DecodeError
     reader = LineReader(path)
+    only_reference = not reading.FAST
     for first, lines in reader.batches(decode=False):
         for number, line in enumerate(lines, first):
-            if fast is not None and (why := fast(line, number)) is not NOT_MINE:
+            if only_reference:
+                why = _reference(scan, line, number, use)
+            elif fast is not None and (why := fast(line, number)) is not NOT_MINE:
                 pass
             elif type(line) is bytes and line.count(b"{") + line.count(b"[") <= SHALLOW:
                 try:

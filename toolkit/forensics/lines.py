@@ -13,6 +13,9 @@ MAX_LINE = 1 << 20  # bytes; our events are a few hundred
 # A line with more brackets than this goes the reference way (json): the nesting depth
 # at which json gives up depends on the caller's stack, so only shallow text is read fast.
 SHALLOW = 64
+# False: every record is read the reference way (json), never by the fast decoders; the
+# tests that compare the two set it, nothing else does.
+FAST = True
 
 
 class Bad:

@@ -24,6 +24,7 @@ from toolkit.forensics.foreign import (
     parse_json_column,
 )
 from toolkit.forensics.history import STATE_SET, History
+from toolkit.forensics import lines
 from toolkit.forensics.lines import SHALLOW
 from toolkit.forensics.private import live_wal_connection, private_copy
 from toolkit.forensics.model import Raw, Record, register
@@ -133,7 +134,8 @@ def read_toolkit_sqlite(db, schema) -> Raw:
     history = History(Raw(), numbered=False)  # the fold, kept apart from the items table
     fold = history.raw
     quoted = ", ".join(f'"{name}"' for name in EVENT_FIELDS)
-    check, detail_of = history.check, _detail_reader()
+    check = history.check
+    detail_of = _detail_reader() if lines.FAST else parse_json_column
     for seq, ts, op, key, frm, to, attempt, worker, token, text in db.execute(
             f"SELECT {quoted} FROM events ORDER BY seq"):
         detail, problem = detail_of(text)
