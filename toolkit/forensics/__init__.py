@@ -33,6 +33,9 @@ import time
 from toolkit import roots
 from toolkit.errors import ToolkitError
 from toolkit.forensics import jsonl as _jsonl  # noqa: F401  (registers its adapters)
+# queues before sqlite: its sniffs are exact table shapes, tried before the loose "a jobs /
+# task_items table" ones (a litequeue named "jobs" is litequeue)
+from toolkit.forensics import queues as _queues  # noqa: F401  (registers its adapters)
 from toolkit.forensics import sqlite as _sqlite
 from toolkit.forensics.checks import check_items, plan_item
 from toolkit.forensics.lines import MAX_LINE

@@ -17,6 +17,7 @@ KINDS = (
     "torn_line",              # final line without its newline: the write never finished
     "corrupt_line",           # an interior line that is not a valid record
     "corrupt_record",         # a database row that is not a valid record
+    "opaque_payload",         # payloads not JSON or text (a pickle): never decoded, names unknown
     "missing_history",        # events of a key whose add was lost: its state is unprovable
     "hot_journal",            # SQLite: a writer died mid-transaction (its journal remains)
     "duplicate_key",          # conflicting records for one key
