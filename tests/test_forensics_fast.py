@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from toolkit.forensics import audit, lines
 from toolkit.ledger.sqlite import SCHEMA
 
-FUZZ = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 STATES = ["pending", "unknown", "submitted", "done", "failed", "needs_review", "cancelled"]
 
 scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | \
