@@ -129,9 +129,12 @@ def frame(columns: dict, hints=None):
     import pandas as pd
 
     hints = {} if hints is None else {name: getattr(np, kind) for name, kind in hints.items()}
-    return pd.DataFrame({name: _column(np, values, hints.get(name))
-                         for name, values in columns.items()},
-                        columns=list(columns), copy=False)
+    # Text columns in pandas' own (Python) string storage, pyarrow installed or not: a
+    # ledger's text may hold lone surrogates (a JSON "\ud800"), which Arrow refuses.
+    with pd.option_context("mode.string_storage", "python"):
+        return pd.DataFrame({name: _column(np, values, hints.get(name))
+                             for name, values in columns.items()},
+                            columns=list(columns), copy=False)
 
 
 @dataclasses.dataclass(slots=True)
