@@ -1,6 +1,7 @@
 """Where does a ledger transition spend its time? (a helper for section 1 of run.py)
 
-    python benchmarks/profile_ledger.py [--backend sqlite|jsonl] [--durable] [--items 500]
+    python benchmarks/profile_ledger.py [--backend sqlite|jsonl] [--durable] [--group-commit]
+                                        [--items 500]
 
 Records ``--items`` lifecycles (6 transitions each, as the safe runner does)
 twice: once with every SQLite statement (or JSONL system call) timed, giving
@@ -45,16 +46,18 @@ class TimedDb:
         return getattr(self._db, name)
 
 
-def _timed_os(spent):
-    """Time os.write / os.fsync / os.fstat as the JSONL backend calls them."""
-    import toolkit.ledger.jsonl as jsonl
+def _timed_os(spent, module):
+    """Time os.write / os.fsync / os.fdatasync / os.fstat as a backend module calls them
+    (JSONL; SQLite's group commit, which fdatasyncs the WAL itself)."""
+    import importlib
 
+    jsonl = importlib.import_module(module)
     real = jsonl.os
 
     class TimedOs:
         def __getattr__(self, name):
             func = getattr(real, name)
-            if name not in ("write", "fsync", "fstat"):
+            if name not in ("write", "fsync", "fdatasync", "fstat"):
                 return func
 
             def timed(*args):
@@ -73,6 +76,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", choices=("sqlite", "jsonl"), default="sqlite")
     parser.add_argument("--durable", action="store_true", help="durable=True (fsync per commit)")
+    parser.add_argument("--group-commit", action="store_true",
+                        help="group_commit=True (with --durable: the shared-fsync path)")
     parser.add_argument("--items", type=int, default=500, help="lifecycles per pass")
     parser.add_argument("--top", type=int, default=20)
     args = parser.parse_args(argv)
@@ -80,19 +85,16 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="rt-profile-") as tmp:
         path = Path(tmp) / f"ledger.{args.backend}"
         spent = collections.Counter()
-        with open_ledger(path, durable=args.durable) as ledger:
-            restore = None
+        with open_ledger(path, durable=args.durable, group_commit=args.group_commit) as ledger:
+            restore = _timed_os(spent, f"toolkit.ledger.{args.backend}")
             if args.backend == "sqlite":
                 ledger._db = TimedDb(ledger._db, spent)
-            else:
-                restore = _timed_os(spent)
             start = time.perf_counter()
             workloads.lifecycle(ledger, workloads.keys(args.items, "timed"))
             total = time.perf_counter() - start
             if args.backend == "sqlite":
                 ledger._db = ledger._db._db
-            else:
-                restore()
+            restore()
             print(f"{args.backend}, durable={args.durable}: {transitions:,} transitions, "
                   f"{total / transitions * 1e6:.1f} µs each ({transitions / total:,.0f}/s)")
             for kind, seconds in spent.most_common():

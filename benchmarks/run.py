@@ -23,6 +23,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # measure, workloads, sections, batches, audit_jsonl
 sys.path.insert(1, str(HERE.parent))  # toolkit, when run from a checkout
 
+import concurrency  # noqa: E402
 import measure  # noqa: E402
 import ocr_routes  # noqa: E402
 import pages  # noqa: E402
@@ -49,6 +50,8 @@ class Config:
     run_items: int
     long_pages: int  # pages of the long document (section 8; text pages of section 9)
     ocr_pages: int  # scanned pages read by Tesseract (section 9)
+    worker_counts: tuple = (1, 2, 4, 8, 16)  # concurrent workers (section 10)
+    worker_items: int = 30  # lifecycles per worker (x6 transitions)
 
 
 CONFIGS = {
@@ -61,9 +64,10 @@ CONFIGS = {
                     rewrite_sizes=(25, 50, 100), atomic_size=25, audit_lines=5_000,
                     resume_sizes=(150, 600), resume_budget=3.0,
                     explore_docs=1, explore_every=4, forks=30, batch_docs=(2, 1),
-                    run_items=60, long_pages=8, ocr_pages=2),
+                    run_items=60, long_pages=8, ocr_pages=2, worker_counts=(1, 8),
+                    worker_items=3),
 }
-SECTIONS = ("1", "2", "3", "4", "5", "6", "7", "8", "9")
+SECTIONS = ("1", "2", "3", "4", "5", "6", "7", "8", "9", "10")
 
 
 def main(argv=None) -> int:
@@ -114,6 +118,8 @@ def main(argv=None) -> int:
             rows += pages.long_documents(cfg, folder)
         if "9" in only:
             rows += ocr_routes.document_routes(cfg, folder)
+        if "10" in only:
+            rows += concurrency.group_commit(cfg, folder)
         reps = f"{cfg.reps}/{cfg.heavy_reps}/{cfg.huge_reps}"
         print("\n".join(measure.header(folder, mode, reps)))
     print()

@@ -12,7 +12,6 @@ release -- six transitions, six transactions (``LIFECYCLE``).
 """
 
 import contextlib
-import dataclasses
 import hashlib
 import json
 import os
@@ -20,7 +19,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from toolkit.ledger import Ledger, State, open_ledger
+from toolkit.ledger import Ledger, State, open_ledger, with_seq
 
 S = State
 LIFECYCLE = 6  # transitions per item in ``lifecycle``
@@ -223,7 +222,7 @@ class MemoryLedger(Ledger):
         return self._state.get(key)
 
     def _write(self, old, new, event):
-        event = dataclasses.replace(event, seq=len(self._history) + 1)
+        event = with_seq(event, len(self._history) + 1)
         self._state[new.key] = new
         self._history.append(event)
         return event

@@ -19,7 +19,7 @@ def _measure():
 
 
 def test_quick_run_prints_one_table_with_every_section(tmp_path):
-    """`run.py --quick` exits 0 and prints the header and one table covering sections 1-9.
+    """`run.py --quick` exits 0 and prints the header and one table covering sections 1-10.
 
     Every data row shows a median and a min–max, or says why it was not measured.
     """
@@ -38,7 +38,7 @@ def test_quick_run_prints_one_table_with_every_section(tmp_path):
             break
         rows.append(line)
     sections = {line.split()[0] for line in rows}
-    assert sections == {"1", "2", "3", "4", "5", "6", "7", "8", "9"}, out
+    assert sections == {"1", "2", "3", "4", "5", "6", "7", "8", "9", "10"}, out
     for line in rows:
         measured = re.search(r"\d[\d,.]*–\d[\d,.]*", line)
         assert measured or "not " in line, f"row without median and min–max: {line!r}"

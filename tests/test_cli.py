@@ -51,6 +51,8 @@ def test_ledger_json_is_the_only_thing_on_stdout(tmp_path):
     document = json.loads(result.stdout)
     assert document["items"] == 2
     assert document["by_state"]["pending"] == 1 and document["by_state"]["failed"] == 1
+    assert [(i["key"], i["state"], i["attempt"], i["reason"]) for i in document["per_item"]] == \
+        [("k1", "pending", 0, None), ("k2", "failed", 0, "truncated")]
 
 
 def test_audit_json_has_exactly_the_documented_keys_and_modifies_nothing():
@@ -61,9 +63,11 @@ def test_audit_json_has_exactly_the_documented_keys_and_modifies_nothing():
     result = run_cli("audit", fixture, "--json")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
-    assert set(report) == {"format", "items", "by_state", "corrupt_lines", "anomalies", "plan"}
+    assert set(report) == {"format", "items", "by_state", "corrupt_lines", "anomalies", "plan",
+                           "per_item"}
     assert report["format"] == "jsonl-state" and report["corrupt_lines"]
-    assert set(report["plan"]) == {"skip", "reconcile", "retry", "review", "run"}
+    assert set(report["plan"]) == {"skip", "verify", "reconcile", "retry", "review", "run"}
+    assert len(report["per_item"]) == report["items"]
     assert (fixture.read_bytes(), fixture.stat().st_mtime_ns) == before
 
 

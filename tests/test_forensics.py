@@ -43,7 +43,7 @@ def states(**counts):
 
 
 def plan(**counts):
-    return {**dict.fromkeys(("skip", "reconcile", "retry", "review", "run"), 0), **counts}
+    return {**dict.fromkeys(("skip", "verify", "reconcile", "retry", "review", "run"), 0), **counts}
 
 
 # Our two backends tell the same story (fixtures/ledgers/make.py: fill_ledger).
@@ -105,7 +105,8 @@ EXPECTED = {
             ("x.pdf", "unsafe_artifact_path"),      # absolute, elsewhere
         ],
         "by_state": states(pending=3, done=5, failed=4),
-        "plan": plan(skip=1, reconcile=3, retry=1, review=6, run=1),
+        # no lookup in a state file: a done without artifact is verify, a bad one review
+        "plan": plan(skip=1, verify=1, retry=1, review=8, run=1),
     },
     "task_items.db": {
         "format": "sqlite-task_items",
@@ -124,7 +125,7 @@ EXPECTED = {
             ("B014", "unsafe_input_path"),
         ],
         "by_state": states(pending=3, unknown=1, done=7, failed=2),
-        "plan": plan(skip=1, reconcile=5, retry=1, review=5, run=1),
+        "plan": plan(skip=1, verify=2, reconcile=1, retry=1, review=7, run=1),
     },
     "jobs.db": {
         "format": "sqlite-jobs",
@@ -139,7 +140,7 @@ EXPECTED = {
             ("job-unknown", "stuck_unknown"),
         ],
         "by_state": states(unknown=1, done=6),
-        "plan": plan(skip=1, reconcile=4, review=2),
+        "plan": plan(skip=1, verify=1, reconcile=1, review=4),
     },
     "crashed.db": {  # the file alone holds half an uncommitted "mark all done"
         "format": "sqlite-task_items",
@@ -159,13 +160,13 @@ ACTIONS = {
         "pending-stale": "review", "pending-unsafe-input": "review", "retried-then-done": "skip",
         "submitted": "review", "unknown": "review"},
     "state.jsonl": {
-        "../outside.pdf": "review", "a.pdf": "skip", "b.pdf": "reconcile", "c.pdf": "review",
-        "d.pdf": "review", "gone.pdf": "reconcile", "m.pdf": "reconcile", "p.pdf": "review",
+        "../outside.pdf": "review", "a.pdf": "skip", "b.pdf": "verify", "c.pdf": "review",
+        "d.pdf": "review", "gone.pdf": "review", "m.pdf": "review", "p.pdf": "review",
         "q.pdf": "run", "t.pdf": "retry", "u.pdf": "review", "x.pdf": "review"},
     "task_items.db": {
         "B001": "skip", "B002": "reconcile", "B003": "retry", "B004": "review", "B005": "review",
-        "B006": "reconcile", "B007": "review", "B008": "reconcile", "B010": "review",
-        "B011": "reconcile", "B012": "run", "B013": "reconcile", "B014": "review"},
+        "B006": "verify", "B007": "review", "B008": "review", "B010": "review",
+        "B011": "review", "B012": "run", "B013": "verify", "B014": "review"},
 }
 
 
@@ -628,7 +629,7 @@ def test_hostile_values_in_sqlite_rows_are_findings_not_crashes(tmp_path):
         (None, "corrupt_record"), (None, "corrupt_record"), ("k", "corrupt_record"),
         ("k2", "corrupt_record"), ("k2", "done_without_artifact"),
         ("k3", "done_without_artifact")]
-    assert report.plan == plan(reconcile=2, review=1)
+    assert report.plan == plan(verify=2, review=1)  # a foreign format: no lookup
 
 
 def test_hostile_rows_in_our_sqlite_ledger_are_findings_not_crashes(tmp_path):

@@ -30,29 +30,42 @@ def rollback(db: sqlite3.Connection) -> None:
             db.execute("ROLLBACK")
 
 
-@contextlib.contextmanager
-def sqlite_txn(db: sqlite3.Connection, what: str):
-    """One exclusive transaction on ``db``; yields ``db``.
+class sqlite_txn:  # noqa: N801 -- used as a function: ``with sqlite_txn(db, what):``
+    """One exclusive transaction on ``db``; ``with`` yields ``db``.
 
-    Order matters: the COMMIT is inside the ``try`` so that a failed commit
+    Order matters: the COMMIT is inside the error mapping so that a failed commit
     (the engine may already have rolled back) is mapped like any other error.
+    A class rather than a generator: it runs once per ledger transition, and a
+    generator-based context manager costs more Python than the rest of it.
 
     Raises:
         StorageError: any ``sqlite3.Error`` (disk full, I/O error, busy, read-only).
     """
-    try:
-        db.execute("BEGIN IMMEDIATE")
-    except sqlite3.Error as exc:
-        raise storage_error(f"{what}: cannot begin a transaction", exc) from exc
-    try:
-        yield db
-        db.execute("COMMIT")
-    except sqlite3.Error as exc:
-        rollback(db)
-        raise storage_error(what, exc) from exc
-    except BaseException:
-        rollback(db)
-        raise
+
+    __slots__ = ("db", "what")
+
+    def __init__(self, db: sqlite3.Connection, what: str):
+        self.db, self.what = db, what
+
+    def __enter__(self) -> sqlite3.Connection:
+        try:
+            self.db.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise storage_error(f"{self.what}: cannot begin a transaction", exc) from exc
+        return self.db
+
+    def __exit__(self, kind, exc, tb) -> bool:
+        if kind is not None:
+            rollback(self.db)
+            if issubclass(kind, sqlite3.Error):
+                raise storage_error(self.what, exc) from exc
+            return False
+        try:
+            self.db.execute("COMMIT")
+        except sqlite3.Error as error:
+            rollback(self.db)
+            raise storage_error(self.what, error) from error
+        return False
 
 
 def sqlite_read(what: str, reader, *args):

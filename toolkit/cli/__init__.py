@@ -89,4 +89,4 @@ def table(rows: list[dict], columns: list[str]) -> str:
 
 
 # Subcommand modules register themselves on import; their order is the --help order.
-from toolkit.cli import acceptance, batch, drill, explore, inspect, ops, serve  # noqa: E402,F401
+from toolkit.cli import acceptance, batch, drill, explore, inspect, ops, review, serve  # noqa: E402,F401,E501

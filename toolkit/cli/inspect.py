@@ -1,10 +1,11 @@
 """Read-only views: a ledger's items, a provider's counters."""
 
-import json
 import os
+import sys
 
 from toolkit.cli import command, emit, table
 from toolkit.errors import ToolkitError
+from toolkit.forensics.model import ACTIONS
 
 
 @command("ledger", "Show a ledger's items and state counts (read through the ledger API).")
@@ -38,14 +39,30 @@ def _ledger(parser):
                 return 0
             with private_copy(args.path) as copy, open_ledger(copy) as ledger:
                 # a copy: no migration, schema, journal mode or lock file beside the original
-                items, counts = ledger.items(), ledger.counts()
+                try:
+                    items, counts = ledger.items(), ledger.counts()
+                except ValueError as exc:  # a row the ledger cannot hold (a state not ours)
+                    raise ToolkitError(f"ledger {args.path!r} holds a record that is not "
+                                       f"ours ({exc}); `audit` reports what is wrong") from None
         rows = [{"key": item.key[:12], "state": item.state.value, "attempt": item.attempt,
                  "source": _one_line(item.source or ""), "failure": item.failure or ""}
                 for item in items]
         text = table(rows, ["key", "state", "attempt", "source", "failure"]) + "\n" + \
             "  ".join(f"{state}={count}" for state, count in counts.items() if count)
-        emit({"items": len(items), "by_state": counts}, args.json, text)
+        emit({"items": len(items), "by_state": counts, "per_item": [_item(i) for i in items]},
+             args.json, text)
     return run
+
+
+ITEM_FIELDS = ("key", "source", "attempt", "failure", "reason", "job_id", "artifact_path",
+               "artifact_size", "artifact_sha256", "pages_done", "lease_owner", "lease_expires",
+               "updated")
+
+
+def _item(item) -> dict:
+    """One ledger item for ``ledger --json``: its state, attempt, reason (a quarantined
+    input's ``poison: ...`` included) and artifact, as recorded."""
+    return {"state": item.state.value, **{name: getattr(item, name) for name in ITEM_FIELDS}}
 
 
 def _one_line(text: str) -> str:
@@ -91,15 +108,46 @@ def _audit(parser):
     parser.add_argument("path", help="ledger or state file to audit, or a postgresql:// URL")
     parser.add_argument("--artifacts", help="folder the artifacts should be in (checks size, SHA-256)")
     parser.add_argument("--inputs", help="folder of the inputs (checks they still match their keys)")
+    parser.add_argument("--output-name", metavar="RULE",
+                        help="where a done item's output is when the ledger records none, e.g. "
+                             "'{stem}.pdf' ({key}, {name}, {stem}, {relstem} of its source); "
+                             "needs --artifacts: each is then checked as a whole PDF")
+    parser.add_argument("--action", choices=ACTIONS,
+                        help="list (and put in --json per_item / --csv) only items planned so")
+    parser.add_argument("--csv", metavar="FILE", help="also write the per-item table as CSV")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
 
     def run(args):
         from toolkit.forensics import audit, render_text
+        from toolkit.forensics.report import document, write_csv, write_json
 
-        report = audit(args.path, artifacts=args.artifacts, inputs=args.inputs)
+        rule = _output_rule(args.output_name, args.artifacts)
+        report = audit(args.path, artifacts=args.artifacts, inputs=args.inputs, output_name=rule)
+        if args.csv:
+            write_csv(report, args.csv, args.action)
         if args.json:
-            print(json.dumps(report.to_json(), indent=2, sort_keys=True))
+            write_json(document(report, args.action), sys.stdout)
         else:
-            print(render_text(report))
+            print(render_text(report, action=args.action))
         return 0
     return run
+
+
+def _output_rule(rule, artifacts):
+    """``--output-name`` checked before anything is read: one line and exit 2 if bad."""
+    if rule is None:
+        return None
+    if artifacts is None:
+        raise ToolkitError("--output-name needs --artifacts DIR: the folder the outputs are in")
+    from toolkit.forensics.checks import OUTPUT_FIELDS
+
+    fields = dict.fromkeys(OUTPUT_FIELDS, "x")
+    try:
+        named = rule.format(**fields)
+    except (KeyError, IndexError, ValueError, AttributeError) as exc:
+        raise ToolkitError(f"--output-name {rule!r}: use only the fields "
+                           f"{', '.join('{' + f + '}' for f in OUTPUT_FIELDS)} ({exc!r})") from None
+    if named == rule or not named or "\0" in named:
+        raise ToolkitError(f"--output-name {rule!r} names one file for every item: include "
+                           "{stem}, {name}, {relstem} or {key}")
+    return rule

@@ -31,6 +31,12 @@ LEDGERS = {
     "sqlite": LedgerVariant(".sqlite", {}, "SQLite, WAL, synchronous=FULL"),
     "jsonl": LedgerVariant(".jsonl", {}, "JSONL, append and fsync before a commit returns",
                            power_loss=True),
+    # Group commit (toolkit.ledger.group): commits share fsyncs, each acked once synced.
+    "sqlite-group": LedgerVariant(".sqlite", {"group_commit": True},
+                                  "SQLite, WAL, group commit (shared fsync of the WAL)"),
+    "jsonl-group": LedgerVariant(".jsonl", {"group_commit": True},
+                                 "JSONL, group commit (shared fsync before each ack)",
+                                 power_loss=True),
     "jsonl-no-fsync": LedgerVariant(".jsonl", {"durable": False},
                                     "JSONL, append and flush, never fsync", power_loss=True),
 }

@@ -11,8 +11,10 @@ Formats are adapters registered in ``model.ADAPTERS`` (see ``jsonl.py`` and
 ``sqlite.py``): adding one is one function and one ``@register`` line.
 
 Plan (``checks.plan_item``): ``run`` pending; ``reconcile`` unknown or
-submitted (look up before anything) and done whose artifact is unrecorded,
-missing or damaged (look up and re-fetch, never re-execute); ``retry``
+submitted (look up before anything) and, in our formats, done whose artifact is
+unrecorded, missing or damaged (look up and re-fetch, never re-execute); in a
+format without lookup such a done is ``verify`` (unrecorded) or ``review``
+(missing or damaged); ``retry``
 transient failure; ``review`` permanent or unclassified failure,
 needs_review, a non-done item whose input changed, and any item whose history
 cannot be trusted (duplicate_key, illegal_transition, history_mismatch,
@@ -37,7 +39,7 @@ from toolkit.forensics import jsonl as _jsonl  # noqa: F401  (registers its adap
 # task_items table" ones (a litequeue named "jobs" is litequeue)
 from toolkit.forensics import queues as _queues  # noqa: F401  (registers its adapters)
 from toolkit.forensics import sqlite as _sqlite
-from toolkit.forensics.checks import check_items, plan_item
+from toolkit.forensics.checks import LOOKUP_FORMATS, check_items, plan_item
 from toolkit.forensics.lines import MAX_LINE
 from toolkit.forensics.model import (
     ACTIONS,
@@ -135,10 +137,13 @@ def _sniff_jsonl(path, budget: int = 1 << 26):
     raise _fail(path, "neither SQLite nor JSON lines")
 
 
-def audit(path, artifacts=None, inputs=None, *, now: float | None = None) -> Report:
+def audit(path, artifacts=None, inputs=None, *, now: float | None = None,
+          output_name: str | None = None) -> Report:
     """Audit the ledger at ``path``; ``artifacts``/``inputs`` are folders to verify against.
 
     ``now`` (default: the current time) decides whether a lease is still live.
+    ``output_name`` (``'{stem}.pdf'``, see ``checks.output_path``): where a done item's
+    output is when its format records none; it is then checked as a whole PDF.
 
     Raises:
         ToolkitError: one line, for a missing, unreadable or unrecognized
@@ -161,10 +166,10 @@ def audit(path, artifacts=None, inputs=None, *, now: float | None = None) -> Rep
         except ToolkitError as exc:
             raise _fail(redact(url), exc) from exc
         return _report(redact(url), NAME, raw, _ordered(raw.anomalies + check_items(
-            raw.items, artifacts, inputs, time.time() if now is None else now)))
+            raw.items, artifacts, inputs, time.time() if now is None else now, output_name)))
     name, adapter = _detect(path)
     with _no_gc():
-        return _audit(path, name, adapter, artifacts, inputs, now, gone)
+        return _audit(path, name, adapter, artifacts, inputs, now, gone, output_name)
 
 
 def _root_gone(items: dict, gone) -> list:
@@ -189,7 +194,7 @@ def _no_gc():
             gc.enable()
 
 
-def _audit(path, name, adapter, artifacts, inputs, now, gone=None) -> Report:
+def _audit(path, name, adapter, artifacts, inputs, now, gone=None, output_name=None) -> Report:
     try:
         if name == "sqlite":
             sqlite_adapters = [a for a in ADAPTERS.values() if a.container == "sqlite"]
@@ -203,7 +208,7 @@ def _audit(path, name, adapter, artifacts, inputs, now, gone=None) -> Report:
     except (OSError, sqlite3.Error, MemoryError) as exc:
         raise _fail(path, f"{type(exc).__name__}: {exc}", not _storage_fault(exc)) from exc
     anomalies = raw.anomalies + check_items(raw.items, artifacts, inputs,
-                                            time.time() if now is None else now)
+                                            time.time() if now is None else now, output_name)
     if gone is not None:
         anomalies += _root_gone(raw.items, gone)
     return _report(os.fspath(path), name, raw, _ordered(anomalies))
@@ -253,16 +258,17 @@ def _report(path, name, raw, anomalies) -> Report:
     plan, by_state = dict.fromkeys(ACTIONS, 0), dict.fromkeys(STATES, 0)
     rows = []
     memo = {}  # items without findings are planned by (state, failure) alone
+    lookup = name in LOOKUP_FORMATS  # without a lookup, a done with no artifact is "verify"
     damaged = _damage(raw) if name == "toolkit-jsonl" else None  # the ledger salvage reads
     for key in sorted(raw.items):
         item = raw.items[key]
         state, failure = item.state, item.failure
         if key in kinds:
-            action, why = plan_item(item, kinds[key])
+            action, why = plan_item(item, kinds[key], lookup)
         else:
             memo_key = (state, failure if type(failure) is str else None)
             if memo_key not in memo:
-                memo[memo_key] = plan_item(item, set())
+                memo[memo_key] = plan_item(item, set(), lookup)
             action, why = memo[memo_key]
         if damaged and state in UNSETTLED and not (state == "failed" and failure == "permanent"):
             action, why = "review", damaged  # what salvage parks: never run on a guess

@@ -64,15 +64,48 @@ def file_digest(path: str) -> tuple[int | None, str | None, str | None]:
         os.close(fd)
 
 
-def check_artifact(item, root: str | None) -> list[Anomaly]:
+OUTPUT_FIELDS = ("key", "name", "stem", "relstem")
+
+
+def output_path(item, rule: str) -> str:
+    """The artifact name ``rule`` gives ``item`` (``'{stem}.pdf'``): {key}; {name}, {stem}
+    and {relstem} of its source (the key when none is recorded): the file name, without its
+    suffix, and the recorded path without its suffix."""
+    source = item.source if type(item.source) is str and item.source else str(item.key)
+    name = os.path.basename(source)
+    return rule.format(key=item.key, name=name, stem=os.path.splitext(name)[0],
+                       relstem=os.path.splitext(source)[0])
+
+
+def check_whole_pdf(key, path: str, real: str) -> list[Anomaly]:
+    """No recorded digest to compare: the file itself must be a whole, readable PDF
+    (the documents module's preflight: header, tail, MuPDF's open and every page)."""
+    from toolkit.documents.preflight import preflight
+
+    verdict = preflight(real)
+    if verdict.ok:
+        return []
+    return [Anomaly(key, "artifact_missing", f"{path!r} is not a whole, readable PDF: "
+                    f"{verdict.reason}")]
+
+
+def check_artifact(item, root: str | None, output_name: str | None = None) -> list[Anomaly]:
+    """``output_name`` (a rule for ``output_path``) turns on the check by content: an item
+    whose format records no artifact path (or no SHA-256) is verified as a whole PDF."""
     key, path = item.key, item.artifact_path
     size, sha = item.artifact_size, item.artifact_sha256
-    if type(path) is not str or not path:
+    if (type(path) is not str or not path) and (output_name is None or root is None):
         return [Anomaly(key, "done_without_artifact", "no artifact path recorded")]
+    if type(path) is not str or not path:
+        path = output_path(item, output_name)
     real, unsafe = locate(root, path)
     if unsafe:
         return [Anomaly(key, "unsafe_artifact_path", f"{unsafe}; not opened")]
     found = []
+    if (type(sha) is not str or not sha) and output_name is not None and real is not None:
+        if not os.path.isfile(real):
+            return [Anomaly(key, "artifact_missing", f"{path!r}: no such file")]
+        return check_whole_pdf(key, path, real)
     if type(sha) is not str or not sha:
         found.append(Anomaly(key, "done_without_artifact",
                              f"{path!r} has no SHA-256 recorded: nothing to verify against"))
@@ -128,11 +161,14 @@ def check_stuck(item, now: float) -> list[Anomaly]:
                     "no reply recorded and no live lease; look up its key before anything")]
 
 
-def check_items(items: dict, artifacts: str | None, inputs: str | None, now: float):
+def check_items(items: dict, artifacts: str | None, inputs: str | None, now: float,
+                output_name: str | None = None):
     found, digests = [], {}
     for item in items.values():
         state = item.state
-        if state in ("done", "partial"):  # a partial item's artifact is its checkpoint
+        if state == "done":
+            found += check_artifact(item, artifacts, output_name)
+        elif state == "partial":  # a partial item's artifact is its checkpoint
             found += check_artifact(item, artifacts)
         elif state == "unknown":
             found += check_stuck(item, now)
@@ -154,9 +190,19 @@ INPUT_CHANGED = {"stale_input": "the input changed since it was recorded",
                  "unsafe_input_path": "its input path escapes the inputs folder"}
 
 
-def plan_item(item, kinds: set) -> tuple[str, str]:
+# Our formats: the provider's job is found again by the item's idempotency key (a lookup).
+# Every other format has no lookup: re-fetching is impossible, running again executes twice.
+LOOKUP_FORMATS = frozenset({"toolkit-jsonl", "toolkit-sqlite", "toolkit-postgres"})
+VERIFY_WHY = ("done, but the format records no artifact to check: see that the output exists "
+              "and is a whole PDF (or audit with --artifacts and --output-name)")
+
+
+def plan_item(item, kinds: set, lookup: bool = True) -> tuple[str, str]:
     """(action, why) for one item from its state and the kinds found for it.
 
+    ``lookup``: the format's jobs can be looked up (``LOOKUP_FORMATS``); without it a
+    done whose artifact is unrecorded is ``verify`` and one found missing or damaged is
+    ``review`` (a person decides: there is nothing to re-fetch from).
     With no findings the answer depends on ``state`` and ``failure`` alone
     (the report relies on that to plan a million items quickly).
     """
@@ -166,7 +212,12 @@ def plan_item(item, kinds: set) -> tuple[str, str]:
         return "review", "; ".join(blocking)
     if state == "done":
         if kinds & ARTIFACT_DAMAGE:
-            return "reconcile", "artifact not verified: look up and re-fetch, never re-execute"
+            if lookup:
+                return "reconcile", "artifact not verified: look up and re-fetch, never re-execute"
+            if kinds & ARTIFACT_DAMAGE == {"done_without_artifact"}:
+                return "verify", VERIFY_WHY
+            return "review", ("artifact missing or damaged, and the format has no lookup: "
+                              "running it again is a second execution; a person decides")
         return "skip", "done"
     if state == "cancelled":
         return "skip", "cancelled"

@@ -31,7 +31,7 @@ KINDS = (
     "stale_input",            # the input's content no longer matches its recorded digest
     "stuck_unknown",          # unknown with no reply recorded and no live lease
 )
-ACTIONS = ("skip", "reconcile", "retry", "review", "run")
+ACTIONS = ("skip", "verify", "reconcile", "retry", "review", "run")
 STATES = ("pending", "unknown", "submitted", "done", "failed", "needs_review", "cancelled",
           "partial")
 

@@ -1,5 +1,8 @@
 """The audit as text for people: summary, findings, and the items that need action."""
 
+import itertools
+import textwrap
+
 
 def _safe(value, width: int | None = None) -> str:
     """Printable text: control characters and lone surrogates escaped, cut to ``width``."""
@@ -24,8 +27,11 @@ def _counts(counts: dict) -> str:
     return ", ".join(shown) or "none"
 
 
-def render_text(report, limit: int = 40) -> str:
-    """A readable summary of ``report``; at most ``limit`` rows per table."""
+def render_text(report, limit: int = 40, action: str | None = None) -> str:
+    """A readable summary of ``report``; at most ``limit`` rows per table.
+
+    The items table lists every item not planned ``skip`` (only those planned ``action``
+    when it is given) with its full key and source, wrapped over lines, never cut."""
     items = report.items
     out = [f"ledger   {_safe(report.path)}",
            f"format   {report.format}",
@@ -38,19 +44,41 @@ def render_text(report, limit: int = 40) -> str:
     anomalies = report.anomalies
     out += ["", f"findings ({len(anomalies)})"]
     if anomalies:
-        rows = [(a.kind, a.key, a.detail) for a in anomalies[:limit]]
-        out += _table(("kind", "key", "detail"), rows, (21, 16, 70))
+        # keys in full (wrapped); a detail is cut to its column, whole in --json
+        rows = [(a.kind, a.key, _safe(a.detail, 66)) for a in anomalies[:limit]]
+        out += _wrapped(("kind", "key", "detail"), rows, (21, 24, 66))
         if len(anomalies) > limit:
             out.append(f"… and {len(anomalies) - limit} more (use --json for all)")
     else:
         out.append("none")
-    todo = [row for row in zip(items["key"], items["state"], items["raw_state"], items["action"],
-                               items["why"]) if row[3] != "skip"] if len(items) else []
-    out += ["", f"items needing action ({len(todo)})"]
+    todo = [row for row in zip(items["key"], items["source"], items["state"], items["raw_state"],
+                               items["action"], items["why"])
+            if (row[4] == action if action else row[4] != "skip")] if len(items) else []
+    title = f"items planned {action}" if action else "items needing action"
+    out += ["", f"{title} ({len(todo)})"]
     if todo:
-        out += _table(("key", "state", "raw", "next", "why"), todo[:limit], (16, 12, 10, 9, 60))
+        out += _wrapped(("key", "source", "state", "raw", "next", "why"), todo[:limit],
+                        (24, 30, 12, 12, 9, 44))
         if len(todo) > limit:
-            out.append(f"… and {len(todo) - limit} more (use --json for counts)")
+            out.append(f"… and {len(todo) - limit} more (use --csv FILE or --json for all)")
     else:
         out.append("none")
     return "\n".join(out) + "\n"
+
+
+def _chunks(text: str, width: int) -> list[str]:
+    """``text`` in pieces of ``width``: every character kept (a name is never cut short,
+    never has its spaces collapsed), so two long names stay apart."""
+    return [text[at:at + width] for at in range(0, len(text), width)] or [""]
+
+
+def _wrapped(headers, rows, widths) -> list[str]:
+    """A table whose cells wrap onto further lines instead of being cut (the last column
+    is prose and wraps at spaces; the others are names and wrap character by character)."""
+    out = _table(headers, [], widths)
+    for row in rows:
+        cells = [_chunks(_safe(cell), width) for cell, width in zip(row[:-1], widths)]
+        cells.append(textwrap.wrap(_safe(row[-1]), widths[-1]) or [""])  # prose: by words
+        for parts in itertools.zip_longest(*cells, fillvalue=""):
+            out.append("  ".join(part.ljust(width) for part, width in zip(parts, widths)).rstrip())
+    return out

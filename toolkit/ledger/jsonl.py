@@ -17,7 +17,8 @@ import re
 
 from toolkit.documents import fsync_dir
 from toolkit.errors import LedgerError, StorageError
-from toolkit.ledger import Event, Item, Ledger, State, apply_event
+from toolkit.ledger import Event, Item, Ledger, State, apply_event, with_seq
+from toolkit.ledger.group import GroupCommit
 
 SNAPSHOT = "snapshot"
 # Line 1 of every ledger this toolkit writes; a file without it whose lines are all
@@ -25,6 +26,7 @@ SNAPSHOT = "snapshot"
 # next writer, in one atomic rewrite. A newer version is refused.
 FORMAT, VERSION = "resume-toolkit-ledger-jsonl", 1
 HEADER_LINE = json.dumps({"format": FORMAT, "version": VERSION}, sort_keys=True).encode() + b"\n"
+_LINE = json.JSONEncoder(sort_keys=True).encode  # one encoder, not one per event
 KEY_PATTERN = re.compile(rb'"key": "([^"\\]{1,200})"')
 
 
@@ -61,10 +63,18 @@ def parse_line(raw: bytes) -> tuple[Event | None, Item | None, int]:
 class JsonlLedger(Ledger):
     """Append-only backend (``*.jsonl``); single writer process, many threads."""
 
-    def __init__(self, path, *, view: bool = False, **options):
-        """``view=True``: read only; the file is never changed (no header added, no write)."""
+    def __init__(self, path, *, view: bool = False, group_commit: bool = False, **options):
+        """``view=True``: read only; the file is never changed (no header added, no write).
+
+        ``group_commit=True`` (with ``durable=True``): the threads of this process share
+        their fsyncs (``group``); each call still returns only once its line is fsynced.
+        """
         super().__init__(path, **options)
         self.view = view
+        self._end = None  # the file's size after our last append (None: ask fstat)
+        if group_commit and self.durable:
+            self._group = GroupCommit(lambda: os.fsync(self._fd),
+                                      f"JSONL ledger {str(self.path)!r}")
         self.torn_tail: dict | None = None  # {"line": n, "bytes": b} when the file ended mid-line
         self.corrupt_lines: list[int] = []
         try:
@@ -189,6 +199,7 @@ class JsonlLedger(Ledger):
             fsync_dir(self.path.parent)
         os.close(self._fd)
         self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND)
+        self._end = None
         self.version = VERSION
 
     def corruption(self) -> str | None:
@@ -212,33 +223,43 @@ class JsonlLedger(Ledger):
         return self._state.get(key)
 
     def _append(self, line: bytes):
+        """Append one whole line; fsync it unless group commit syncs it later.
+
+        The size after our last append is kept (we are the only writer: the flock), so
+        an append costs its write (and fsync) only, not an fstat each time.
+        """
         try:
             if self._valid_end is not None:  # cut a torn tail before the first append
                 os.ftruncate(self._fd, self._valid_end)
-                self._valid_end = None
-            start = os.fstat(self._fd).st_size
+                self._valid_end, self._end = None, None
+            start = self._end if self._end is not None else os.fstat(self._fd).st_size
         except OSError as exc:
             raise StorageError(f"cannot append to {str(self.path)!r}: {exc}") from exc
         try:
-            view = memoryview(line)
-            while view:
-                view = view[os.write(self._fd, view):]
-            if self.durable:
+            written = os.write(self._fd, line)
+            if written < len(line):  # a short write (a size limit): finish or fail
+                view = memoryview(line)[written:]
+                while view:
+                    view = view[os.write(self._fd, view):]
+            if self.durable and self._group is None:
                 os.fsync(self._fd)
         except OSError as exc:
             # Leave no half line behind: the next append would glue onto it.
+            self._end = None
             with contextlib.suppress(OSError):
                 os.ftruncate(self._fd, start)
             raise StorageError(f"cannot append to {str(self.path)!r}: {exc}") from exc
+        self._end = start + len(line)
 
     def _write(self, old, new, event):
         if self.view:
             raise LedgerError(f"JSONL ledger {str(self.path)!r} is open as a read-only view")
         if self.corrupt_lines:  # writing on would build on a history we cannot read whole
             raise LedgerError(self.corruption())
-        event = dataclasses.replace(event, seq=self._seq + 1)
-        self._append(json.dumps(event.to_json(), sort_keys=True).encode() + b"\n")
-        # Memory changes only after the line is on disk (and fsynced if durable).
+        event = with_seq(event, self._seq + 1)
+        self._append(_LINE(event.to_json()).encode() + b"\n")
+        # Memory changes only after the line is written (and fsynced, unless group commit
+        # fsyncs it before this call's caller is answered: see group.py).
         self._seq = event.seq
         self._state[new.key] = new
         self._history.append(event)
@@ -256,7 +277,9 @@ class JsonlLedger(Ledger):
         Temp file, fsync, ``os.replace``, fsync of the directory: a crash at any
         point leaves either the old file or the new one, whole.
         """
-        with self._lock:
+        with self._lock, (self._group.paused() if self._group is not None
+                          else contextlib.nullcontext()):
+            # Paused: no group fsync may run on the descriptor closed below.
             if self.corrupt_lines:  # compaction would erase the evidence
                 raise LedgerError(self.corruption())
             tmp = self.path.with_name(self.path.name + ".compact")
@@ -270,6 +293,7 @@ class JsonlLedger(Ledger):
             fsync_dir(self.path.parent)
             os.close(self._fd)
             self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND)
+            self._end = None
             self._history, self._valid_end, self.torn_tail, self.corrupt_lines = [], None, None, []
             return len(lines)
 

@@ -38,8 +38,9 @@ TRANSITIONS: dict[State, frozenset[State]] = {
     S.DONE: frozenset({S.DONE, S.NEEDS_REVIEW}),
     # only a transient failure leaves (a new attempt, or an operator's cancel)
     S.FAILED: frozenset({S.UNKNOWN, S.CANCELLED}),
-    # an operator may release a parked item, to be reconciled again
-    S.NEEDS_REVIEW: frozenset({S.UNKNOWN, S.CANCELLED}),
+    # an operator decides a parked item (``resolve``): release it to be reconciled again,
+    # cancel it, or accept a verified artifact (done, with path, size and sha256)
+    S.NEEDS_REVIEW: frozenset({S.UNKNOWN, S.CANCELLED, S.DONE}),
     S.CANCELLED: frozenset(),
 }
 TERMINAL = frozenset({S.DONE, S.NEEDS_REVIEW, S.CANCELLED})

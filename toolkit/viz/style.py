@@ -15,7 +15,7 @@ STATE_COLOURS = {
 VERDICT_COLOURS = {"valid": "#4caf50", "parked": "#9467bd", "violation": "#d9534f",
                    "undecided": "#c7c7c7"}
 DOUBLE = "#d62728"  # double executions: the one colour nothing else uses
-ACTION_COLOURS = {"skip": "#4caf50", "reconcile": "#f0ad4e", "retry": "#5b9bd5",
+ACTION_COLOURS = {"skip": "#4caf50", "verify": "#17becf", "reconcile": "#f0ad4e", "retry": "#5b9bd5",
                   "review": "#9467bd", "run": "#c7c7c7"}
 
 

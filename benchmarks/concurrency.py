@@ -1,0 +1,173 @@
+"""Section 10: transitions/s with N concurrent workers, group commit against the fsync limit.
+
+Each worker process (forked, so no interpreter start in the clock) drives its
+own items through the six transactions of a document's life on one shared
+ledger; a sample is all committed transitions over the wall time from the
+barrier to the last worker's end. Per repetition, back to back:
+
+  * the single-writer fsync limit: the bare one-row ``INSERT`` + ``COMMIT`` loop
+    (WAL, synchronous=FULL), one process: at most 1/fsync commits per second;
+  * the SQLite ledger with group commit, 1, 2, 4, 8, 16 worker processes;
+  * the CPU ceiling: the same workers with ``durable=False`` (no fsync at all);
+  * JSONL, one process: 8 threads with group commit, against the same bare limit;
+  * PostgreSQL (when ``TOOLKIT_TEST_PG`` names a server): 1-16 worker connections,
+    synchronous_commit=on; the server's ``fsync`` is printed in the label.
+"""
+
+import multiprocessing
+import os
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import workloads as w
+from measure import Figure, Row, check, interleave, ratio
+
+S10 = "10"
+
+
+def _drive(location, options, prefix, items, start, done):
+    from toolkit.ledger import open_ledger
+
+    with open_ledger(location, **options) as ledger:
+        start.wait()
+        w.lifecycle(ledger, w.keys(items, prefix), worker=prefix)
+        done.put(time.perf_counter())
+
+
+def processes_rate(location, workers: int, items: int, options: dict) -> float:
+    """Transitions/s of ``workers`` forked processes, ``items`` lifecycles each."""
+    from toolkit.ledger import open_ledger
+
+    context = multiprocessing.get_context("fork")
+    start, done = context.Barrier(workers + 1), context.Queue()
+    open_ledger(location).close()  # tables first, outside the clock
+    procs = [context.Process(target=_drive, args=(location, options, f"w{n}", items, start, done))
+             for n in range(workers)]
+    for proc in procs:
+        proc.start()
+    start.wait()
+    began = time.perf_counter()
+    ends = [done.get(timeout=600) for _ in procs]
+    for proc in procs:
+        proc.join()
+        if proc.exitcode != 0:
+            raise RuntimeError(f"worker exited {proc.exitcode}")
+    return workers * items * w.LIFECYCLE / (max(ends) - began)
+
+
+def threads_rate(path: Path, threads: int, items: int, options: dict) -> float:
+    """Transitions/s of ``threads`` threads on one ledger object (JSONL: one writer process)."""
+    from toolkit.ledger import open_ledger
+
+    w._fresh(path)
+    with open_ledger(path, **options) as ledger:
+        barrier = threading.Barrier(threads + 1)
+
+        def drive(n):
+            barrier.wait()
+            w.lifecycle(ledger, w.keys(items, f"t{n}"), worker=f"t{n}")
+        pool = [threading.Thread(target=drive, args=(n,)) for n in range(threads)]
+        for thread in pool:
+            thread.start()
+        barrier.wait()
+        began = time.perf_counter()
+        for thread in pool:
+            thread.join()
+        seconds = time.perf_counter() - began
+    w._fresh(path)
+    return threads * items * w.LIFECYCLE / seconds
+
+
+def _bare_limit(folder: Path, items: int) -> float:
+    subject = w.BareSqlite(folder, "FULL")
+    try:
+        subject.step(1)
+        return items * w.LIFECYCLE / subject.step(items)
+    finally:
+        subject.close()
+
+
+def group_commit(cfg, folder: Path) -> list[Row]:
+    counts, items = cfg.worker_counts, cfg.worker_items
+    count = [0]
+
+    def sqlite(workers, durable):
+        def go():
+            count[0] += 1
+            path = folder / f"group-{count[0]}.sqlite"
+            try:
+                return processes_rate(str(path), workers, items,
+                                      {"group_commit": True} if durable else {"durable": False})
+            finally:
+                w._fresh(path)
+                w._fresh(Path(f"{path}-flush"))
+        return go
+
+    runs = {"bare": lambda: _bare_limit(folder, items * 2)}
+    for n in counts:
+        runs[f"group{n}"] = sqlite(n, True)
+        runs[f"cpu{n}"] = sqlite(n, False)
+    jsonl = folder / "group-threads.jsonl"
+    runs["jsonl_group"] = lambda: threads_rate(jsonl, 8, items, {"group_commit": True})
+    runs["jsonl_plain"] = lambda: threads_rate(jsonl, 8, items, {})
+    from sections import log
+
+    log(f"10 group commit: {', '.join(map(str, counts))} worker processes x {items} lifecycles")
+    r = interleave(cfg.heavy_reps, runs)
+    rows = [Row(S10, "single-writer fsync limit: bare INSERT+COMMIT loop (synchronous=FULL)",
+                Figure(r["bare"], "/s"))]
+    for n in counts:
+        vs_bare, vs_cpu = ratio(r[f"group{n}"], r["bare"]), ratio(r[f"group{n}"], r[f"cpu{n}"])
+        target = n == 8
+        rows += [
+            Row(S10, f"SQLite ledger, group commit, {n} worker process{'es' * (n > 1)}",
+                Figure(r[f"group{n}"], "/s")),
+            Row(S10, f"  CPU ceiling: same {n} workers, durable=False", Figure(r[f"cpu{n}"], "/s")),
+            Row(S10, f"  ratio group commit / fsync limit, {n} workers", vs_bare,
+                *(check(vs_bare, ">=", 2.0) if target else ())),
+            Row(S10, f"  ratio group commit / CPU ceiling, {n} workers", vs_cpu,
+                *(check(vs_cpu, ">=", 0.7) if target else ())),
+        ]
+    rows += [Row(S10, "JSONL ledger, 8 threads, group commit", Figure(r["jsonl_group"], "/s")),
+             Row(S10, "JSONL ledger, 8 threads, one fsync per transition",
+                 Figure(r["jsonl_plain"], "/s")),
+             Row(S10, "  ratio JSONL group commit / fsync limit",
+                 ratio(r["jsonl_group"], r["bare"]))]
+    return rows + postgres(cfg)
+
+
+def postgres(cfg) -> list[Row]:
+    """PostgreSQL's own group commit: N worker connections (rows say why when not run)."""
+    url = os.environ.get("TOOLKIT_TEST_PG")
+    if not url:
+        return [Row(S10, "PostgreSQL ledger, 1-16 workers", None,
+                    note="not measured: set TOOLKIT_TEST_PG to a throwaway server")]
+    import psycopg
+
+    from sections import log
+
+    with psycopg.connect(url, autocommit=True) as admin:
+        fsync = admin.execute("SHOW fsync").fetchone()[0]
+        commit = admin.execute("SHOW synchronous_commit").fetchone()[0]
+    log(f"10 PostgreSQL (fsync={fsync}), {', '.join(map(str, cfg.worker_counts))} workers")
+
+    def go(workers):
+        def run():
+            schema = f"bench_{uuid.uuid4().hex[:12]}"
+            location = f"{url}{'&' if '?' in url else '?'}options=-csearch_path%3D{schema}"
+            try:
+                return processes_rate(location, workers, cfg.worker_items, {})
+            finally:
+                with psycopg.connect(url, autocommit=True) as admin:
+                    admin.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        return run
+
+    r = interleave(cfg.heavy_reps, {n: go(n) for n in cfg.worker_counts})
+    rows = [Row(S10, f"PostgreSQL ledger, {n} worker connection{'s' * (n > 1)} "
+                     f"(fsync={fsync}, synchronous_commit={commit})", Figure(r[n], "/s"))
+            for n in cfg.worker_counts]
+    top = max(cfg.worker_counts)
+    rows.append(Row(S10, f"  ratio PostgreSQL {top} workers / 1 worker", ratio(r[top], r[1])))
+    return rows

@@ -1,0 +1,108 @@
+"""An operator's decisions on parked items: ``review`` lists them, ``resolve`` records one."""
+
+import sys
+from pathlib import Path
+
+from toolkit.cli import command, emit
+from toolkit.errors import LedgerError, NotReadyError, ToolkitError
+
+
+def _existing(path) -> None:
+    """A file ledger must exist (opening would create one): one line and exit 2 if not."""
+    from toolkit.ledger.postgres import postgres_url
+
+    if postgres_url(path):
+        return
+    from toolkit.runner.inputs import require_regular
+
+    require_regular(path, "--ledger")  # a FIFO or a device is never opened
+    if not Path(path).is_file():
+        raise ToolkitError(f"no ledger at {str(path)!r}")
+    if Path(path).suffix.lower() not in (".sqlite", ".db", ".sqlite3", ".jsonl"):
+        raise ToolkitError(f"{str(path)!r} is not a ledger: use .sqlite, .db, .jsonl or a "
+                           "postgresql:// URL")
+
+
+def _one_line(value) -> str:
+    text = "-" if value is None else str(value)
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+
+
+@command("review", "List every needs_review item with its reason and evidence (job, lookups, "
+                   "artifact, history). Never modifies the ledger.")
+def _review(parser):
+    parser.add_argument("--ledger", required=True, help="client ledger (.sqlite, .db, .jsonl or "
+                                                        "a postgresql:// URL)")
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+
+    def run(args):
+        from toolkit.forensics.private import private_copy
+        from toolkit.ledger import open_ledger
+        from toolkit.ledger.postgres import postgres_url
+        from toolkit.runner.review import parked
+
+        _existing(args.ledger)
+        if postgres_url(args.ledger):
+            with open_ledger(args.ledger) as ledger:
+                items = parked(ledger)
+        else:  # a copy: no lock taken, nothing written beside the original, a live run goes on
+            with private_copy(args.ledger) as copy, open_ledger(copy) as ledger:
+                items = parked(ledger)
+        lines = [f"needs_review ({len(items)})"]
+        for item in items:
+            lines += [f"key       {_one_line(item['key'])}",
+                      f"  source    {_one_line(item['source'])}",
+                      f"  reason    {_one_line(item['reason'])}",
+                      f"  job       {_one_line(item['job_id'])}   attempt {item['attempt']}   "
+                      f"lookups {item['lookups']}",
+                      f"  artifact  {_one_line(item['artifact_path'])}"]
+            lines += [f"  history   {_one_line(step)}" for step in item["history"]]
+        if items:
+            lines.append("decide with: python -m toolkit resolve --ledger PATH --key KEY "
+                         "(--release | --cancel | --accept-artifact FILE) --note TEXT")
+        emit({"needs_review": items}, args.json, "\n".join(lines))
+        return 0
+    return run
+
+
+@command("resolve", "Record an operator's decision on one needs_review item: release it (back "
+                    "to unknown, reconciled by the next run), cancel it, or accept a verified "
+                    "PDF as its artifact (done).")
+def _resolve(parser):
+    parser.add_argument("--ledger", required=True, help="client ledger (.sqlite, .db, .jsonl or "
+                                                        "a postgresql:// URL)")
+    parser.add_argument("--key", required=True, help="the item's task key (as review lists it)")
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--release", action="store_true", help="back to unknown: looked up next run")
+    what.add_argument("--cancel", action="store_true", help="cancelled: never processed")
+    what.add_argument("--accept-artifact", metavar="FILE",
+                      help="a whole PDF inside the outputs root: recorded as the item's artifact")
+    parser.add_argument("--note", required=True, help="why: recorded in the event")
+    parser.add_argument("--out", help="the outputs root, when the ledger records none "
+                                      "(PostgreSQL, or a ledger written by the API)")
+    parser.add_argument("--worker", default="operator", help="name recorded in the event")
+
+    def run(args):
+        from toolkit.ledger import open_ledger
+        from toolkit.runner.ops import require_healthy
+        from toolkit.runner.review import accepted_artifact, resolve
+
+        if not args.note.strip():
+            raise ToolkitError("--note must say why (it is recorded with the decision)")
+        _existing(args.ledger)
+        require_healthy(args.ledger)  # a batch that failed closed: fix it first (exit 1)
+        decision = "release" if args.release else "cancel" if args.cancel else "accept"
+        artifact = None
+        if decision == "accept":  # checked before the ledger is opened: bad input writes nothing
+            artifact = accepted_artifact(args.accept_artifact, args.ledger, args.out)
+        try:
+            ledger = open_ledger(args.ledger)
+        except LedgerError as exc:
+            if "another writer" in str(exc):  # a live run holds the JSONL ledger
+                raise NotReadyError(f"{exc}: a run is using it; resolve when it ends") from None
+            raise
+        with ledger:
+            item = resolve(ledger, args.key, decision, args.note, artifact, args.worker)
+        print(f"{args.key}: needs_review -> {item.state.value}", file=sys.stderr)
+        return 0
+    return run

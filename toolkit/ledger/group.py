@@ -1,0 +1,233 @@
+"""Group commit: many transitions, one fsync, each caller acknowledged only when durable.
+
+``Commit`` is every transition's frame (lock, transaction, wait, ``on_event``);
+``GroupCommit`` and ``SharedFlushes`` are the shared fsync it waits on.
+
+A transition with group commit is written in two phases. Phase one (under the
+ledger's lock, and for SQLite under its write lock) checks the guards and
+writes the transition -- an SQLite ``COMMIT`` with ``synchronous=NORMAL``, a
+JSONL ``write`` -- without an fsync: the bytes are in the page cache, in
+commit order, and the guards of the next transition see them. Phase two makes
+them durable: the caller takes a *ticket* (the number of flushes started so
+far) right after its write, and waits until a flush that started after its
+write has finished. The first waiter becomes the leader and runs one fsync;
+every transition written before that fsync started rides on it; the ones
+written while it is in flight queue for the next one::
+
+    thread A  write(a) ticket 0 --- leader: fsync #1 ------------------| ack a
+    thread B     write(b) ticket 0 ---- waits for #1 ------------------| ack b
+    thread C                     write(c) ticket 1 -- waits -- leader: fsync #2 --| ack c
+
+Why the prefix is enough: an fsync flushes every byte written to the file
+before it started, whoever wrote it, and both files are written strictly in
+commit order (JSONL appends; SQLite's WAL frames). So after a power cut the
+file holds a prefix of the commits that includes every acknowledged one; a
+killed process loses nothing (the page cache is the kernel's). A transition
+that read an unsynced one (another thread's claim, say) is itself later in
+the file: its own ack waits for a flush that covers both.
+
+``SharedFlushes`` extends the same rule across processes (SQLite worker
+processes on one ledger): a ``<ledger>-flush`` file holds two counters,
+*started* and *done*, advanced under a lock on that file; a process whose write
+happened before another process's fsync started needs no fsync of its own.
+The counters are relative (a caller compares values it read after its own
+write), so a stale counter file is harmless; it is never a record.
+"""
+
+import contextlib
+import fcntl
+import os
+import struct
+import threading
+
+from toolkit.errors import StorageError
+
+COUNTERS = struct.Struct("<QQ")  # started, done
+# Two independent locks on one file: open-file-description byte locks (F_OFD_SETLKW), so a
+# lock belongs to this process's descriptor and dies with it; flock would be one per file.
+WRITER_BYTE, FLUSH_BYTE = 16, 17
+FLOCK = struct.Struct("hhqqi4x")  # struct flock on Linux: type, whence, start, len, pid
+
+
+def _ofd(fd: int, byte: int, kind: int) -> None:
+    fcntl.fcntl(fd, fcntl.F_OFD_SETLKW, FLOCK.pack(kind, os.SEEK_SET, byte, 1, 0))
+
+
+@contextlib.contextmanager
+def _locked(fd: int, byte: int):
+    _ofd(fd, byte, fcntl.F_WRLCK)
+    try:
+        yield
+    finally:
+        _ofd(fd, byte, fcntl.F_UNLCK)
+
+
+class Commit:
+    """Hold the in-process lock and a backend transaction; emit events after commit.
+
+    Order: guards, write and commit happen under the lock; with group commit
+    (``ledger._group``) the caller then waits, outside the lock so that other
+    transitions can join the flush, until its own commit is durable. Only then
+    do ``on_event`` and the caller's return (the ack) follow. A transition that
+    wrote nothing (a guard failed, ``add`` of a known key) waits for nothing.
+    A class, not a generator: this runs once per transition.
+    """
+
+    __slots__ = ("ledger", "txn", "written")
+
+    def __init__(self, ledger):
+        self.ledger, self.written = ledger, []
+
+    def __enter__(self):
+        ledger = self.ledger
+        if ledger._group is not None:
+            ledger._group.check()  # after a failed fsync, write nothing more
+        ledger._lock.acquire()
+        try:
+            self.txn = ledger._txn()
+            self.txn.__enter__()
+        except BaseException:
+            ledger._lock.release()
+            raise
+        return self.commit
+
+    def commit(self, old, op, key, frm, to, attempt, worker, token, detail):
+        new, event = self.ledger._record(old, op, key, frm, to, attempt, worker, token, detail)
+        self.written.append(event)
+        return new
+
+    def __exit__(self, kind, exc, tb) -> bool:
+        ledger, ticket = self.ledger, None
+        try:
+            suppressed = self.txn.__exit__(kind, exc, tb)
+            if kind is not None:  # rolled back: nothing to wait for, nothing to announce
+                return bool(suppressed)
+            if self.written and ledger._group is not None:
+                ticket = ledger._group.ticket()
+        finally:
+            ledger._lock.release()
+        if ticket is not None:
+            ledger._group.wait(ticket)
+        if ledger.on_event is not None:
+            for event in self.written:  # only after the transaction is durable
+                ledger.on_event(event)
+        return False
+
+
+class GroupCommit:
+    """Leader/follower flushes among the threads of one process.
+
+    ``flush()`` makes every byte written so far durable (raises OSError);
+    ``ticket()`` is taken right after a write, ``wait(ticket)`` returns once a
+    flush that started after that write has completed. A failed flush breaks
+    the group for good: a later fsync could report success for pages the kernel
+    already dropped, so every waiter and every later caller gets StorageError.
+    """
+
+    def __init__(self, flush, what: str):
+        self._flush = flush
+        self._what = what
+        self._cond = threading.Condition(threading.Lock())
+        self._started = 0  # flushes begun in this process
+        self._done = 0  # the newest flush completed
+        self._leading = False
+        self._broken: BaseException | None = None
+        self.flushes = 0  # fsyncs this process ran (for tests and benchmarks)
+
+    def ticket(self) -> int:
+        with self._cond:
+            self.check()
+            return self._started
+
+    def wait(self, ticket: int) -> None:
+        """Return once flush number ``ticket + 1`` (or a later one) has completed."""
+        with self._cond:
+            while True:
+                self.check()
+                if self._done > ticket:
+                    return
+                if not self._leading:
+                    break
+                self._cond.wait()
+            # Leader: this flush starts after every write whose ticket is < number.
+            self._leading = True
+            self._started += 1
+            number = self._started
+        try:
+            self._flush()
+            self.flushes += 1
+        except BaseException as exc:
+            with self._cond:
+                self._broken = exc
+                self._leading = False
+                self._cond.notify_all()
+            raise StorageError(f"{self._what}: the group's fsync failed: {exc}") from exc
+        with self._cond:
+            self._done = number
+            self._leading = False
+            self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def paused(self):
+        """No flush runs inside (e.g. while the file it syncs is being replaced)."""
+        with self._cond:
+            while self._leading:
+                self._cond.wait()
+            self._leading = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._leading = False
+                self._cond.notify_all()
+
+    def check(self) -> None:
+        """Raises StorageError once a flush of this group has failed."""
+        if self._broken is not None:
+            raise StorageError(f"{self._what}: an earlier fsync failed ({self._broken}); "
+                               "nothing written since is known to be durable: reopen the ledger")
+
+
+class SharedFlushes:
+    """The cross-process half: skip the fsync when another process's covered us.
+
+    ``flush(sync)`` is called by an in-process leader after its writes. It reads
+    *started* (no lock: a value read after our writes), then under the flush lock
+    reads *done*: if a flush numbered above what we read has completed, it
+    started after our writes and covered them. Otherwise it becomes the leader:
+    *started* += 1, ``sync()``, *done* = that number. A killed leader's lock
+    dies with its process; the next one simply fsyncs again.
+    """
+
+    def __init__(self, path):
+        """Raises OSError when the counter file cannot be opened."""
+        self.path = str(path)
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.skipped = 0  # flushes another process's fsync made unnecessary
+
+    def _read(self) -> tuple[int, int]:
+        raw = os.pread(self._fd, COUNTERS.size, 0)
+        return COUNTERS.unpack(raw) if len(raw) == COUNTERS.size else (0, 0)
+
+    def flush(self, sync) -> None:
+        seen, _ = self._read()
+        with _locked(self._fd, FLUSH_BYTE):
+            started, done = self._read()
+            if done > seen:
+                self.skipped += 1
+                return
+            number = started + 1
+            os.pwrite(self._fd, COUNTERS.pack(number, done), 0)
+            sync()
+            os.pwrite(self._fd, COUNTERS.pack(number, number), 0)
+
+    def writer(self):
+        """Held around one write transaction: the processes' writers queue in the kernel
+        and each is woken as the lock frees, instead of SQLite's busy handler polling
+        with sleeps of 1-100 ms (which leaves the write lock idle under contention)."""
+        return _locked(self._fd, WRITER_BYTE)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None

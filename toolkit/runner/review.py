@@ -1,0 +1,120 @@
+"""An operator decides parked items: what ``review`` lists, what ``resolve`` records.
+
+``parked`` lists every ``needs_review`` item with the evidence a person needs: why it
+was parked, its job, how many lookups answered for it (moves out of ``unknown``), its
+artifact and its history. ``resolve`` records one decision as one move of the transition
+table (``ledger/transitions.py``), with the operator's note in the event:
+
+  release  needs_review -> unknown    the next run reconciles it by lookup (never a blind
+                                       resubmit: ``unknown`` means "look up first")
+  cancel   needs_review -> cancelled
+  accept   needs_review -> done       only with a whole, readable PDF (the documents
+                                       module's preflight), recorded by size and SHA-256
+                                       relative to the batch's outputs root
+
+Against a live run: a decision takes the item's lease like any worker (claim, re-read
+under the lease, move with its fencing token, release). A live owner's lease is never
+taken (``LeaseHeldError``: "run again later", exit 1); the runner never moves a
+``needs_review`` item itself, so an SQLite or PostgreSQL ledger may be resolved while a
+batch runs. A JSONL ledger has one writer process: while a run holds it, ``resolve`` is
+refused (exit 1) and nothing is written.
+"""
+
+import os
+from pathlib import Path
+
+from toolkit import documents, roots
+from toolkit.errors import LeaseHeldError, NotReadyError, StaleTokenError, ToolkitError
+from toolkit.ledger import State
+
+S = State
+DECISIONS = {"release": S.UNKNOWN, "cancel": S.CANCELLED, "accept": S.DONE}
+REASONS = {"release": "released by operator", "cancel": "cancelled by operator"}
+
+
+def _step(event) -> str:
+    frm = event.frm.value if event.frm is not None else "-"
+    said = "; ".join(f"{name} {event.detail[name]}" for name in ("job_id", "reason", "note")
+                     if event.detail.get(name))
+    return f"{event.op} {frm} -> {event.to.value}, attempt {event.attempt}" + \
+        (f" ({said})" if said else "")
+
+
+def parked(ledger) -> list[dict]:
+    """Every ``needs_review`` item with its evidence, ordered by key."""
+    items = [item for item in ledger.items() if item.state is S.NEEDS_REVIEW]
+    wanted = {item.key for item in items}
+    history: dict[str, list] = {key: [] for key in wanted}
+    for event in ledger.events() if wanted else ():
+        if event.key in wanted:
+            history[event.key].append(event)
+    return [{"key": item.key, "source": item.source, "attempt": item.attempt,
+             "reason": item.reason, "job_id": item.job_id,
+             "lookups": sum(1 for e in history[item.key] if e.op == "move" and e.frm is S.UNKNOWN),
+             "artifact_path": item.artifact_path, "artifact_size": item.artifact_size,
+             "artifact_sha256": item.artifact_sha256,
+             "history": [_step(event) for event in history[item.key] if event.op in ("add", "move")]}
+            for item in items]
+
+
+def accepted_artifact(path, ledger_path, out=None) -> dict:
+    """The artifact fields of ``path`` if it is a whole, readable PDF inside the outputs
+    root (``out``, else the root recorded beside the ledger), stored relative to it.
+
+    Raises:
+        ToolkitError: not a regular file, not a whole PDF, or outside the root (or no root).
+    """
+    from toolkit.documents.preflight import preflight
+    from toolkit.runner.inputs import require_regular
+
+    require_regular(path, "--accept-artifact")  # a FIFO or a device is never opened
+    if not os.path.isfile(path):
+        raise ToolkitError(f"--accept-artifact {str(path)!r}: no such file")
+    verdict = preflight(path)
+    if not verdict.ok:
+        raise ToolkitError(f"--accept-artifact {str(path)!r} is not a whole, readable PDF: "
+                           f"{verdict.reason}")
+    root = Path(out) if out is not None else roots.recorded(ledger_path).get("out")
+    if root is None or not root.is_dir():
+        raise ToolkitError("the ledger records no outputs root: give --out DIR, the folder "
+                           "the batch's outputs are in (the artifact must be inside it)")
+    real, base = os.path.realpath(path), os.path.realpath(root)
+    if os.path.commonpath([real, base]) != base:
+        raise ToolkitError(f"--accept-artifact {str(path)!r} is outside the outputs root "
+                           f"{str(root)!r}: copy it there first")
+    found = documents.artifact_of(real)
+    return {"artifact_path": roots.relative(real, base), "artifact_size": found.size,
+            "artifact_sha256": found.sha256}
+
+
+def resolve(ledger, key: str, decision: str, note: str, artifact: dict | None = None,
+            worker: str = "operator"):
+    """Record ``decision`` (``DECISIONS``) for the parked item ``key``; return the new item.
+
+    Raises:
+        ToolkitError: no such item, or not ``needs_review`` (nothing is written).
+        NotReadyError: a live worker holds its lease, or it moved meanwhile: run again.
+    """
+    item = ledger.get(key)
+    if item is None:
+        raise ToolkitError(f"no item {key!r} in the ledger")
+    if item.state is not S.NEEDS_REVIEW:
+        raise ToolkitError(f"item {key!r} is {item.state.value}, not needs_review: "
+                           "nothing to resolve")
+    try:
+        token = ledger.claim(key, worker, ttl=60.0)
+    except LeaseHeldError as exc:
+        raise NotReadyError(f"{exc}: a live worker holds it; resolve it later") from None
+    try:
+        current = ledger.get(key)  # decided on the item as it is under our lease
+        if current.state is not S.NEEDS_REVIEW:
+            raise NotReadyError(f"item {key!r} moved to {current.state.value} meanwhile: "
+                                "review it again")
+        fields = dict(artifact or {}) if decision == "accept" else {}
+        return ledger.move(key, S.NEEDS_REVIEW, DECISIONS[decision], token=token, worker=worker,
+                           note=note, reason=REASONS.get(decision), **fields)
+    finally:
+        try:
+            ledger.release(key, token, worker)
+        except StaleTokenError:
+            pass  # another owner took it meanwhile: the lease is theirs (fenced)
