@@ -75,10 +75,10 @@ class Report:
     @functools.cached_property
     def items(self):
         """One row per item as a pandas.DataFrame (``ITEM_COLUMNS``, action, why)."""
-        fields = operator.attrgetter(*ITEM_COLUMNS)
-        names = (*ITEM_COLUMNS, "action", "why")
-        table = list(zip(*((*fields(record), action, why) for record, action, why in self.rows)))
-        return frame(dict(zip(names, map(list, table) if table else ([] for _ in names))))
+        records = [row[0] for row in self.rows]  # column by column: no tuple per row
+        columns = {name: list(map(operator.attrgetter(name), records)) for name in ITEM_COLUMNS}
+        columns.update(action=[row[1] for row in self.rows], why=[row[2] for row in self.rows])
+        return frame(columns)
 
     @functools.cached_property
     def events(self):
