@@ -1,20 +1,34 @@
-"""How fast does ``audit()`` read a big JSONL ledger, next to ``pandas.read_json``?
+"""How fast and how lean is ``audit`` on a big ledger, next to the practical parse limits?
 
-Seeded and self-contained: writes a toolkit JSONL ledger of ``--lines`` events
-(default 1,000,000) to a temporary folder, then times ``audit(path)`` and
-``pandas.read_json(path, lines=True)`` on the same file, median of
-``--repeat`` runs each (wall-clock and CPU time), and prints both and their ratio. Not a test: run it by
-hand (``python benchmarks/audit_jsonl.py --lines 100000`` for a quick look).
+Seeded and self-contained: writes a toolkit JSONL ledger of ``lines`` events
+(1,000,000 in the full run: about 280 MB) and the same history as a toolkit
+SQLite ledger, then measures, each sample in a fresh process, on the same files:
+
+- ``python -m toolkit audit PATH --json > /dev/null`` (the command as a user
+  runs it: interpreter start and imports included) and its peak RSS;
+- ``audit(PATH)`` in-process, then a per-item list of dicts dumped with orjson
+  (the stand-in for ``audit --json``'s ``per_item``), and the peak RSS;
+- ``pyarrow.json.read_json`` and ``pandas.read_json(lines=True)`` of the file;
+- ``audit`` of the SQLite ledger against a bare ``SELECT`` of its events.
+
+``section(cfg, folder)`` gives benchmarks/run.py its rows (sections 4 and 7);
+``python benchmarks/audit_jsonl.py --lines 100000`` prints the figures alone.
 """
 
 import argparse
 import hashlib
 import json
+import os
 import random
-import statistics
+import sqlite3
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
 
 T0 = 1_700_000_000.0
 
@@ -74,44 +88,191 @@ def write_ledger(path: Path, lines: int, seed: int) -> int:
     return items
 
 
-def median_seconds(run, repeat: int) -> tuple[float, float]:
-    """Median wall-clock and CPU seconds of ``repeat`` runs (CPU time is what a busy,
-    shared machine does not inflate)."""
-    wall, cpu = [], []
-    for _ in range(repeat):
-        start, start_cpu = time.perf_counter(), time.process_time()
-        run()
-        wall.append(time.perf_counter() - start)
-        cpu.append(time.process_time() - start_cpu)
-    return statistics.median(wall), statistics.median(cpu)
+def write_sqlite(path: Path, jsonl: Path) -> int:
+    """The same history as the JSONL ledger at ``jsonl``, as a toolkit SQLite ledger
+    (its own schema; items are the events folded by hand, not by the audit)."""
+    from toolkit.ledger.sqlite import SCHEMA
+
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("BEGIN")
+    for statement in SCHEMA.strip().split(";"):
+        if statement.strip():
+            db.execute(statement)
+    items: dict[str, dict] = {}
+
+    def events():
+        with open(jsonl, encoding="utf-8") as handle:
+            for line in handle:
+                e = json.loads(line)
+                item = items.setdefault(e["key"], {"source": None, "failure": None,
+                                                   "reason": None, "artifact_path": None,
+                                                   "artifact_size": None,
+                                                   "artifact_sha256": None})
+                item.update({name: value for name, value in e["detail"].items()
+                             if name in item})
+                item.update(state=e["to"], attempt=e["attempt"], updated=e["ts"])
+                yield (e["seq"], e["ts"], e["op"], e["key"], e["from"], e["to"], e["attempt"],
+                       e["worker"], e["token"], json.dumps(e["detail"]))
+
+    db.executemany('INSERT INTO events (seq, ts, op, key, frm, "to", attempt, worker, token, '
+                   'detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)', events())
+    db.executemany("INSERT INTO items (key, state, source, attempt, token, failure, reason, "
+                   "artifact_path, artifact_size, artifact_sha256, updated) "
+                   "VALUES (?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?)",
+                   ((key, i["state"], i["source"], i["attempt"], i["failure"], i["reason"],
+                     i["artifact_path"], i["artifact_size"], i["artifact_sha256"], i["updated"])
+                    for key, i in items.items()))
+    db.execute("COMMIT")
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    db.close()
+    return len(items)
+
+
+# -- one measured task per fresh process ------------------------------------------------
+
+def _task(task: str, path: Path) -> dict:
+    """Run ``task`` on ``path`` here; ``seconds`` excludes imports."""
+    if task == "audit":
+        import msgspec  # noqa: F401  (imports are not the audit's time)
+        import orjson
+
+        import toolkit.ledger.postgres  # noqa: F401
+        from toolkit.forensics import audit
+
+        start = time.perf_counter()
+        report = audit(path)
+        audited = time.perf_counter() - start
+        per_item = [{"key": record.key, "source": record.source, "state": record.state,
+                     "raw_state": record.raw_state, "action": action, "why": why}
+                    for record, action, why in report.rows]
+        with open(os.devnull, "wb") as sink:
+            sink.write(orjson.dumps({**report.to_json(), "per_item": per_item}))
+        return {"seconds": time.perf_counter() - start, "audit_seconds": audited,
+                "items": len(per_item)}
+    if task == "pyarrow":
+        import pyarrow.json
+
+        start = time.perf_counter()
+        rows = pyarrow.json.read_json(path).num_rows
+    elif task == "pandas":
+        import pandas as pd
+
+        start = time.perf_counter()
+        rows = len(pd.read_json(path, lines=True))
+    elif task == "select":
+        start = time.perf_counter()
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        rows = len(db.execute("SELECT * FROM events").fetchall())
+        db.close()
+    elif task == "audit_sqlite":
+        import msgspec  # noqa: F401  (imports are not the audit's time)
+
+        import toolkit.ledger.postgres  # noqa: F401
+        from toolkit.forensics import audit
+
+        start = time.perf_counter()
+        rows = len(audit(path).rows)
+    else:
+        raise SystemExit(f"unknown task {task!r}")
+    return {"seconds": time.perf_counter() - start, "rows": rows}
+
+
+def _run(argv: list, env=None, keep: bool = True) -> tuple[float, float, str]:
+    """(wall seconds, peak RSS in MB, stdout) of one child process, alone (wait4);
+    ``keep=False`` sends its stdout to /dev/null."""
+    with tempfile.TemporaryFile() as err:
+        start = time.perf_counter()
+        child = subprocess.Popen(argv, stdout=subprocess.PIPE if keep else subprocess.DEVNULL,
+                                 stderr=err, env=env)
+        out = child.stdout.read() if keep else b""
+        _, status, usage = os.wait4(child.pid, 0)
+        seconds = time.perf_counter() - start
+        child.returncode = os.waitstatus_to_exitcode(status)
+        if child.returncode != 0:
+            err.seek(0)
+            raise RuntimeError(f"{argv[2:]} failed ({child.returncode}): "
+                               f"{err.read().decode(errors='replace')[-2000:]}")
+    return seconds, usage.ru_maxrss / 1024, out.decode()
+
+
+def measure(task: str, path: Path) -> dict:
+    """One sample of ``task`` in a fresh interpreter: its JSON plus ``peak_mb``."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    if task == "cli":  # the command itself, output thrown away
+        seconds, peak, _ = _run([sys.executable, "-m", "toolkit", "audit", str(path), "--json"],
+                                env, keep=False)
+        return {"seconds": seconds, "peak_mb": peak}
+    _, peak, out = _run([sys.executable, str(Path(__file__).resolve()), "--child", task,
+                         str(path)], env)
+    return {**json.loads(out), "peak_mb": peak}
+
+
+def section(cfg, folder: Path):
+    """Rows of benchmarks/run.py: (section 4 rows, section 7 memory rows)."""
+    from measure import Figure, Row, check, interleave, ratio
+    from sections import log
+
+    path, db = folder / "audit.jsonl", folder / "audit.sqlite"
+    log(f"4 writing a {cfg.audit_lines:,}-line JSONL ledger and the same history in SQLite")
+    items = write_ledger(path, cfg.audit_lines, seed=0)
+    write_sqlite(db, path)
+    size = f"{cfg.audit_lines:,} lines, {items:,} keys, {path.stat().st_size / 1e6:,.0f} MB"
+    log("4 audit --json vs pyarrow and pandas readers, a fresh process per sample")
+    r = interleave(cfg.huge_reps, {name: (lambda name=name: measure(name, path))
+                                   for name in ("cli", "audit", "pyarrow", "pandas")})
+    log("4 SQLite audit vs a bare SELECT of its events")
+    q = interleave(cfg.huge_reps, {name: (lambda name=name: measure(name, db))
+                                   for name in ("audit_sqlite", "select")})
+    path.unlink()
+    for name in (db, Path(f"{db}-wal"), Path(f"{db}-shm")):
+        name.unlink(missing_ok=True)
+    s = {name: [x["seconds"] for x in samples] for name, samples in {**r, **q}.items()}
+    cli_arrow, cli_pandas = ratio(s["cli"], s["pyarrow"]), ratio(s["cli"], s["pandas"])
+    sql = ratio(s["audit_sqlite"], s["select"])
+    peak = Figure([x["peak_mb"] for x in r["cli"]], "MB")
+    rows = [Row("4", f"audit --json > /dev/null, JSONL ledger ({size}), process wall",
+                Figure(s["cli"], "s")),
+            Row("4", "  audit() + per-item dicts + orjson dump, in-process",
+                Figure(s["audit"], "s")),
+            Row("4", "pyarrow.json.read_json of the same file", Figure(s["pyarrow"], "s")),
+            Row("4", "pandas.read_json(lines=True) of the same file", Figure(s["pandas"], "s")),
+            Row("4", "  ratio audit --json / pyarrow", cli_arrow, *check(cli_arrow, "<=", 1.5)),
+            Row("4", "  ratio audit --json / pandas", cli_pandas, *check(cli_pandas, "<=", 0.25)),
+            Row("4", "audit() of the same history as a SQLite ledger", Figure(s["audit_sqlite"], "s")),
+            Row("4", "bare SELECT * FROM events of that ledger", Figure(s["select"], "s")),
+            Row("4", "  ratio SQLite audit / bare SELECT", sql, *check(sql, "<=", 2.0))]
+    memory = [Row("7", "peak RSS, audit --json (the whole command)", peak, *check(peak, "<=", 300)),
+              Row("7", "peak RSS, audit() + per-item dump (fresh process)",
+                  Figure([x["peak_mb"] for x in r["audit"]], "MB")),
+              Row("7", "peak RSS, pyarrow.json.read_json (same file, for scale)",
+                  Figure([x["peak_mb"] for x in r["pyarrow"]], "MB")),
+              Row("7", "peak RSS, pandas.read_json (same file, for scale)",
+                  Figure([x["peak_mb"] for x in r["pandas"]], "MB"))]
+    return rows, memory
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lines", type=int, default=1_000_000, help="events to write")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--repeat", type=int, default=3, help="runs per reader (median)")
+    parser.add_argument("--repeat", "--reps", type=int, default=2, dest="reps",
+                        help="samples per figure (a fresh process each)")
+    parser.add_argument("--child", nargs=2, metavar=("TASK", "PATH"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(_task(args.child[0], Path(args.child[1]))))
+        return 0
+    sys.path.insert(0, str(HERE))
+    sys.path.insert(1, str(ROOT))
+    import types
 
-    import pandas as pd
+    from measure import render
 
-    from toolkit.forensics import audit
-
+    cfg = types.SimpleNamespace(audit_lines=args.lines, huge_reps=args.reps)
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "ledger.jsonl"
-        items = write_ledger(path, args.lines, args.seed)
-        size = path.stat().st_size
-        print(f"ledger: {args.lines:,} lines, {items:,} items, {size / 1e6:.1f} MB (seed {args.seed})")
-        report = audit(path)
-        print(f"audit: {len(report.items):,} items, {len(report.events):,} events, "
-              f"plan {report.plan}")
-        del report  # time each reader with nothing else held in memory
-        ours = median_seconds(lambda: audit(path), args.repeat)
-        theirs = median_seconds(lambda: pd.read_json(path, lines=True), args.repeat)
-    print(f"median of {args.repeat}                      wall s     cpu s")
-    print(f"audit()                          {ours[0]:8.2f}  {ours[1]:8.2f}")
-    print(f"pandas.read_json(lines=True)     {theirs[0]:8.2f}  {theirs[1]:8.2f}")
-    print(f"ratio audit / read_json          {ours[0] / theirs[0]:8.2f}  {ours[1] / theirs[1]:8.2f}")
+        rows, memory = section(cfg, Path(tmp))
+    print(render(rows + memory))
     return 0
 
 

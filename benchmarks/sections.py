@@ -120,32 +120,12 @@ def rewrite(cfg, folder: Path) -> list[Row]:
     return rows
 
 
-# -- 4 and 7: audit of a large JSONL ledger, against pandas ----------------------------
+# -- 4 and 7: audit of a large JSONL ledger, against pyarrow and pandas; SQLite vs SELECT
 
 def audit(cfg, folder: Path) -> tuple[list[Row], list[Row]]:
-    import audit_jsonl  # owned by the audit's engineer; we only use its seeded writer
+    import audit_jsonl  # owned by the audit's engineer: its rows for sections 4 and 7
 
-    path = folder / "audit.jsonl"
-    log(f"4 writing a {cfg.audit_lines:,}-line JSONL ledger")
-    items = audit_jsonl.write_ledger(path, cfg.audit_lines, seed=0)
-    log("4 audit vs pandas.read_json(lines=True), a fresh process per sample")
-    r = interleave(cfg.huge_reps, {"audit": lambda: in_child("audit", path),
-                                    "pandas": lambda: in_child("pandas", path)})
-    audit_s = [x["seconds"] for x in r["audit"]]
-    pandas_s = [x["seconds"] for x in r["pandas"]]
-    share = ratio(audit_s, pandas_s)
-    size = f"{cfg.audit_lines:,} lines, {items:,} keys, {path.stat().st_size / 1e6:,.0f} MB"
-    path.unlink()
-    rows = [Row("4", f"audit() of a JSONL ledger ({size})", Figure(audit_s, "s")),
-            Row("4", "pandas.read_json(lines=True) of the same file", Figure(pandas_s, "s")),
-            Row("4", "  ratio audit / pandas", share, *check(share, "<=", 0.5))]
-    memory = [Row("7", "peak RSS, audit (fresh process, imports included)",
-                  Figure([x["peak_mb"] for x in r["audit"]], "MB")),
-              Row("7", "  of which the audit (peak - RSS before the call)",
-                  Figure([x["peak_mb"] - x["base_mb"] for x in r["audit"]], "MB")),
-              Row("7", "peak RSS, pandas.read_json (same file, for scale)",
-                  Figure([x["peak_mb"] for x in r["pandas"]], "MB"))]
-    return rows, memory
+    return audit_jsonl.section(cfg, folder)
 
 
 # -- 4: resume of a large, nearly done ledger ---------------------------------------

@@ -21,12 +21,12 @@ cannot be trusted (duplicate_key, illegal_transition, history_mismatch,
 unsafe_artifact_path); ``skip`` done (verified when ``artifacts`` is given)
 and cancelled.
 
-pandas is imported inside ``audit()``, not here: importing this package stays cheap.
+pandas is imported only when ``Report.items`` or ``Report.events`` is first read: importing
+this package, and ``audit --json``, stay cheap.
 """
 
 import contextlib
 import gc
-import operator
 import os
 import sqlite3
 import stat
@@ -45,7 +45,6 @@ from toolkit.forensics.private import CopyError
 from toolkit.forensics.model import (
     ACTIONS,
     ADAPTERS,
-    ITEM_COLUMNS,
     KINDS,
     STATES,
     Anomaly,
@@ -224,41 +223,6 @@ def _ordered(anomalies):
     return lines + keyed
 
 
-EVENT_HINTS = {"seq": "int64", "ts": "float64", "attempt": "int64", "token": "int64",
-               "line": "int64"}
-
-
-def _column(np, values, hint=None):
-    """One numpy array per column, built once (pandas then copies nothing).
-
-    ``hint``: the dtype the reader already validated (event seq, ts, ...); the
-    values' types are inferred only when it does not fit.
-    """
-    if hint is not None:
-        try:
-            return np.array(values, dtype=hint)
-        except (TypeError, ValueError, OverflowError):
-            pass
-    kinds = set(map(type, values))
-    try:
-        if kinds == {int}:
-            return np.array(values, dtype=np.int64)
-        if kinds and kinds <= {int, float}:
-            return np.array(values, dtype=np.float64)
-    except OverflowError:
-        pass
-    return np.fromiter(values, dtype=object, count=len(values))  # never 2-D, whatever they hold
-
-
-def _frame(pd, columns: dict, hints=None):
-    import numpy as np
-
-    hints = {} if hints is None else {name: getattr(np, kind) for name, kind in hints.items()}
-    return pd.DataFrame({name: _column(np, values, hints.get(name))
-                         for name, values in columns.items()},
-                        columns=list(columns), copy=False)
-
-
 UNSETTLED = ("pending", "unknown", "submitted", "partial", "failed")
 
 
@@ -268,28 +232,38 @@ def _damage(raw) -> str | None:
     if raw.corrupt_lines:
         return (f"ledger has corrupt lines {', '.join(map(str, sorted(raw.corrupt_lines)[:10]))}"
                 ": any key's last event may be lost; salvage parks it for review")
-    seqs = sorted((raw.events or {}).get("seq") or []) if isinstance(raw.events, dict) else []
-    seqs = [seq for seq in seqs if type(seq) is int]
-    if any(after - before > 1 for before, after in zip(seqs, seqs[1:])):
+    seqs = (raw.events or {}).get("seq") if isinstance(raw.events, dict) else None
+    if not seqs:
+        return None
+    values = iter(seqs)  # the usual ledger: 1, 2, 3, ... in file order (no list, no sort)
+    previous = next(values)
+    gap = type(previous) is not int
+    if not gap:
+        for seq in values:
+            if type(seq) is not int or seq != previous + 1:
+                gap = True
+                break
+            previous = seq
+    if gap:  # any other order: the exact way
+        seqs = sorted(seq for seq in seqs if type(seq) is int)
+        gap = any(after - before > 1 for before, after in zip(seqs, seqs[1:]))
+    if gap:
         return "ledger events have a seq gap: any key's last event may be lost; review"
     return None
 
 
 def _report(path, name, raw, anomalies) -> Report:
-    import pandas as pd
-
     kinds: dict[str, set] = {}
     for anomaly in anomalies:
         if anomaly.key is not None:
             kinds.setdefault(anomaly.key, set()).add(anomaly.kind)
     plan, by_state = dict.fromkeys(ACTIONS, 0), dict.fromkeys(STATES, 0)
-    fields, rows, actions, whys = operator.attrgetter(*ITEM_COLUMNS), [], [], []
+    rows = []
     memo = {}  # items without findings are planned by (state, failure) alone
     lookup = name in LOOKUP_FORMATS  # without a lookup, a done with no artifact is "verify"
     damaged = _damage(raw) if name == "toolkit-jsonl" else None  # the ledger salvage reads
     for key in sorted(raw.items):
         item = raw.items[key]
-        row = fields(item)
         state, failure = item.state, item.failure
         if key in kinds:
             action, why = plan_item(item, kinds[key], lookup)
@@ -302,14 +276,8 @@ def _report(path, name, raw, anomalies) -> Report:
             action, why = "review", damaged  # what salvage parks: never run on a guess
         plan[action] += 1
         by_state[state] += 1
-        rows.append(row)
-        actions.append(action)
-        whys.append(why)
-    columns = dict(zip(ITEM_COLUMNS, map(list, zip(*rows)) if rows else ([] for _ in ITEM_COLUMNS)))
-    columns.update(action=actions, why=whys)
-    items = _frame(pd, columns)
-    events = None if raw.events is None else _frame(pd, raw.events, EVENT_HINTS)
-    return Report(path, name, items, events, sorted(raw.corrupt_lines),
+        rows.append((item, action, why))
+    return Report(path, name, rows, raw.events, sorted(raw.corrupt_lines),
                   anomalies, plan, by_state)
 
 

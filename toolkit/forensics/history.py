@@ -5,12 +5,20 @@ Shared by the toolkit's JSONL ledger (the history *is* the file) and its SQLite
 ledger (the history is the ``events`` table, checked against ``items``).
 """
 
+import itertools
+from array import array
+
 from toolkit.forensics.model import EVENT_COLUMNS, ITEM_COLUMNS, STATES, Raw, Record
 from toolkit.ledger import LEASE_FIELDS, MUTABLE_FIELDS
-from toolkit.ledger.transitions import ARTIFACT_FIELDS, DONE_WITHOUT_ARTIFACT, why_illegal
+from toolkit.ledger.transitions import DONE_WITHOUT_ARTIFACT, why_illegal
 
 OPS = frozenset({"add", "move", "claim", "release"})
 STATE_SET = frozenset(STATES)
+BAD_EVENT = "fields of the wrong type or value for an event"
+# (op, from, to) -> one small integer, and back: the check that op, from and to are
+# known words, and three strings of a row in 8 bytes
+VOCABULARY = [(op, frm, to) for op in sorted(OPS) for frm in (None, *STATES) for to in STATES]
+CODES = {triple: code for code, triple in enumerate(VOCABULARY)}
 # Event detail fields an item keeps (the ledger's own, as far as Record has them).
 DETAIL_FIELDS = (frozenset(MUTABLE_FIELDS) | frozenset(LEASE_FIELDS)) & frozenset(ITEM_COLUMNS)
 SNAPSHOT_FIELDS = frozenset(("key", "state", "source", "attempt", "token", "job_id", "updated",
@@ -23,33 +31,52 @@ def _where(line, seq):
     return f"line {line}" if line is not None else f"event seq={seq}"
 
 
+class _After:
+    """The item's failure and artifact fields after a move, as ``why_illegal`` asks for
+    them (``get``): the event's detail first, else the item's. Built per move, read only
+    for the moves whose policy depends on them (a dict built per move costs more)."""
+
+    __slots__ = ("detail", "item")
+
+    def __init__(self, detail: dict, item: Record):
+        self.detail, self.item = detail, item
+
+    def get(self, name):
+        detail = self.detail
+        return detail[name] if name in detail else getattr(self.item, name)
+
+
 class History:
-    """Fold events into item records (``raw.items``) and event rows.
+    """Fold events into item records (``raw.items``) and event columns.
 
     ``event(obj, line)`` returns None when the record was applied, or the
     reason it is not a valid event (the caller decides whether that makes a
-    corrupt line). Call ``finish()`` once at the end to fill ``raw.events``.
+    corrupt line). ``check(seq, ts, op, key, frm, to, attempt, worker, token,
+    detail, line)`` is the same for the fields of a non-snapshot record (an
+    SQLite row: no dict built), and ``apply`` the same again for fields whose
+    types are already checked (a typed decoder's). Call ``finish()`` once at the
+    end to fill ``raw.events``.
+
+    Memory: the event columns are kept compact while folding (numbers in
+    ``array`` buffers, strings shared with the items and a small vocabulary),
+    never one object per event: a million events stay tens of megabytes.
     """
 
-    def __init__(self, raw: Raw):
+    def __init__(self, raw: Raw, numbered: bool = True):
+        """``numbered``: events come with line numbers (JSONL); else ``line`` is None."""
         self.raw = raw
         self.items = raw.items
-        self.rows: list[tuple] = []
-        self.event = self._make_event()
+        self.columns = _Columns(numbered)
+        self.apply = self._make_apply()
+        self.check = self._make_check(self.apply)
+        self.event = self._make_event(self.check)
 
-    def finish(self) -> dict[str, list]:
-        columns = map(list, zip(*self.rows)) if self.rows else ([] for _ in EVENT_COLUMNS)
-        self.raw.events = dict(zip(EVENT_COLUMNS, columns))
+    def finish(self) -> dict:
+        self.raw.events = self.columns.finish()
         return self.raw.events
 
-    def _make_event(self):
-        # The hot loop of a million-line audit, so a closure over locals (no
-        # attribute lookups), plain type checks, and one tuple per event.
-        items, append, snapshot, illegal = self.items, self.rows.append, self.snapshot, self._illegal
-        finding, get = self.raw.finding, self.items.get
-        orphaned = set()  # keys seen only in events before any add
-        _type, _int, _str, _dict, _number = type, int, str, dict, NUMBER
-        ops, states, fields = OPS, STATE_SET, DETAIL_FIELDS
+    def _make_event(self, check):
+        snapshot = self.snapshot
 
         def event(obj: dict, line: int | None = None) -> str | None:
             if SNAPSHOT in obj:
@@ -60,13 +87,42 @@ class History:
                 token, detail = obj["token"], obj["detail"]
             except KeyError as exc:
                 return f"missing field {exc}"
+            return check(seq, ts, op, key, frm, to, attempt, worker, token, detail, line)
+
+        return event
+
+    def _make_check(self, apply):
+        _type, _int, _str, _dict, _number = type, int, str, dict, NUMBER
+
+        def check(seq, ts, op, key, frm, to, attempt, worker, token, detail, line):
+            """``apply`` for fields of any type (an SQLite row's): their types first."""
             if (_type(seq) is not _int or _type(ts) not in _number or _type(op) is not _str
-                    or op not in ops or _type(key) is not _str or _type(to) is not _str
-                    or to not in states or _type(attempt) is not _int or _type(token) is not _int
+                    or _type(key) is not _str or _type(to) is not _str
+                    or _type(attempt) is not _int or _type(token) is not _int
                     or _type(detail) is not _dict
-                    or (frm is not None and (_type(frm) is not _str or frm not in states))
+                    or (frm is not None and _type(frm) is not _str)
                     or (worker is not None and _type(worker) is not _str)):
-                return "fields of the wrong type or value for an event"
+                return BAD_EVENT
+            return apply(seq, ts, op, key, frm, to, attempt, worker, token, detail, line)
+
+        return check
+
+    def _make_apply(self):
+        # The hot loop of a million-line audit, so a closure over locals (no
+        # attribute lookups) and no object per event beyond what the file holds.
+        items, illegal, columns = self.items, self._illegal, self.columns
+        finding, get = self.raw.finding, self.items.get
+        orphaned = set()  # keys seen only in events before any add
+        _type, _str = type, str
+        code_of, words, fields = CODES.get, VOCABULARY, DETAIL_FIELDS
+        workers: dict = {}  # one string object per worker name, shared by its events
+
+        def apply(seq, ts, op, key, frm, to, attempt, worker, token, detail, line):
+            """Fields already of the right types; their values are checked here."""
+            code = code_of((op, frm, to))  # known op, known states: one lookup
+            if code is None:
+                return BAD_EVENT
+            to = words[code][2]  # the vocabulary's own string: items share it, not the line's
             item = get(key)
             if op == "add":
                 orphaned.discard(key)  # from here on its events fold normally
@@ -76,9 +132,10 @@ class History:
                 if frm is not None or to != "pending":
                     illegal(key, line, seq, f"add must be None -> pending, not {frm} -> {to}")
                 source, digest = detail.get("source"), detail.get("digest")
-                items[key] = Record(key, "pending", "pending",
-                                    source if _type(source) is _str else None,
-                                    digest if _type(digest) is _str else None, 0, updated=ts)
+                items[key] = item = Record(key, "pending", "pending",
+                                           source if _type(source) is _str else None,
+                                           digest if _type(digest) is _str else None, 0,
+                                           updated=ts)
             elif item is None or key in orphaned:
                 # Its add line was lost (a corrupt line) or never written: the key is real,
                 # its state unprovable. As in JsonlLedger (``orphans``), every such line
@@ -100,9 +157,7 @@ class History:
                     if to != frm:
                         illegal(key, line, seq, f"{op} changes the state {frm} -> {to}")
                 else:  # the ledger's own policy, applied to what the event did
-                    after = {name: detail[name] if type(detail) is _dict and name in detail
-                             else getattr(item, name) for name in ("failure", *ARTIFACT_FIELDS)}
-                    why = why_illegal(frm, to, item.failure, after)
+                    why = why_illegal(frm, to, item.failure, _After(detail, item))
                     # A done without artifact fields has its own finding and plan
                     # (done_without_artifact: reconcile, the job may still be fetchable).
                     if why is not None and why != DONE_WITHOUT_ARTIFACT:
@@ -114,10 +169,12 @@ class History:
                     for name in detail:
                         if name in fields:
                             setattr(item, name, detail[name])
-            append((seq, ts, op, key, frm, to, attempt, worker, token, line))
+            if worker is not None:
+                worker = workers.setdefault(worker, worker)
+            columns.push(seq, ts, code, item.key, attempt, worker, token, line)
             return None
 
-        return event
+        return apply
 
     def snapshot(self, obj: dict, line: int) -> str | None:
         """A compacted item (``{"snapshot": {...}, "seq": n}``); no history before it."""
@@ -139,3 +196,87 @@ class History:
 
     def _illegal(self, key, line, seq, text):
         self.raw.finding(key, "illegal_transition", f"{_where(line, seq)}: {text}")
+
+
+class _Columns:
+    """The event table while it is folded, compact: ``push`` one row.
+
+    Per event, the integers (seq, attempt, token, line, and op/from/to as one code
+    over the small vocabulary) go to one ``array`` of int64, ts to one of double;
+    key and worker are references to strings shared with the items. A value no
+    array holds exactly (an integer beyond 64 bits, an integer ts) turns the whole table into plain per-column lists for good, so every
+    value is kept exactly as read.
+    """
+
+    def __init__(self, numbered: bool = True):
+        self.numbered = numbered
+        self.numbers, self.times = array("q"), array("d")
+        self.keys, self.workers = [], []
+        self.lists = None  # {name: list}: the exact fallback
+        extend, times, keys, workers = self.numbers.extend, self.times.append, \
+            self.keys.append, self.workers.append
+        _float = float
+
+        def push(seq, ts, code, key, attempt, worker, token, line):
+            try:
+                if ts.__class__ is not _float:  # an int ts stays an int: the exact way
+                    raise TypeError
+                extend((seq, attempt, token, line or 0, code))
+                times(ts)
+            except (OverflowError, TypeError):  # drop the half row, go exact, push it again
+                del self.numbers[len(self.keys) * 5:], self.times[len(self.keys):]
+                self._demote()
+                self.push(seq, ts, code, key, attempt, worker, token, line)
+                return
+            keys(key), workers(worker)
+
+        self.push = push
+
+    def _demote(self):
+        self.lists = {name: list(values) for name, values in self.finish().items()}
+        appends = tuple(self.lists[name].append for name in EVENT_COLUMNS)
+
+        def push(seq, ts, code, key, attempt, worker, token, line):
+            op, frm, to = VOCABULARY[code]
+            row = (seq, ts, op, key, frm, to, attempt, worker, token, line)
+            for append, value in zip(appends, row):
+                append(value)
+
+        self.push = push
+
+    def finish(self) -> dict:
+        """{name: values}: lazy columns over the arrays (numpy only when a frame asks),
+        or the exact lists."""
+        if self.lists is not None:
+            return self.lists
+        numbers = self.numbers
+        return {"seq": Field(numbers, 0), "ts": self.times, "op": Field(numbers, 4, 0),
+                "key": self.keys, "frm": Field(numbers, 4, 1), "to": Field(numbers, 4, 2),
+                "attempt": Field(numbers, 1), "worker": self.workers, "token": Field(numbers, 2),
+                "line": Field(numbers, 3) if self.numbered else [None] * len(self.keys)}
+
+
+class Field:
+    """One column of the packed event rows (five int64 per row), read in place: as
+    Python values by iteration, as a numpy array when a frame asks (``__array__``).
+    ``part`` names op, from or to in the row's vocabulary code."""
+
+    def __init__(self, numbers, index: int, part: int | None = None):
+        self.numbers, self.index, self.part = numbers, index, part
+
+    def __len__(self):
+        return len(self.numbers) // 5
+
+    def __iter__(self):
+        values = itertools.islice(self.numbers, self.index, None, 5)
+        if self.part is None:
+            return values
+        return (VOCABULARY[code][self.part] for code in values)
+
+    def __array__(self, dtype=None, copy=None):
+        import numpy as np
+
+        column = np.frombuffer(self.numbers, dtype=np.int64)[self.index::5]
+        if self.part is None:
+            return column.copy()
+        return np.array([triple[self.part] for triple in VOCABULARY], dtype=object)[column]

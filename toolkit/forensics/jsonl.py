@@ -2,10 +2,12 @@
 
 import json
 import json.scanner
+import typing
 
 from toolkit.forensics.foreign import foreign_item, same_record
 from toolkit.forensics.history import SNAPSHOT, History
-from toolkit.forensics.lines import LineReader
+from toolkit.forensics import lines as reading
+from toolkit.forensics.lines import SHALLOW, LineReader, decode_one
 from toolkit.forensics.model import EVENT_COLUMNS, Raw, register
 from toolkit.ledger.jsonl import FORMAT as JSONL_FORMAT
 from toolkit.ledger.jsonl import header_version
@@ -21,26 +23,59 @@ def _slow(text: str):
         return None, "JSON nested too deeply"
 
 
-def _read_lines(path, raw: Raw, use):
-    """Parse every complete line; ``use(obj, line)`` returns None or why it is invalid."""
+def _reference(scan, line, number, use):
+    """One line the way the standard library reads it: the meaning of every line, and
+    the words of every complaint. The fast paths below defer to it whenever they do
+    not accept a line outright."""
+    text = decode_one(line) if type(line) is bytes else line
+    try:
+        obj, end = scan(text, 0)
+        if end != len(text):
+            raise StopIteration  # trailing bytes: let json.loads judge them
+    except TypeError:
+        obj, why = None, text.why  # not text at all (see lines.Bad)
+    except (StopIteration, ValueError, RecursionError):
+        obj, why = _slow(text)
+    else:
+        why = None
+    if why is None:
+        why = use(obj, number) if type(obj) is dict else \
+            f"JSON {type(obj).__name__}, not an object"
+    return why
+
+
+def _read_lines(path, raw: Raw, use, fast=None):
+    """Parse every complete line; ``use(obj, line)`` returns None or why it is invalid.
+
+    ``fast(line_bytes, number)`` (optional) tries a line first and returns
+    ``NOT_MINE`` for any line it does not take whole; those, and every line when
+    ``fast`` is None, are parsed as JSON into a dict for ``use``: msgspec's
+    decoder when it accepts the line (it agrees with json.loads on what it
+    accepts: last duplicate wins, exact integers), else json (``_reference``),
+    which also words the complaint.
+    """
+    import msgspec
+
     scan = json.scanner.make_scanner(json.JSONDecoder())  # the C scanner under json.loads
+    decode, failed = msgspec.json.Decoder().decode, msgspec.DecodeError
     reader = LineReader(path)
-    for first, lines in reader.batches():
-        for number, text in enumerate(lines, first):
-            # Hot loop: the scanner directly; json.loads only to explain a bad line.
-            try:
-                obj, end = scan(text, 0)
-                if end != len(text):
-                    raise StopIteration  # trailing bytes: let json.loads judge them
-            except TypeError:
-                obj, why = None, text.why  # not text at all (see lines.Bad)
-            except (StopIteration, ValueError, RecursionError):
-                obj, why = _slow(text)
+    only_reference = not reading.FAST
+    for first, lines in reader.batches(decode=False):
+        for number, line in enumerate(lines, first):
+            if only_reference:
+                why = _reference(scan, line, number, use)
+            elif fast is not None and (why := fast(line, number)) is not NOT_MINE:
+                pass
+            elif type(line) is bytes and line.count(b"{") + line.count(b"[") <= SHALLOW:
+                try:
+                    obj = decode(line)
+                except failed:
+                    why = _reference(scan, line, number, use)
+                else:
+                    why = use(obj, number) if type(obj) is dict else \
+                        _reference(scan, line, number, use)
             else:
-                why = None
-            if why is None:
-                why = use(obj, number) if type(obj) is dict else \
-                    f"JSON {type(obj).__name__}, not an object"
+                why = _reference(scan, line, number, use)
             if why is not None:
                 raw.finding(None, "corrupt_line", f"line {number}: {why}", line=number)
     if reader.torn is not None:
@@ -48,6 +83,48 @@ def _read_lines(path, raw: Raw, use):
         raw.finding(None, "torn_line",
                     f"line {number}: {size} bytes without a final newline (write cut; not used)",
                     line=number)
+
+
+NOT_MINE = object()
+
+
+def _event_reader(apply, headed: bool):
+    """``fast`` for the toolkit's events: msgspec decodes a line straight into typed
+    fields (a struct, no dict per event) and ``History.apply`` folds them. Anything it
+    does not take (a wrong type, a missing field, a snapshot, the header, a deep or
+    non-UTF-8 line) is ``NOT_MINE``: the reference path reads it."""
+    import msgspec
+
+    class Event(msgspec.Struct, gc=False):
+        seq: int
+        ts: int | float
+        op: str
+        key: str
+        frm: str | None = msgspec.field(name="from")
+        to: str
+        attempt: int
+        worker: str | None
+        token: int
+        detail: dict[str, str | int | float | bool | None]  # nested: the reference way
+        snapshot: typing.Any = msgspec.UNSET  # present: a snapshot line, not an event
+
+    decode, failed, unset, mine = msgspec.json.Decoder(Event).decode, msgspec.DecodeError, \
+        msgspec.UNSET, NOT_MINE
+    _bytes = bytes
+
+    def fast(line, number):
+        if type(line) is not _bytes or (headed and number == 1):
+            return mine
+        try:
+            e = decode(line)
+        except failed:
+            return mine
+        if e.snapshot is not unset:
+            return mine
+        return apply(e.seq, e.ts, e.op, e.key, e.frm, e.to, e.attempt, e.worker, e.token,
+                     e.detail, number)
+
+    return fast
 
 
 def _is_event(obj):
@@ -66,7 +143,7 @@ def read_toolkit_jsonl(path) -> Raw:
     if headed:  # line 1 is the header, not an event; the hot loop stays a plain call
         def event(obj, line, _event=history.event):
             return None if line == 1 else _event(obj, line)
-    _read_lines(path, raw, event)
+    _read_lines(path, raw, event, _event_reader(history.apply, headed))
     history.finish()
     return raw
 

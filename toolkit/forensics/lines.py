@@ -8,8 +8,14 @@ toolkit's own JSONL ledger ignores it the same way and cuts it off before its
 next append).
 """
 
-CHUNK = 1 << 24
+CHUNK = 1 << 21  # 2 MiB: big enough to amortize, small enough not to weigh
 MAX_LINE = 1 << 20  # bytes; our events are a few hundred
+# A line with more brackets than this goes the reference way (json): the nesting depth
+# at which json gives up depends on the caller's stack, so only shallow text is read fast.
+SHALLOW = 64
+# False: every record is read the reference way (json), never by the fast decoders; the
+# tests that compare the two set it, nothing else does.
+FAST = True
 
 
 class Bad:
@@ -25,7 +31,7 @@ def _too_long(size: int) -> Bad:
     return Bad(f"{size} bytes, over the {MAX_LINE}-byte line limit")
 
 
-def _decode_one(raw: bytes):
+def decode_one(raw: bytes):
     if len(raw) > MAX_LINE:
         return _too_long(len(raw))
     try:
@@ -39,9 +45,9 @@ def _decode(block: bytes) -> list:
     try:
         lines = block.decode("utf-8").split("\n")
     except UnicodeDecodeError:
-        return [_decode_one(raw) for raw in block.split(b"\n")]
+        return [decode_one(raw) for raw in block.split(b"\n")]
     if len(block) > MAX_LINE and max(map(len, lines)) > MAX_LINE // 4:
-        return [_decode_one(raw) for raw in block.split(b"\n")]  # limit in bytes
+        return [decode_one(raw) for raw in block.split(b"\n")]  # limit in bytes
     return lines
 
 
@@ -58,7 +64,9 @@ class LineReader:
         self.torn: tuple[int, int] | None = None
         self.lines = 0
 
-    def batches(self):
+    def batches(self, decode: bool = True):
+        """``decode=False``: the lines as bytes (over-long ones still ``Bad``), for a
+        parser that reads UTF-8 bytes itself."""
         number, carry, skipping = 1, b"", 0  # skipping: bytes of an over-long line so far
         with open(self.path, "rb") as handle:
             while chunk := handle.read(self.chunk):
@@ -71,6 +79,19 @@ class LineReader:
                     yield number, [_too_long(skipping)]
                     number, skipping, chunk = number + 1, 0, chunk[newline + 1:]
                 buffer = carry + chunk if carry else chunk
+                if not decode:  # split once; the last piece is the unfinished line
+                    lines = buffer.split(b"\n")
+                    carry = lines.pop()
+                    if lines:
+                        if len(buffer) > MAX_LINE and max(map(len, lines)) > MAX_LINE:
+                            lines = [_too_long(len(raw)) if len(raw) > MAX_LINE else raw
+                                     for raw in lines]
+                        yield number, lines
+                        number += len(lines)
+                    del buffer, lines  # drop the chunk before reading the next one
+                    if len(carry) > MAX_LINE:
+                        skipping, carry = len(carry), b""
+                    continue
                 cut = buffer.rfind(b"\n")
                 if cut < 0:
                     carry = buffer

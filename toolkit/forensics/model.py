@@ -7,6 +7,8 @@ only the format can see (torn and corrupt lines, duplicate keys, history).
 """
 
 import dataclasses
+import functools
+import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -54,25 +56,86 @@ class Anomaly:
 class Report:
     """What ``audit`` found; ``to_json()`` is the DESIGN.md ``audit --json`` shape.
 
-    ``items`` has one row per item (``ITEM_COLUMNS`` plus ``action`` and
+    ``rows`` is one (``Record``, action, why) per item, ordered by key: the
+    audit's result, for anything that walks the items (``per_item``). ``items``
+    is the same as a pandas.DataFrame (``ITEM_COLUMNS`` plus ``action`` and
     ``why``), ordered by key; ``events`` has ``EVENT_COLUMNS`` or is None when
-    the format keeps no history.
+    the format keeps no history. Both frames are built on first use, once:
+    ``audit --json`` needs neither, and a million-row frame costs seconds.
     """
 
     path: str
     format: str
-    items: Any  # pandas.DataFrame
-    events: Any  # pandas.DataFrame | None
+    rows: list = dataclasses.field(repr=False)  # [(Record, action, why)] ordered by key
+    event_columns: Any = dataclasses.field(repr=False)  # {name: list | ndarray} | None
     corrupt_lines: list[int]
     anomalies: list[Anomaly]
     plan: dict[str, int]
     by_state: dict[str, int]
 
+    @functools.cached_property
+    def items(self):
+        """One row per item as a pandas.DataFrame (``ITEM_COLUMNS``, action, why)."""
+        records = [row[0] for row in self.rows]  # column by column: no tuple per row
+        columns = {name: list(map(operator.attrgetter(name), records)) for name in ITEM_COLUMNS}
+        columns.update(action=[row[1] for row in self.rows], why=[row[2] for row in self.rows])
+        return frame(columns)
+
+    @functools.cached_property
+    def events(self):
+        """The history as a pandas.DataFrame (``EVENT_COLUMNS``), or None."""
+        if self.event_columns is None:
+            return None
+        return frame(self.event_columns, EVENT_HINTS)
+
     def to_json(self) -> dict:
-        return {"format": self.format, "items": len(self.items), "by_state": dict(self.by_state),
+        return {"format": self.format, "items": len(self.rows), "by_state": dict(self.by_state),
                 "corrupt_lines": list(self.corrupt_lines),
                 "anomalies": [anomaly.to_json() for anomaly in self.anomalies],
                 "plan": dict(self.plan)}
+
+
+EVENT_HINTS = {"seq": "int64", "ts": "float64", "attempt": "int64", "token": "int64",
+               "line": "int64"}
+
+
+def _column(np, values, hint=None):
+    """One numpy array per column, built once (pandas then copies nothing).
+
+    ``hint``: the dtype the reader already validated (event seq, ts, ...); the
+    values' types are inferred only when it does not fit. A numpy array (the
+    fold's columns) is taken as it is.
+    """
+    if hasattr(values, "__array__"):  # numpy, or the fold's packed columns
+        return np.asarray(values)
+    if hint is not None:
+        try:
+            return np.array(values, dtype=hint)
+        except (TypeError, ValueError, OverflowError):
+            pass
+    kinds = set(map(type, values))
+    try:
+        if kinds == {int}:
+            return np.array(values, dtype=np.int64)
+        if kinds and kinds <= {int, float}:
+            return np.array(values, dtype=np.float64)
+    except OverflowError:
+        pass
+    return np.fromiter(values, dtype=object, count=len(values))  # never 2-D, whatever they hold
+
+
+def frame(columns: dict, hints=None):
+    """A pandas.DataFrame of ``columns`` ({name: values}), numbers as ``hints`` say."""
+    import numpy as np
+    import pandas as pd
+
+    hints = {} if hints is None else {name: getattr(np, kind) for name, kind in hints.items()}
+    # Text columns in pandas' own (Python) string storage, pyarrow installed or not: a
+    # ledger's text may hold lone surrogates (a JSON "\ud800"), which Arrow refuses.
+    with pd.option_context("mode.string_storage", "python"):
+        return pd.DataFrame({name: _column(np, values, hints.get(name))
+                             for name, values in columns.items()},
+                            columns=list(columns), copy=False)
 
 
 @dataclasses.dataclass(slots=True)

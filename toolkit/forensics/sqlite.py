@@ -24,6 +24,8 @@ from toolkit.forensics.foreign import (
     parse_json_column,
 )
 from toolkit.forensics.history import STATE_SET, History
+from toolkit.forensics import lines
+from toolkit.forensics.lines import SHALLOW
 from toolkit.forensics.private import live_wal_connection, private_copy
 from toolkit.forensics.model import Raw, Record, register
 
@@ -130,17 +132,19 @@ def read_toolkit_sqlite(db, schema) -> Raw:
     _require(schema, "items", ITEM_FIELDS, "toolkit-sqlite")
     _require(schema, "events", EVENT_FIELDS, "toolkit-sqlite")
     raw = Raw()
-    history = History(Raw())  # the fold, kept apart from the items table
+    history = History(Raw(), numbered=False)  # the fold, kept apart from the items table
     fold = history.raw
     quoted = ", ".join(f'"{name}"' for name in EVENT_FIELDS)
-    for row in db.execute(f"SELECT {quoted} FROM events ORDER BY seq"):
-        obj = dict(zip(("seq", "ts", "op", "key", "from", "to", "attempt", "worker", "token"), row))
-        detail, problem = parse_json_column(row[-1])
-        why = problem and f"detail is {problem}"
-        why = why or history.event({**obj, "detail": detail})
+    check = history.check
+    detail_of = _detail_reader() if lines.FAST else parse_json_column
+    for seq, ts, op, key, frm, to, attempt, worker, token, text in db.execute(
+            f"SELECT {quoted} FROM events ORDER BY seq"):
+        detail, problem = detail_of(text)
+        why = f"detail is {problem}" if problem else \
+            check(seq, ts, op, key, frm, to, attempt, worker, token, detail, None)
         if why is not None:
-            raw.finding(obj["key"] if type(obj["key"]) is str else None, "corrupt_record",
-                        f"event seq={row[0]}: {why}")
+            raw.finding(key if type(key) is str else None, "corrupt_record",
+                        f"event seq={seq}: {why}")
     raw.events = history.finish()
     raw.anomalies.extend(fold.anomalies)
     quoted = ", ".join(f'"{name}"' for name in ITEM_FIELDS)
@@ -164,6 +168,31 @@ def read_toolkit_sqlite(db, schema) -> Raw:
     for key in fold.items.keys() - raw.items.keys():
         raw.finding(key, "history_mismatch", "events for a key with no valid item row")
     return raw
+
+
+def _detail_reader():
+    """``parse_json_column`` for the detail column, fast on what a ledger holds: ``{}``
+    (most events), else msgspec's decoder when it accepts the text as an object; the
+    rest (and every complaint) goes the reference way. Nothing folds into a detail, so
+    the empty ones can share one dict."""
+    import msgspec
+
+    decode, failed, empty, _str, _dict = msgspec.json.decode, msgspec.DecodeError, {}, str, dict
+
+    def detail_of(text):
+        if text == "{}":
+            return empty, None
+        if type(text) is _str and text.count("{") + text.count("[") <= SHALLOW:
+            try:
+                obj = decode(text)
+            except failed:
+                pass
+            else:
+                if type(obj) is _dict:
+                    return obj, None
+        return parse_json_column(text)
+
+    return detail_of
 
 
 def _read_foreign(raw, rows, states, name):
