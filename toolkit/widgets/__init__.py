@@ -43,13 +43,15 @@ from toolkit.widgets.results import (
     items_table,
     verdict_table,
 )
-from toolkit.widgets.scenario import Cursor, describe, frame, jobs_table, ledger_table, step
+from toolkit.widgets.moments import moments
+from toolkit.widgets.scenario import (Cursor, describe, frame, frames, jobs_table, ledger_table,
+                                      step)
 from toolkit.widgets.stepper import Stepper
 from toolkit.widgets.tables import Table
 
 __all__ = [
     "Stepper", "Comparer", "ContractExplorer", "RetryExperiment", "AuditExplorer", "Table",
-    "Cursor", "step", "frame", "describe", "ledger_table", "jobs_table",
+    "Cursor", "step", "frame", "frames", "moments", "describe", "ledger_table", "jobs_table",
     "SCENARIOS", "Comparison", "comparison", "compare_step", "scenario_drill",
     "ContractChoice", "contract_step", "promise", "RetryChoice", "retry_drill", "retry_step",
     "AuditView", "audit_view", "audit_step", "findings_table", "todo_table", "outcome_table",
