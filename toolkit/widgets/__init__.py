@@ -40,7 +40,10 @@ from toolkit.widgets.results import (
     crash_rows,
     doubles,
     explain_table,
+    harm_row,
+    harm_rows,
     items_table,
+    run_marks,
     verdict_table,
 )
 from toolkit.widgets.moments import moments
@@ -56,5 +59,5 @@ __all__ = [
     "ContractChoice", "contract_step", "promise", "RetryChoice", "retry_drill", "retry_step",
     "AuditView", "audit_view", "audit_step", "findings_table", "todo_table", "outcome_table",
     "CHECKLIST", "catalogue_table", "checklist", "count_rows", "crash_rows", "doubles",
-    "explain_table", "items_table", "verdict_table",
+    "explain_table", "items_table", "verdict_table", "harm_row", "harm_rows", "run_marks",
 ]
