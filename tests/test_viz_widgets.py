@@ -162,15 +162,19 @@ def test_crash_map_puts_each_row_at_its_point_in_its_verdict_colour(ax):
     assert [t.get_text() for t in ax.get_xticklabels()] == ["after_intent", "after_submit"]
 
 
-def test_audit_summary_shows_states_findings_and_plan_from_the_json(ax):
+def test_audit_summary_shows_states_findings_and_plan_each_on_its_own_axis(ax):
+    """States and actions count items, findings count anomalies: three panels, three
+    scales, never one axis mixing them."""
     summary = {"format": "toolkit-jsonl", "items": 3, "by_state": {"done": 2, "unknown": 1},
                "anomalies": [{"key": "a", "kind": "stuck_unknown", "detail": "x"}],
                "plan": {"skip": 2, "reconcile": 1, "run": 0}}
     viz.audit_summary(summary, ax=ax)
-    labels = [t.get_text() for t in ax.get_yticklabels()]
-    assert labels == ["state  done", "state  unknown", "finding  stuck_unknown", "next  skip",
-                      "next  reconcile"]
-    assert [p.get_width() for p in ax.patches] == [2, 1, 1, 2, 1]
+    panels = ax.child_axes
+    assert [p.get_title(loc="left") for p in panels] == [
+        "items by state", "findings by kind", "items by next action"]
+    assert [[t.get_text() for t in p.get_yticklabels()] for p in panels] == [
+        ["done", "unknown"], ["stuck_unknown"], ["skip", "reconcile"]]
+    assert [[b.get_width() for b in p.patches] for p in panels] == [[2, 1], [1], [2, 1]]
 
 
 def test_to_png_renders_without_registering_a_pyplot_figure():

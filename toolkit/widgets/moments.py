@@ -154,6 +154,20 @@ def moments(result) -> tuple[Moment, ...]:
 
     b = _Builder(result)
     shots = list(getattr(result, "shots", ()))
+    # Events another process wrote (a slow owner) reach the ledger but not this drill's
+    # recorder: each is shown where its seq puts it, said to be another process's.
+    recorded = {step.event.seq for step in result.steps if step.event is not None}
+    foreign = sorted((e for e in result.history.events if e.seq not in recorded),
+                     key=lambda e: e.seq)
+    starts = tuple(getattr(result, "run_starts", ())) + (float("inf"),)
+
+    def flush(run, before_seq=None):
+        while foreign and (foreign[0].seq < before_seq if before_seq is not None
+                           else foreign[0].ts < starts[run + 1]):
+            event = foreign.pop(0)
+            b.add("event", run, describe(event, b.names, result.drill.strategy)
+                  + " [written by another process]", event=event, key=event.key)
+
     for i, step in enumerate(result.steps):
         if i and step.run != result.steps[i - 1].run:
             b.add("restart", step.run, f"restart: a new process, run {step.run + 1}, opens the "
@@ -168,8 +182,10 @@ def moments(result) -> tuple[Moment, ...]:
         b.items = step.items
         event = step.event
         if event is None:
+            flush(step.run)
             b.add("end", step.run, _end_of_run(result, step.run, b.names))
             continue
+        flush(step.run, event.seq)
         if event.op == "move" and event.to.value == "done":
             b.service_fault(step.run, "cut_fetch")
         b.add("event", step.run, describe(event, b.names, result.drill.strategy), event=event,
