@@ -20,11 +20,12 @@ from toolkit import documents
 from toolkit.checker import History, Verdict, check
 from toolkit.checker.findings import headline
 from toolkit.drills.actors import _barrier_hook, _cancel_one_in_flight, _chain, _start_slow_owner
+from toolkit.drills.captions import NAIVE_WAYS, twin_summary
 from toolkit.drills.conclusive import (RACE, missing_faults, not_applicable, service_shots,
                                       settled_between_runs)
 from toolkit.drills.history import _items, collect_history
 from toolkit.drills.service import http_provider, settle
-from toolkit.drills.shots import Shot, _Fired, _watched, _watched_later  # noqa: F401 (Shot: API)
+from toolkit.drills.shots import _Fired, _watched, _watched_later
 from toolkit.faults import Crash, Injector, fill_disk, tear_jsonl_writes
 from toolkit.ledger import State
 from toolkit.provider import FakeProvider, parse_contract
@@ -145,29 +146,6 @@ class DrillResult:
                 "status": self.status, "reason": self.reason}
 
 
-# What each naive design does at the fault: its twin's caption says this, never the
-# safe design's remedy ("recover by lookup") that the twin does not do.
-NAIVE_WAYS = {
-    "blind-retry": "blind retry: no reply, so submit again",
-    "timeout-as-failed": "timeout-as-failed: a timeout is recorded failed, retried under a new key",
-    "batch-commit": "batch commit: progress is written every few items, the rest redone",
-    "rewrite-state": "rewrite-state: one JSON state file rewritten in place on every item",
-    "no-lease": "no lease: each worker takes any pending item",
-    "output-exists": "output-exists: a document whose output file exists counts as done",
-    "steal-expired": "steal-expired: a worker takes expired leases, the owner never checks its own",
-    "ignore-write-errors": "ignore-write-errors: a failed ledger write is ignored, work goes on",
-    "restart-long-docs": "restart-long-docs: a long document starts again at page 1",
-}
-
-
-def twin_summary(summary: str, strategy) -> str:
-    """The caption of ``summary``'s fault run with ``strategy``: the fault, then what the
-    naive design does (the safe remedy after a colon is dropped)."""
-    if strategy == "safe" or strategy not in NAIVE_WAYS:
-        return summary
-    return f"{summary.partition(': ')[0]}; {NAIVE_WAYS[strategy]}"
-
-
 def _pair(name, summary, naive, expect, **common):
     """The safe drill and its naive twin on the same input, contract and fault."""
     safe = Drill(name, summary, **common)
@@ -200,10 +178,8 @@ def _matrix():
             name = f"contract[{contract}]" + ("" if strategy == "safe" else f"/{strategy}")
             note = "harmless here: the provider dedupes a key it keeps forever" \
                 if strategy != "safe" and harmless else ""
-            summary = "a lost reply, then a crash after the next intent"
-            drills.append(Drill(name, summary if strategy == "safe" else
-                                f"{twin_summary(summary, strategy)}"
-                                + (f" ({note})" if note else ""),
+            summary = twin_summary("a lost reply, then a crash after the next intent", strategy)
+            drills.append(Drill(name, summary + (f" ({note})" if note else ""),
                                 strategy=strategy, contract=contract,
                                 faults=("lost_reply", "crash_after_second_intent"),
                                 expect_valid=not expect, expect=expect, note=note))
@@ -257,8 +233,6 @@ CATALOGUE = [
     *_pair("active-conflict", "the reply is lost while the job still runs: attach, never re-create",
            "timeout-as-failed", ("blind_resubmit",), contract="idempotent,conflict,run-polls=2",
            faults=("lost_reply",)),
-    # run-polls=50: a job runs only after 50 polls, more than two runs make, so the three
-    # items not cancelled rest `submitted` (in flight, looked up again by the next run).
     Drill("cancel", "the operator cancels one running item; no later run retries it (the other "
           "three stay submitted: their jobs need 50 polls to run, more than two runs make)",
           contract="non-idempotent,run-polls=50", cancel_after_first_run=True),
