@@ -55,9 +55,10 @@ def submit_counts(rows, ax=None, title="Submit calls and executions at the provi
             ax.hlines(row["docs"], i - width, i + width, colors="black", linewidth=2,
                       label="documents" if i == 0 else None)
         top = max(top, submits, executions + parked, row.get("docs") or 0)
-    ax.set_xticks(range(len(rows)), [str(row.get("label", row.get("drill", ""))) for row in rows],
-                  rotation=20 if len(rows) > 3 else 0, ha="right" if len(rows) > 3 else "center",
-                  fontsize=8)
+    # "scenario/naive-twin" labels break after the slash: side by side they overlapped
+    ax.set_xticks(range(len(rows)), [str(row.get("label", row.get("drill", ""))).replace(
+        "/", "/\n") for row in rows], rotation=20 if len(rows) > 3 else 0,
+        ha="right" if len(rows) > 3 else "center", fontsize=8)
     ax.set_ylim(0, top * 1.3 + 0.5)
     ax.set_ylabel("count")
     handles, labels = ax.get_legend_handles_labels()
@@ -116,7 +117,7 @@ def timeline(events, ax=None, title="Items over time (one lane per item)", marks
     ax.invert_yaxis()
     from matplotlib.ticker import MaxNLocator
 
-    ax.set_xlim(0, end)
+    ax.set_xlim(0, max([end] + [mark["x"] + 0.5 for mark in marks]))
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     if marks:  # headroom above the first lane for the marks' labels
         span = len(lanes)

@@ -46,7 +46,7 @@ def harm_counts(rows, ax=None, title="Harm done, by kind"):
             top = max(top, count)
         if not total:
             ax.text(i, 0.15, "no harm", ha="center", va="bottom", fontsize=9, color="#2e7d32")
-    ax.set_xticks(range(len(rows)), [str(row.get("label", "")) for row in rows],
+    ax.set_xticks(range(len(rows)), [str(row.get("label", "")).replace("/", "/\n") for row in rows],
                   rotation=15 if len(rows) > 3 else 0, ha="right" if len(rows) > 3 else "center",
                   fontsize=8)
     ax.set_ylim(0, top * 1.25 + 0.5)
@@ -61,12 +61,15 @@ def harm_counts(rows, ax=None, title="Harm done, by kind"):
 def draw_marks(ax, marks):
     """A vertical line per mark; the labels written level, one under the other, from the
     top of the axes (callers leave headroom: ``MARK_ROOM`` per mark, in axes fraction)."""
+    low, high = ax.get_xlim()
     for n, mark in enumerate(marks):
         colour, style = MARK_STYLES.get(mark.get("kind"), ("#555555", "-."))
         ax.axvline(mark["x"], color=colour, linestyle=style, linewidth=1.4, zorder=3)
+        right = mark["x"] > (low + high) / 2  # a label in the right half reads leftwards
         ax.annotate(mark["label"], xy=(mark["x"], 1.0 - MARK_ROOM * (n + 0.5)),
-                    xycoords=("data", "axes fraction"), xytext=(3, 0),
-                    textcoords="offset points", va="center", ha="left", fontsize=8,
+                    xycoords=("data", "axes fraction"), xytext=(-3 if right else 3, 0),
+                    textcoords="offset points", va="center", ha="right" if right else "left",
+                    fontsize=8,
                     color=colour, zorder=4,
                     bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.85))
 
