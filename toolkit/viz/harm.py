@@ -49,7 +49,10 @@ def harm_counts(rows, ax=None, title="Harm done, by kind"):
     ax.set_xticks(range(len(rows)), [str(row.get("label", "")).replace("/", "/\n") for row in rows],
                   rotation=15 if len(rows) > 3 else 0, ha="right" if len(rows) > 3 else "center",
                   fontsize=8)
+    from matplotlib.ticker import MaxNLocator
+
     ax.set_ylim(0, top * 1.25 + 0.5)
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlim(-0.6, len(rows) - 0.4)
     ax.set_ylabel("count")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
