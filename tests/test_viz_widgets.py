@@ -4,6 +4,7 @@ Charts are checked through what they drew (artists, labels, colours), not
 pixels; widgets through their state and the values of their child widgets.
 """
 
+import html
 import subprocess
 import sys
 from pathlib import Path
@@ -161,15 +162,19 @@ def test_crash_map_puts_each_row_at_its_point_in_its_verdict_colour(ax):
     assert [t.get_text() for t in ax.get_xticklabels()] == ["after_intent", "after_submit"]
 
 
-def test_audit_summary_shows_states_findings_and_plan_from_the_json(ax):
+def test_audit_summary_shows_states_findings_and_plan_each_on_its_own_axis(ax):
+    """States and actions count items, findings count anomalies: three panels, three
+    scales, never one axis mixing them."""
     summary = {"format": "toolkit-jsonl", "items": 3, "by_state": {"done": 2, "unknown": 1},
                "anomalies": [{"key": "a", "kind": "stuck_unknown", "detail": "x"}],
                "plan": {"skip": 2, "reconcile": 1, "run": 0}}
     viz.audit_summary(summary, ax=ax)
-    labels = [t.get_text() for t in ax.get_yticklabels()]
-    assert labels == ["state  done", "state  unknown", "finding  stuck_unknown", "next  skip",
-                      "next  reconcile"]
-    assert [p.get_width() for p in ax.patches] == [2, 1, 1, 2, 1]
+    panels = ax.child_axes
+    assert [p.get_title(loc="left") for p in panels] == [
+        "items by state", "findings by kind", "items by next action"]
+    assert [[t.get_text() for t in p.get_yticklabels()] for p in panels] == [
+        ["done", "unknown"], ["stuck_unknown"], ["skip", "reconcile"]]
+    assert [[b.get_width() for b in p.patches] for p in panels] == [[2, 1], [1], [2, 1]]
 
 
 def test_to_png_renders_without_registering_a_pyplot_figure():
@@ -201,27 +206,34 @@ def test_stepper_rejects_an_unknown_action(action):
 
 
 def test_frames_count_the_provider_as_it_was_at_that_step(blind):
-    frames = [widgets.frame(blind, i) for i in range(len(blind.steps))]
-    assert [(f.submit_calls, f.executions) for f in frames] == \
-        [(s.submit_calls, s.executions) for s in blind.steps]
+    """Each ledger-event frame shows the provider's counters of the step recorded with it;
+    the last frame shows the drill's totals and the doubled execution."""
+    shown = widgets.frames(blind)
+    frames = [widgets.frame(blind, i, shown) for i in range(len(shown))]
+    at_events = [(f.submit_calls, f.executions) for f in frames if f.kind == "event"]
+    assert at_events == [(s.submit_calls, s.executions) for s in blind.steps
+                         if s.event is not None]
     assert frames[0].doubles == 0 and frames[-1].doubles == 1
     last = frames[-1]
     assert (last.submit_calls, last.executions) == (blind.submit_calls, blind.executions)
 
 
 def test_frames_history_grows_by_exactly_the_events_stepped_over(blind):
-    sizes = [len(widgets.frame(blind, i).events) for i in range(len(blind.steps))]
-    steps_with_event = [int(s.event is not None) for s in blind.steps]
-    assert sizes == [sum(steps_with_event[:i + 1]) for i in range(len(sizes))]
+    """The graph's history grows by one at each ledger-event frame and never otherwise."""
+    shown = widgets.frames(blind)
+    sizes = [len(widgets.frame(blind, i, shown).events) for i in range(len(shown))]
+    with_event = [int(m.event is not None) for m in shown]
+    assert sizes == [sum(with_event[:i + 1]) for i in range(len(sizes))]
+    assert sizes[-1] == len(blind.history.events)
 
 
 def test_frame_outside_the_steps_is_an_index_error(blind):
     with pytest.raises(IndexError):
-        widgets.frame(blind, len(blind.steps))
+        widgets.frame(blind, len(widgets.frames(blind)))
 
 
 def test_frame_at_the_end_of_a_blind_retry_shows_two_jobs_for_one_document(blind):
-    jobs = widgets.frame(blind, len(blind.steps) - 1).jobs
+    jobs = widgets.frame(blind, len(widgets.frames(blind)) - 1).jobs
     doubled = [row for row in jobs.rows if row["twice"] == "DOUBLE"]
     assert len(doubled) == 2 and len({row["task"] for row in doubled}) == 1
 
@@ -240,7 +252,7 @@ def test_stepper_play_value_drives_the_view_as_the_browser_would(blind):
     stepper = widgets.Stepper(blind, graph=False)
     stepper.play.value = 6  # what the Play widget's frontend sends at its 7th tick
     assert stepper.cursor.index == 6
-    assert widgets.describe(blind.steps[6].event, {}).split(" ")[0] in stepper.headline.value
+    assert stepper.moments[6].text in html.unescape(stepper.headline.value)
 
 
 def test_stepper_last_button_shows_the_double_execution_in_red(blind):
@@ -255,7 +267,7 @@ def test_stepper_next_button_at_last_step_stays_at_last_step(blind):
     stepper.last.click()
     shown = stepper.headline.value
     stepper.next.click()
-    assert stepper.cursor.index == len(blind.steps) - 1 and stepper.headline.value == shown
+    assert stepper.cursor.index == len(stepper.moments) - 1 and stepper.headline.value == shown
 
 
 def test_stepper_graph_image_changes_with_the_step(safe):
@@ -275,7 +287,8 @@ def test_stepper_marks_the_ledger_row_of_the_current_event(safe):
 
 def test_stepper_text_form_is_stable_and_the_widget_view_is_kept(blind):
     bundle = widgets.Stepper(blind, graph=False)._repr_mimebundle_()
-    assert bundle["text/plain"] == (f"Stepper over 'lost-reply/blind-retry': {len(blind.steps)} "
+    assert bundle["text/plain"] == (f"Stepper over 'lost-reply/blind-retry': "
+                                    f"{len(widgets.frames(blind))} "
                                     "steps (Play, the slider, First/Prev/Next/Last)")
     assert "application/vnd.jupyter.widget-view+json" in bundle
 

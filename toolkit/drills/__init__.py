@@ -20,10 +20,12 @@ from toolkit import documents
 from toolkit.checker import History, Verdict, check
 from toolkit.checker.findings import headline
 from toolkit.drills.actors import _barrier_hook, _cancel_one_in_flight, _chain, _start_slow_owner
+from toolkit.drills.captions import NAIVE_WAYS, twin_summary
 from toolkit.drills.conclusive import (RACE, missing_faults, not_applicable, service_shots,
                                       settled_between_runs)
 from toolkit.drills.history import _items, collect_history
 from toolkit.drills.service import http_provider, settle
+from toolkit.drills.shots import _Fired, _watched, _watched_later
 from toolkit.faults import Crash, Injector, fill_disk, tear_jsonl_writes
 from toolkit.ledger import State
 from toolkit.provider import FakeProvider, parse_contract
@@ -88,6 +90,7 @@ class DrillResult:
     missing: tuple = ()  # required faults that never fired: the verdict proves nothing
     not_applicable: str | None = None  # why the drill was not run with this strategy
     run_starts: tuple = ()  # wall-clock start of each run: places witnesses by run
+    shots: tuple = ()  # every fault and actor as it happened, placed among the steps
 
     @property
     def passed(self) -> bool:
@@ -147,7 +150,8 @@ def _pair(name, summary, naive, expect, **common):
     """The safe drill and its naive twin on the same input, contract and fault."""
     safe = Drill(name, summary, **common)
     twin = dataclasses.replace(safe, name=f"{name}/{naive}", strategy=naive, expect_valid=False,
-                               expect=expect, **_naive_overrides(naive, common))
+                               summary=twin_summary(summary, naive), expect=expect,
+                               **_naive_overrides(naive, common))
     return [safe, twin]
 
 
@@ -174,7 +178,8 @@ def _matrix():
             name = f"contract[{contract}]" + ("" if strategy == "safe" else f"/{strategy}")
             note = "harmless here: the provider dedupes a key it keeps forever" \
                 if strategy != "safe" and harmless else ""
-            drills.append(Drill(name, "a lost reply, then a crash after the next intent",
+            summary = twin_summary("a lost reply, then a crash after the next intent", strategy)
+            drills.append(Drill(name, summary + (f" ({note})" if note else ""),
                                 strategy=strategy, contract=contract,
                                 faults=("lost_reply", "crash_after_second_intent"),
                                 expect_valid=not expect, expect=expect, note=note))
@@ -219,7 +224,8 @@ CATALOGUE = [
     # effect by a lease loser) and its job succeeds: paid for, not delivered.
     Drill("owner-recovery", "a live but slow process holds a lease past its expiry",
           slow_owner=True, runs=1, expect_parked=0),
-    Drill("owner-recovery/steal-expired", "the same, with a worker that steals expired leases",
+    Drill("owner-recovery/steal-expired", "a live but slow process holds a lease past its "
+          "expiry; " + NAIVE_WAYS["steal-expired"] + " (the owner's job is paid, then parked)",
           strategy="steal-expired", slow_owner=True, runs=1, expect_parked=1,
           expect_valid=False, expect=("execution_by_lease_loser", "parked_after_success")),
     # The fake provider runs a job only when it is polled, so the abandoned first job
@@ -227,7 +233,8 @@ CATALOGUE = [
     *_pair("active-conflict", "the reply is lost while the job still runs: attach, never re-create",
            "timeout-as-failed", ("blind_resubmit",), contract="idempotent,conflict,run-polls=2",
            faults=("lost_reply",)),
-    Drill("cancel", "the operator cancels one running item; no later run retries it",
+    Drill("cancel", "the operator cancels one running item; no later run retries it (the other "
+          "three stay submitted: their jobs need 50 polls to run, more than two runs make)",
           contract="non-idempotent,run-polls=50", cancel_after_first_run=True),
     *_pair("health-fail-closed", "the disk fills up before an intent: stop taking work",
            "ignore-write-errors", ("unrecorded_execution", "double_execution"),
@@ -282,11 +289,13 @@ def run_drill(drill: Drill, workdir=None, seed: int = 0, strategy=None) -> Drill
         else:
             provider = stack.enter_context(FakeProvider(work / "provider.db",
                                                         work / "provider-jobs", contract))
-        ocr = _ocr_phase_faults(drill, provider, inputs)
-        return _run(drill, work, inputs, contract, provider, ocr.fired)
+        steps = []
+        fired = _Fired(steps, provider)
+        ocr = _ocr_phase_faults(drill, provider, inputs, _watched_later(steps, provider, fired))
+        return _run(drill, work, inputs, contract, provider, steps, fired, ocr.fired)
 
 
-def _ocr_phase_faults(drill, provider, inputs):
+def _ocr_phase_faults(drill, provider, inputs, watch):
     """Faults fired by the in-process provider itself (``crash_mid_ocr``), once per drill:
     at its ``executed`` phase of a job whose document goes the OCR route."""
     from toolkit.identity import file_task_key
@@ -300,19 +309,21 @@ def _ocr_phase_faults(drill, provider, inputs):
         if "route" in routed:
             ocr_keys.update(file_task_key(path, {**option, **routed}) for option in drill.options)
 
+    hook = watch(injector)
+
     def on_phase(phase, job_id):
         job = next(job for job in provider.jobs() if job.job_id == job_id)
         if job.task_key in ocr_keys:
-            injector(f"ocr_{phase}", job_id)
+            hook(f"ocr_{phase}", job_id)
     provider.on_phase = on_phase
     return injector
 
 
-def _run(drill, work, inputs, contract, provider, provider_fired=()) -> DrillResult:
+def _run(drill, work, inputs, contract, provider, steps, fired, provider_fired=()) -> DrillResult:
     """``provider_fired``: faults the in-process provider fires itself (filled as it runs)."""
     suffix = ".json" if drill.strategy == "rewrite-state" else f".{drill.ledger}"
     ledger_path = work / f"ledger{suffix}"
-    steps, fired, starts = [], [], []
+    starts = []
     for run in range(drill.runs):
         starts.append(time.time())
         faults = drill.faults if run == 0 or drill.persistent else ()
@@ -322,7 +333,7 @@ def _run(drill, work, inputs, contract, provider, provider_fired=()) -> DrillRes
     if drill.http:
         settle(provider)  # a job abandoned by a blind retry still runs: wait for its bill
         fired.extend(service_shots(provider))
-    fired.extend((0, *shot) for shot in provider_fired)
+    fired.extend((0, *shot) for shot in provider_fired)  # their shots were taken as they fired
     history = collect_history(ledger_path, provider, inputs, contract, drill.options,
                               drill.page_by_page_from)
     stats = provider.stats()
@@ -334,7 +345,8 @@ def _run(drill, work, inputs, contract, provider, provider_fired=()) -> DrillRes
     return DrillResult(drill, history, verdict, tuple(steps), counts,
                        stats["submit_calls"], stats["executions"], tuple(fired),
                        () if reason else missing, not_applicable=reason,
-                       run_starts=tuple(starts))
+                       run_starts=tuple(starts),
+                       shots=tuple(sorted(fired.shots, key=lambda shot: shot.after)))
 
 
 def _policy(drill, run) -> RetryPolicy:
@@ -353,7 +365,8 @@ def _one_run(drill, run, faults, ledger_path, provider, work, inputs, steps, fir
         if drill.slow_owner and run == 0 else None
     runners = []
     for n, injector in enumerate(injectors):
-        hook = _chain(race, injector) if race else injector
+        watched = _watched(injector, run, steps, provider, fired.shots)
+        hook = _chain(race, watched) if race else watched
         runner = open_strategy(drill.strategy, ledger_path, provider, work / "out",
                                options=options, lease_ttl=0.3 if slow else 60.0,
                                policy=_policy(drill, run), hook=hook, worker=f"worker-{n + 1}",

@@ -12,7 +12,9 @@ matplotlib is imported inside the functions, never at import time, so
 
 from toolkit.viz.charts import audit_summary, crash_map, submit_counts, timeline
 from toolkit.viz.graph import POSITIONS, state_graph, transition_counts
+from toolkit.viz.harm import HARMS, harm_counts, page_progress
 from toolkit.viz.style import STATE_COLOURS, VERDICT_COLOURS, to_png
 
 __all__ = ["state_graph", "transition_counts", "submit_counts", "timeline", "crash_map",
-           "audit_summary", "to_png", "POSITIONS", "STATE_COLOURS", "VERDICT_COLOURS"]
+           "audit_summary", "harm_counts", "page_progress", "HARMS", "to_png", "POSITIONS",
+           "STATE_COLOURS", "VERDICT_COLOURS"]

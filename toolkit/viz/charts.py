@@ -1,5 +1,6 @@
 """Counts per drill, per-item timelines, crash-point maps and audit summaries."""
 
+from toolkit.viz.harm import draw_marks, headroom
 from toolkit.viz.style import (
     ACTION_COLOURS,
     DOUBLE,
@@ -17,8 +18,10 @@ def submit_counts(rows, ax=None, title="Submit calls and executions at the provi
 
     ``rows``: dicts with ``label`` (or ``drill``), ``submit_calls``,
     ``executions`` and optionally ``doubles`` (executions beyond one success
-    per document: drawn red, hatched and annotated) and ``docs`` (a black
-    tick: one execution per document is the most a correct run needs).
+    per document: drawn red, hatched and annotated), ``parked`` (items left
+    in needs_review: a dotted segment on top, so executions plus parked meet
+    the line) and ``docs`` (a black tick: one execution per document is the
+    most a correct run needs).
     Returns ``ax``.
     """
     ax = axes(ax, (max(5.0, 1.3 * len(rows) + 2), 4))
@@ -40,18 +43,29 @@ def submit_counts(rows, ax=None, title="Submit calls and executions at the provi
         else:
             ax.text(i + width / 2, executions, str(executions), ha="center", va="bottom",
                     fontsize=8)
+        parked = row.get("parked") or 0
+        if parked:  # items set aside for a person: never executed, they count up to the line
+            ax.bar(i + width / 2, parked, width, bottom=executions, color="white",
+                   edgecolor=STATE_COLOURS["needs_review"], hatch="..",
+                   label="parked (needs_review)")
+            ax.text(i + width * 1.05, executions + parked / 2, f"+{parked} parked", ha="left",
+                    va="center", fontsize=8, color=STATE_COLOURS["needs_review"],
+                    fontweight="bold")
         if row.get("docs") is not None:
             ax.hlines(row["docs"], i - width, i + width, colors="black", linewidth=2,
                       label="documents" if i == 0 else None)
-        top = max(top, submits, executions, row.get("docs") or 0)
-    ax.set_xticks(range(len(rows)), [str(row.get("label", row.get("drill", ""))) for row in rows],
-                  rotation=20 if len(rows) > 3 else 0, ha="right" if len(rows) > 3 else "center",
-                  fontsize=8)
+        top = max(top, submits, executions + parked, row.get("docs") or 0)
+    # "scenario/naive-twin" labels break after the slash: side by side they overlapped
+    ax.set_xticks(range(len(rows)), [str(row.get("label", row.get("drill", ""))).replace(
+        "/", "/\n") for row in rows], rotation=20 if len(rows) > 3 else 0,
+        ha="right" if len(rows) > 3 else "center", fontsize=8)
     ax.set_ylim(0, top * 1.3 + 0.5)
     ax.set_ylabel("count")
     handles, labels = ax.get_legend_handles_labels()
     unique = dict(zip(labels, handles))
-    ax.legend(unique.values(), unique.keys(), fontsize=8, loc="upper left")
+    # Outside the bars, right of the axes: inside it covered the "+1 double" label.
+    ax.legend(unique.values(), unique.keys(), fontsize=8, loc="upper left",
+              bbox_to_anchor=(1.0, 1.0))
     if title:
         ax.set_title(title, fontsize=11)
     return ax
@@ -71,17 +85,21 @@ def _changes(events):
 
 
 def _short(key) -> str:
-    """A task key (64 hex digits) by its first 8; a readable key as it is."""
+    """A task key (hex digits) by its first 8; a readable key whole, up to 28 characters."""
     key = str(key)
-    return key[:8] if len(key) > 16 else key
+    if len(key) > 16 and all(c in "0123456789abcdef" for c in key):
+        return key[:8]
+    return key if len(key) <= 28 else key[:27] + "\u2026"
 
 
-def timeline(events, ax=None, title="Items over time (one lane per item)"):
+def timeline(events, ax=None, title="Items over time (one lane per item)", marks=()):
     """One swimlane per item, coloured by its state from event to event.
 
     ``events``: a History, a list of events (or their JSON dicts) or a
     forensics events DataFrame. x is the event sequence number (not wall
-    time: the picture is the same on every run). Returns ``ax``.
+    time: the picture is the same on every run). ``marks``: faults, crashes
+    and restarts as ``{"x", "label", "kind"}`` (``widgets.run_marks``), drawn
+    as vertical lines. Returns ``ax``.
     """
     lanes, labels = _changes(events)
     ax = axes(ax, (8, 0.32 * len(lanes) + 1.6))
@@ -99,8 +117,12 @@ def timeline(events, ax=None, title="Items over time (one lane per item)"):
     ax.invert_yaxis()
     from matplotlib.ticker import MaxNLocator
 
-    ax.set_xlim(0, end)
+    ax.set_xlim(0, max([end] + [mark["x"] + 0.5 for mark in marks]))
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if marks:  # headroom above the first lane for the marks' labels
+        span = len(lanes)
+        ax.set_ylim(len(lanes) - 0.5, len(lanes) - 0.5 - span / (1 - headroom(marks)))
+        draw_marks(ax, marks)
     ax.set_xlabel("event seq")
     if seen:
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
@@ -145,29 +167,42 @@ def crash_map(rows, ax=None, title="Where the process died, and what the checker
 
 
 def audit_summary(summary, ax=None, title=None):
-    """Horizontal bars in three blocks: items by state, findings by kind, the plan.
+    """Three panels, each on its own axis: items by state, findings by kind, items by next
+    action (states and actions count items, findings count anomalies: never one scale).
 
     ``summary``: ``Report.to_json()`` (or a Report: its ``to_json()`` is
-    used). Returns ``ax``.
+    used). Returns ``ax``, which holds the three panels (``ax.child_axes``).
     """
     if hasattr(summary, "to_json"):
         summary = summary.to_json()
     kinds = {}
     for anomaly in summary.get("anomalies", ()):
         kinds[anomaly["kind"]] = kinds.get(anomaly["kind"], 0) + 1
-    bars = ([(f"state  {state}", n, STATE_COLOURS.get(state, "grey"))
-             for state, n in summary.get("by_state", {}).items() if n]
-            + [(f"finding  {kind}", n, DOUBLE) for kind, n in kinds.items()]
-            + [(f"next  {action}", n, ACTION_COLOURS.get(action, "grey"))
-               for action, n in summary.get("plan", {}).items() if n])
-    ax = axes(ax, (8, 0.25 * len(bars) + 1.5))
-    for row, (label, count, colour) in enumerate(bars):
-        ax.barh(row, count, color=colour, edgecolor="#333333", linewidth=0.5)
-        ax.text(count, row, f" {count}", va="center", fontsize=8)
-    ax.set_yticks(range(len(bars)), [label for label, _, _ in bars], fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlim(0, max([count for _, count, _ in bars], default=1) * 1.15 + 0.5)
-    ax.set_xlabel("items (states, next actions) / findings")
+    blocks = [
+        ("items by state", [(state, n, STATE_COLOURS.get(state, "grey"))
+                            for state, n in summary.get("by_state", {}).items() if n]),
+        ("findings by kind", [(kind, n, DOUBLE) for kind, n in kinds.items()]),
+        ("items by next action", [(action, n, ACTION_COLOURS.get(action, "grey"))
+                                  for action, n in summary.get("plan", {}).items() if n])]
+    from matplotlib.ticker import MaxNLocator
+
+    sizes = [max(len(bars), 1) + 1.6 for _, bars in blocks]
+    ax = axes(ax, (8, 0.3 * sum(sizes) + 1.2))
+    ax.axis("off")
+    top = 1.0
+    for (label, bars), size in zip(blocks, sizes):
+        height = size / sum(sizes)
+        panel = ax.inset_axes([0.0, top - height + 0.09 * height, 1.0, height * 0.72])
+        top -= height
+        for row, (what, count, colour) in enumerate(bars):
+            panel.barh(row, count, color=colour, edgecolor="#333333", linewidth=0.5)
+            panel.text(count, row, f" {count}", va="center", fontsize=8)
+        panel.set_yticks(range(len(bars)), [what for what, _, _ in bars], fontsize=8)
+        panel.set_ylim(max(len(bars), 1) - 0.5, -0.5)
+        panel.set_xlim(0, max([count for _, count, _ in bars], default=1) * 1.15 + 0.5)
+        panel.tick_params(axis="x", labelsize=7)
+        panel.xaxis.set_major_locator(MaxNLocator(integer=True))
+        panel.set_title(label if bars else f"{label}: none", fontsize=9, loc="left")
     ax.set_title(title or f"{summary.get('format', '?')}: {summary.get('items', 0)} items, "
                  f"{len(summary.get('anomalies', ()))} findings", fontsize=11)
     return ax

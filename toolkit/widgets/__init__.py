@@ -5,7 +5,9 @@
 - ``Comparer``: one fault, several strategies, counts and verdicts;
 - ``ContractExplorer``: the provider's promise as knobs;
 - ``RetryExperiment``: the 30-document experiment with a failure-rate slider;
-- ``AuditExplorer(report)``: an audit's findings filtered by kind.
+- ``AuditExplorer(report)``: an audit's findings filtered by kind;
+- ``KillNine``: a batch killed with SIGKILL at every durable step (``explore``),
+  its crash map, one crash point replayed step by step.
 
 The logic lives in plain functions a test drives without a browser
 (``scenario.step``/``frame``, ``choices.*_step``); tables (``Table``) print
@@ -31,7 +33,8 @@ from toolkit.widgets.choices import (
     scenario_drill,
     todo_table,
 )
-from toolkit.widgets.panels import AuditExplorer, Comparer, ContractExplorer, RetryExperiment
+from toolkit.widgets.panels import (AuditExplorer, Comparer, ContractExplorer, KillNine,
+                                    RetryExperiment)
 from toolkit.widgets.results import (
     CHECKLIST,
     catalogue_table,
@@ -40,19 +43,25 @@ from toolkit.widgets.results import (
     crash_rows,
     doubles,
     explain_table,
+    harm_row,
+    harm_rows,
     items_table,
+    run_marks,
     verdict_table,
 )
-from toolkit.widgets.scenario import Cursor, describe, frame, jobs_table, ledger_table, step
+from toolkit.widgets.moments import moments
+from toolkit.widgets.scenario import (Cursor, describe, frame, frames, jobs_table, ledger_table,
+                                      step)
 from toolkit.widgets.stepper import Stepper
 from toolkit.widgets.tables import Table
 
 __all__ = [
-    "Stepper", "Comparer", "ContractExplorer", "RetryExperiment", "AuditExplorer", "Table",
-    "Cursor", "step", "frame", "describe", "ledger_table", "jobs_table",
+    "Stepper", "Comparer", "ContractExplorer", "RetryExperiment", "AuditExplorer", "KillNine",
+    "Table",
+    "Cursor", "step", "frame", "frames", "moments", "describe", "ledger_table", "jobs_table",
     "SCENARIOS", "Comparison", "comparison", "compare_step", "scenario_drill",
     "ContractChoice", "contract_step", "promise", "RetryChoice", "retry_drill", "retry_step",
     "AuditView", "audit_view", "audit_step", "findings_table", "todo_table", "outcome_table",
     "CHECKLIST", "catalogue_table", "checklist", "count_rows", "crash_rows", "doubles",
-    "explain_table", "items_table", "verdict_table",
+    "explain_table", "items_table", "verdict_table", "harm_row", "harm_rows", "run_marks",
 ]

@@ -11,7 +11,7 @@
 import dataclasses
 import threading
 
-from toolkit.drills import CATALOGUE, DRILLS, run_drill
+from toolkit.drills import CATALOGUE, DRILLS, run_drill, twin_summary
 from toolkit.provider import parse_contract
 from toolkit.runner.registry import STRATEGIES
 from toolkit.widgets.tables import Table
@@ -57,7 +57,9 @@ def scenario_drill(scenario: str, strategy: str):
         return DRILLS[scenario]
     if catalogued is not None and catalogued.strategy == strategy:
         return catalogued  # the twin may move the fault to where the naive design has a seam
-    return dataclasses.replace(DRILLS[scenario], name=f"{scenario}/{strategy}", strategy=strategy)
+    base = DRILLS[scenario]
+    return dataclasses.replace(base, name=f"{scenario}/{strategy}", strategy=strategy,
+                               summary=twin_summary(base.summary, strategy))
 
 
 # -- comparer ----------------------------------------------------------------------

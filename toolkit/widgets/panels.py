@@ -198,3 +198,76 @@ class AuditExplorer(View):
         summary = self.state.summary
         return (f"AuditExplorer: {summary['format']}, {summary['items']} items, "
                 f"{len(summary['anomalies'])} findings; showing {self.state.kind or 'all kinds'}")
+
+
+class KillNine(View):
+    """Kill -9 for real: Run kills a two-document batch at every durable step (forked
+    children, real SIGKILL), draws the crash map; pick a crash point to replay it and step
+    through the killed run, the kill, the restart and the rerun."""
+
+    def __init__(self, strategy: str = "safe", every: int = 1, sweep=None, replay=None):
+        from toolkit.widgets import killnine
+
+        self._k = killnine
+        self._sweep, self._replay = sweep or killnine.sweep, replay or killnine.replay
+        self.state = killnine.KillChoice(strategy, every)
+        self.strategy = w.Dropdown(options=killnine.STRATEGIES, value=strategy,
+                                   description="strategy")
+        self.every = w.BoundedIntText(value=every, min=1, max=12, description="every k-th",
+                                      layout=w.Layout(width="180px"))
+        self.run = w.Button(description="Run", button_style="primary", icon="play")
+        self.summary = w.HTML("<i>press Run: each crash point is a forked batch killed "
+                              "with SIGKILL</i>")
+        self.chart = w.Image(format="png", layout=w.Layout(max_width="760px", display="none"))
+        self.pick = w.Dropdown(options=[], description="replay")
+        self.slider = w.IntSlider(value=0, min=0, max=0, description="frame",
+                                  continuous_update=False)
+        self.frame = w.HTML()
+        self.strategy.observe(lambda c: self.apply(("strategy", c["new"])), names="value")
+        self.every.observe(lambda c: self.apply(("every", c["new"])), names="value")
+        self.run.on_click(lambda _: self.apply(("run",)))
+        self.pick.observe(lambda c: c["new"] is not None and self.apply(("pick", c["new"])),
+                          names="value")
+        self.slider.observe(lambda c: self.apply(("frame", c["new"])), names="value")
+        self.widget = w.VBox([w.HBox([self.strategy, self.every, self.run]), self.summary,
+                              self.chart, self.pick, self.slider, self.frame])
+        self._render()
+
+    def apply(self, action) -> None:
+        self.state = self._k.kill_step(self.state, action, sweep=self._sweep,
+                                       replay=self._replay)
+        self._render(action[0])
+
+    def _render(self, verb=None) -> None:
+        state, k = self.state, self._k
+        explored = state.exploration
+        if verb in (None, "strategy", "every", "run"):
+            rows = k.map_rows(explored) if explored is not None else []
+            self.chart.value = viz.to_png(viz.crash_map, rows, figsize=(
+                8, 0.32 * len({r["lane"] for r in rows}) + 3.2)) if rows else b""
+            self.chart.layout.display = None if rows else "none"
+            self.pick.options = [(f"{row['point']} {row['how']}: {row['step']} "
+                                  f"({row['verdict']})", (row["point"], row["how"]))
+                                 for row in (explored.rows if explored else [])]
+            self.pick.value = None
+            if explored is not None:
+                total = explored.total()
+                self.summary.value = html.escape(
+                    f"{total['points']} crash points, each a real SIGKILL: "
+                    f"{total['violations']} violations, {total['parked']} parked")
+        frames = k.replay_frames(state.replayed) if state.replayed else ()
+        for part in (self.pick, self.slider, self.frame):
+            part.layout.display = None if (frames or part is self.pick and explored) else "none"
+        if verb == "pick":
+            self.slider.max = max(len(frames) - 1, 0)
+            self.slider.value = 0
+        if frames:
+            text = html.escape(frames[state.index])
+            colour = "#d62728" if "SIGKILL" in text else "#9467bd" if "restart" in text else ""
+            style = f" style='color:{colour}'" if colour else ""
+            self.frame.value = f"<b{style}>{state.index + 1}/{len(frames)} · {text}</b>"
+
+    def describe(self) -> str:
+        ran = "" if self.state.exploration is None else \
+            f", {len(self.state.exploration.rows)} crash points explored"
+        return f"KillNine: strategy {self.state.strategy!r}, every {self.state.every}{ran}"

@@ -27,7 +27,71 @@ def count_row(result, label=None) -> dict:
         label = f"{result.drill.name}\n{strategy.__qualname__}"
     return {"label": label or result.drill.name, "submit_calls": result.submit_calls,
             "executions": result.executions, "doubles": doubles(result.history.executions or ()),
-            "docs": result.drill.docs}
+            "docs": result.drill.docs,
+            "parked": result.by_state.get("needs_review", 0)}
+
+
+def harm_row(result, label=None) -> dict:
+    """One ``viz.harm_counts`` row: every kind of harm the drill did, counted.
+
+    Double executions are executions beyond one success per task (what was
+    paid twice); the others count the checker's findings of that kind
+    (``parked_after_success`` is a costly finding: paid for, never delivered).
+    """
+    found = {**result.verdict.anomalies, **getattr(result.verdict, "costly", {})}
+    row = {"label": label or result.drill.name,
+           "double_execution": doubles(result.history.executions or ())}
+    for kind in ("fake_done", "lost_item", "poison_submitted", "parked_after_success"):
+        row[kind] = len(found.get(kind, ()))
+    return row
+
+
+def harm_rows(results) -> list[dict]:
+    return [harm_row(result) for result in results]
+
+
+FAULT_MARKS = {"torn_jsonl_write": "half a line on disk, no newline",
+               "lost_reply": "the job ran, the reply is lost",
+               "lookup_unavailable": "a lookup failed", "half_download": "half a file",
+               "disk_full": "a write failed", "crash_mid_download": "half a file"}
+
+
+def run_marks(result) -> list[dict]:
+    """``viz.timeline``/``viz.page_progress`` marks of a drill: each fault where it fired
+    (repeats counted: ``lookup_unavailable ×4``), the crash it caused, each restart.
+
+    x is the last ledger event's seq + 0.3 for a fault or crash, + 0.7 for a restart
+    (the next run's first event is seq + 1).
+    """
+    from toolkit.widgets.moments import moments
+
+    seq, marks = 0, []
+    for moment in moments(result):
+        if moment.event is not None:
+            seq = moment.event.seq
+        elif moment.kind == "fault":
+            name = moment.text.split(" ")[1]
+            last = marks[-1] if marks else None
+            if last and last["x"] == seq + 0.3 and last["name"] == name:
+                last["times"] += 1
+                last["label"] = f"FAULT {name} \u00d7{last['times']}" + (
+                    f" ({FAULT_MARKS[name]}, each time)" if name in FAULT_MARKS else "")
+            else:
+                what = f" ({FAULT_MARKS[name]})" if name in FAULT_MARKS else ""
+                marks.append({"x": seq + 0.3, "label": f"FAULT {name}{what}", "kind": "fault",
+                              "name": name, "times": 1})
+        elif moment.kind == "end" and "process died" in moment.text:
+            last = marks[-1] if marks else None
+            if last and last["x"] == seq + 0.3 and last["kind"] == "fault":
+                last["label"] += f": the process dies (run {moment.run + 1})"
+                last["kind"] = "crash"
+            else:
+                marks.append({"x": seq + 0.3, "label": f"crash (run {moment.run + 1})",
+                              "kind": "crash", "name": "crash", "times": 1})
+        elif moment.kind == "restart":
+            marks.append({"x": seq + 0.7, "label": f"restart: run {moment.run + 1} opens the "
+                          "ledger fresh", "kind": "restart", "name": "restart", "times": 1})
+    return [{key: mark[key] for key in ("x", "label", "kind")} for mark in marks]
 
 
 def count_rows(results) -> list[dict]:
@@ -84,14 +148,20 @@ PATH = ("after_intent", "after_submit", "ocr_executed", "before_commit", "during
         "after_checkpoint", "ledger_write", "during_state_write")  # ocr_executed: at the provider
 LEDGER_FAULT_POINTS = {"torn_jsonl_write": "ledger_write", "disk_full": "ledger_write"}
 CRASHES = frozenset({"crash", "truncate_crash"})
+# A half download cuts the item's path at during_fetch without killing the process: the
+# safe design's answer there (refetch, verify) belongs on the same map as the crashes.
+CUTS = CRASHES | {"truncate"}
+CRASH_FAULTS = frozenset({"torn_jsonl_write"} | {name for name, fault in FAULTS.items()
+                                                 if fault.action in CRASHES})
 
 
 def crash_point(drill) -> str | None:
-    """The point at which the drill's first crash-like fault cuts the run, if any."""
+    """The point at which the drill's first crash-like fault (or a half download) cuts the
+    item's path, if any."""
     for fault in drill.faults:
         if fault in LEDGER_FAULT_POINTS:
             return LEDGER_FAULT_POINTS[fault]
-        if fault in FAULTS and FAULTS[fault].action in CRASHES:
+        if fault in FAULTS and FAULTS[fault].action in CUTS:
             return FAULTS[fault].point
     return None
 

@@ -9,6 +9,7 @@ far for the state graph). ``widgets.Stepper`` only wires these to buttons.
 import collections
 import dataclasses
 
+from toolkit.widgets.moments import moments
 from toolkit.widgets.results import doubles
 from toolkit.widgets.tables import Table
 
@@ -46,33 +47,38 @@ def step(cursor: Cursor, action) -> Cursor:
 
 @dataclasses.dataclass(frozen=True)
 class Frame:
-    """What the stepper shows at one step."""
+    """What the stepper shows at one step: one ``moments.Moment`` of the drill."""
 
     index: int
     count: int
     run: int
+    kind: str  # moments.KINDS: event, fault, provider, actor, restart, end
+    side: str  # client or provider: who did it
     headline: str
     submit_calls: int
     executions: int
     doubles: int
     ledger: Table
     jobs: Table
-    events: tuple  # the history up to this step, for the state graph
-    current: object  # this step's event (None at the end of a run)
+    events: tuple  # the ledger's history up to this step, for the state graph
+    current: object  # this step's ledger event (None for the other kinds)
     occupancy: dict
 
     def counters(self) -> str:
-        text = f"submit calls {self.submit_calls} · executions {self.executions}"
-        return text + (f" · DOUBLE EXECUTIONS {self.doubles}" if self.doubles else "")
+        text = f"submit calls {self.submit_calls} \u00b7 executions {self.executions}"
+        return text + (f" \u00b7 DOUBLE EXECUTIONS {self.doubles}" if self.doubles else "")
+
+    @property
+    def graph_title(self) -> str:
+        """The graph's title names its step: graph, headline and tables show the same one."""
+        return f"step {self.index + 1}/{self.count} \u00b7 run {self.run + 1} \u00b7 {self.kind}"
 
 
-def _sources(result) -> dict:
-    return {key: item.source for key, item in result.history.items.items()} | {
-        step.event.key: step.event.detail.get("source") for step in result.steps
-        if step.event is not None and step.event.op == "add"}
+# How a design without leases for its submit shows the leases its fetch still takes.
+LEASE_NOTES = {"no-lease": "a lease for the fetch only: the submit went out with none"}
 
 
-def describe(event, sources) -> str:
+def describe(event, sources, strategy="safe") -> str:
     """One event in words: the op, the document, the transition and what it carried."""
     who = sources.get(event.key) or event.key[:8]
     frm = event.frm.value if event.frm is not None else "-"
@@ -81,19 +87,14 @@ def describe(event, sources) -> str:
         return f"add {who}: a new item, pending"
     if event.op in ("claim", "release"):
         owner = f" by {event.worker}" if event.worker else ""
-        return f"{event.op} {who}{owner} (lease, token {event.token}); state stays {event.to.value}"
+        lease = LEASE_NOTES.get(strategy, "lease") if isinstance(strategy, str) else "lease"
+        return f"{event.op} {who}{owner} ({lease}, token {event.token}); state stays " \
+               f"{event.to.value}"
     extra = [f"{label} {detail[name]}" for name, label in (
         ("note", ""), ("job_id", "job"), ("failure", "failure"), ("reason", "reason"))
         if detail.get(name)]
     words = f"move {who}: {frm} \u2192 {event.to.value} (attempt {event.attempt}"
     return words + "".join(f", {e.strip()}" for e in extra) + ")"
-
-
-def _end_of_run(result, run) -> str:
-    shots = [f"{name} on {_sources(result).get(key) or (key or '?')[:8]}"
-             for fired_run, name, key in result.fired if fired_run == run]
-    fate = f"fault fired: {'; '.join(shots)}" if shots else "no fault fired"
-    return f"end of run {run + 1} ({fate}); the next run starts from what is on disk"
 
 
 def ledger_table(items, focus=None) -> Table:
@@ -122,25 +123,28 @@ def jobs_table(jobs, focus=None) -> Table:
                  title="provider jobs")
 
 
-def frame(result, index: int) -> Frame:
+def frames(result) -> tuple:
+    """Every moment of ``result`` (``moments.moments``): what ``frame`` indexes."""
+    return moments(result)
+
+
+def frame(result, index: int, all_moments=None) -> Frame:
     """Everything shown at step ``index`` of ``result`` (a DrillResult).
 
+    ``all_moments``: ``frames(result)``, when the caller keeps them (a stepper does).
+
     Raises:
-        IndexError: ``index`` is outside the drill's steps.
+        IndexError: ``index`` is outside the drill's moments.
     """
-    steps = result.steps
-    if not 0 <= index < len(steps):
-        raise IndexError(f"step {index} of a drill with {len(steps)} steps")
-    here = steps[index]
-    event = here.event
-    sources = _sources(result)
-    what = describe(event, sources) if event is not None else _end_of_run(result, here.run)
+    shown = all_moments if all_moments is not None else moments(result)
+    if not 0 <= index < len(shown):
+        raise IndexError(f"step {index} of a drill with {len(shown)} steps")
+    here = shown[index]
     occupancy = collections.Counter(item.state.value for item in here.items)
     return Frame(
-        index=index, count=len(steps), run=here.run,
-        headline=f"step {index + 1}/{len(steps)} · run {here.run + 1} · {what}",
+        index=index, count=len(shown), run=here.run, kind=here.kind, side=here.side,
+        headline=f"step {index + 1}/{len(shown)} \u00b7 run {here.run + 1} \u00b7 {here.text}",
         submit_calls=here.submit_calls, executions=here.executions, doubles=doubles(here.jobs),
-        ledger=ledger_table(here.items, event and event.key),
-        jobs=jobs_table(here.jobs, event and event.key),
-        events=tuple(s.event for s in steps[:index + 1] if s.event is not None),
-        current=event, occupancy=dict(occupancy))
+        ledger=ledger_table(here.items, here.key), jobs=jobs_table(here.jobs, here.key),
+        events=tuple(m.event for m in shown[:index + 1] if m.event is not None),
+        current=here.event, occupancy=dict(occupancy))

@@ -9,7 +9,7 @@ stays reproducible under strict nbval.
 import ipywidgets as w
 
 from toolkit import viz
-from toolkit.widgets.scenario import Cursor, frame, step
+from toolkit.widgets.scenario import Cursor, frame, frames, step
 
 
 class View:
@@ -45,7 +45,8 @@ class Stepper(View):
 
     def __init__(self, result, graph: bool = True, interval: int = 800):
         self.result = result
-        self.cursor = Cursor(0, len(result.steps))
+        self.moments = frames(result)  # ledger events, faults, provider events, restarts
+        self.cursor = Cursor(0, len(self.moments))
         last = max(self.cursor.count - 1, 0)
         self.play = w.Play(value=0, min=0, max=last, step=1, interval=interval,
                            description="Play", show_repeat=False)
@@ -75,7 +76,7 @@ class Stepper(View):
 
     @property
     def frame(self):
-        return frame(self.result, self.cursor.index)
+        return frame(self.result, self.cursor.index, self.moments)
 
     def apply(self, action) -> None:
         """Move by ``action`` (first, prev, next, last or an index); the slider follows."""
@@ -94,7 +95,22 @@ class Stepper(View):
             self.headline.value = "<i>this drill recorded no steps</i>"
             return
         f = self.frame
-        self.headline.value = f"<b>{_escape(f.headline)}</b>"
+        # Everything is computed before any widget changes (the graph takes longest): the
+        # browser then gets headline, tables and graph of one step together. Drawing the
+        # graph last let Play show a new table under the previous step's graph.
+        png = None
+        if self.graph is not None:
+            if f.index not in self._pngs:
+                self._pngs[f.index] = viz.to_png(viz.state_graph, f.events, current=f.current,
+                                                 occupancy=f.occupancy, figsize=(8, 4.2),
+                                                 title=f.graph_title)
+            png = self._pngs[f.index]
+        if png is not None:
+            self.graph.value = png
+        self.shown = f.index  # the step every part of the view shows now
+        style = {"fault": "color:#d62728", "provider": "color:#3182bd",
+                 "restart": "color:#9467bd", "end": "color:#555555"}.get(f.kind, "")
+        self.headline.value = f"<b{f' style={style!r}' if style else ''}>{_escape(f.headline)}</b>"
         colour = "#d62728" if f.doubles else "#333333"
         self.counters.value = f"<span style='color:{colour};font-weight:bold'>" \
                               f"{_escape(f.counters())}</span>"
@@ -102,11 +118,6 @@ class Stepper(View):
         self.jobs.value = f.jobs._repr_html_()
         self.first.disabled = self.prev.disabled = f.index == 0
         self.next.disabled = self.last.disabled = f.index == f.count - 1
-        if self.graph is not None:
-            if f.index not in self._pngs:
-                self._pngs[f.index] = viz.to_png(viz.state_graph, f.events, current=f.current,
-                                                 occupancy=f.occupancy, figsize=(8, 4.2))
-            self.graph.value = self._pngs[f.index]
 
     def describe(self) -> str:
         return (f"Stepper over {self.result.drill.name!r}: {self.cursor.count} steps "
