@@ -1,7 +1,8 @@
 """The harm a run did, one bar per kind: what a submits-only chart cannot show.
 
 ``harm_bars(rows)``: per row (a drill run), one bar per harm kind (double
-executions, poison sent, items lost, fake ``done``, parked but paid), each
+executions, poison sent, items lost, fake ``done``, parked but paid, and
+resubmitted blind: a risk taken even where this provider did not bill it), each
 labelled with its count; a zero is written as ``0`` on the axis, so "no
 harm" is shown, not left out. The row's submit calls and executions go under
 its label. Rows come from ``toolkit.widgets.experiment.harm_rows``.
@@ -13,12 +14,13 @@ KINDS = (("doubles", "double executions", DOUBLE),
          ("poison_sent", "poison sent", "#6a3d9a"),
          ("lost", "items lost", "#ff7f00"),
          ("fake_done", "fake done", "#8c564b"),
-         ("parked_paid", "parked but paid", "#e7298a"))
+         ("parked_paid", "parked but paid", "#e7298a"),
+         ("blind", "resubmitted blind", "#7f7f7f"))
 
 
 def harm_bars(rows, ax=None, title="Harm per run: what the batch broke or paid twice"):
     """Grouped bars per row, one per harm kind; returns ``ax``."""
-    ax = axes(ax, (max(6.0, 1.9 * len(rows) + 1.5), 4.2))
+    ax = axes(ax, (max(7.5, 2.0 * len(rows) + 1.5), 4.4))
     width = 0.8 / len(KINDS)
     top = 1
     for i, row in enumerate(rows):
@@ -31,13 +33,14 @@ def harm_bars(rows, ax=None, title="Harm per run: what the batch broke or paid t
                     color="black" if value == 0 else colour,
                     fontweight="normal" if value == 0 else "bold")
             top = max(top, value)
-    ticks = [f"{row['label']}\n{row['submit_calls']} submits · {row['executions']} execs"
-             for row in rows]
+    wrapped = [str(row["label"]).replace("/", "/\n") for row in rows]  # drill/naive-twin
+    ticks = [f"{label}\n{row['submit_calls']} submits · {row['executions']} execs"
+             for label, row in zip(wrapped, rows)]
     ax.set_xticks(range(len(rows)), ticks, fontsize=8)
     ax.set_xlim(-0.6, len(rows) - 0.4)
-    ax.set_ylim(0, top * 1.25 + 1)
     ax.set_ylabel("items")
-    ax.legend(fontsize=8, loc="upper left", ncols=len(KINDS), frameon=False)
+    ax.legend(fontsize=8, loc="upper left", ncols=3 if len(rows) < 4 else len(KINDS),
+              frameon=False)
     ax.set_ylim(0, top * 1.45 + 1.5)  # room above the bars for the legend row
     if title:
         ax.set_title(title, fontsize=11)

@@ -98,6 +98,7 @@ def torn_write(workdir, keys=("doc-000", "doc-001", "doc-002")) -> TornStory:
     from toolkit.ledger.jsonl import JsonlLedger
 
     path = Path(workdir) / "ledger.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
     clock = itertools.count(CLOCK_START).__next__
     ledger = JsonlLedger(path, clock=clock)
     for key in keys:

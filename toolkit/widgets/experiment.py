@@ -8,7 +8,9 @@ findings and the provider's executions, each kind of harm a batch can do:
 - ``lost``: inputs that never reached the ledger (``lost_item``);
 - ``fake_done``: ``done`` items whose artifact is not the verified one;
 - ``parked_paid``: items parked for a person although their job succeeded
-  (the costly ``parked_after_success``).
+  (the costly ``parked_after_success``);
+- ``blind``: items submitted again without learning what the last submit did
+  (``blind_resubmit``): the risk, even where this provider did not bill it.
 
 ``experiment(rates, strategies)`` runs the 30-file retry experiment (27
 healthy files, 3 poison) at each transient rate with each strategy, seeded.
@@ -21,8 +23,9 @@ from toolkit.widgets.results import doubles, verdict
 from toolkit.widgets.tables import Table
 
 # Harm kinds, in the order the chart draws them; each counts the checker's findings of a kind.
-FINDINGS = {"poison_sent": "poison_submitted", "lost": "lost_item", "fake_done": "fake_done"}
-HARMS = ("doubles", "poison_sent", "lost", "fake_done", "parked_paid")
+FINDINGS = {"poison_sent": "poison_submitted", "lost": "lost_item", "fake_done": "fake_done",
+            "blind": "blind_resubmit"}
+HARMS = ("doubles", "poison_sent", "lost", "fake_done", "parked_paid", "blind")
 
 
 def harm_row(result, label=None) -> dict:
