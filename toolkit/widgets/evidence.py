@@ -28,11 +28,12 @@ def _unit(key, names) -> str:
 
 
 def ledger_and_jobs(result) -> Table:
-    """Per document: the client's last state and every provider job for its task."""
+    """Per document: the client's last state and the status of every provider job for it."""
     names = _names(result)
     jobs = collections.defaultdict(list)
     for job in result.steps[-1].jobs if result.steps else ():
-        jobs[document_of(job.task_key)].append(f"{job.job_id} {job.status.value}")
+        # Statuses only: a job's number depends on when a racing process submitted it.
+        jobs[document_of(job.task_key)].append(job.status.value)
     rows = [{"document": names.get(item.key, item.source), "ledger": item.state.value,
              "reason": item.reason or "", "provider jobs": ", ".join(jobs[item.key]) or "-"}
             for item in sorted(result.history.items.values(), key=lambda i: i.source or i.key)]
