@@ -131,8 +131,9 @@ SHUTDOWN = "() => { window.jupyterapp.shell.currentWidget.sessionContext.shutdow
 # What a widget shows: its text and its images (a new image is a new blob URL).
 LOOK = """el => el.innerText + "|" + Array.from(el.querySelectorAll("img"))
     .map(img => img.src).join(",")"""
-CONTROLS = ("button:not(.widget-play button), .widget-play, .widget-slider .noUi-target, "
-            ".widget-dropdown select")
+# Buttons (not toggles: a setting shows only on itself until Run), Play, sliders, dropdowns.
+CONTROLS = ("button:not(.widget-play button):not(.widget-toggle-button), .widget-play, "
+            ".widget-slider .noUi-target, .widget-dropdown select")
 
 
 def use(control, kind: str) -> str:
