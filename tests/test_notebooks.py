@@ -19,8 +19,9 @@ NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 PATHS = sorted(NOTEBOOKS.glob("*.ipynb"))
 SANITIZER = NOTEBOOKS / "nbval-sanitize.cfg"
 EXPECTED = ["00-Index", "01-Done-Failed-Unknown", "02-Intent-Before-Side-Effect",
-            "03-Identity-And-Keys", "06-Leases-Two-Workers", "10-Kill-9", "11-Audit-A-Ledger",
-            "12-Drill-Your-Pipeline"]
+            "03-Identity-And-Keys", "04-Retries-And-Poison", "05-Torn-JSONL-And-Power-Loss",
+            "06-Leases-Two-Workers", "07-Job-Registry", "08-Long-Documents-Partial",
+            "09-Provider-Over-HTTP", "10-Kill-9", "11-Audit-A-Ledger", "12-Drill-Your-Pipeline"]
 
 
 def load(path):
@@ -49,8 +50,34 @@ def sanitized(text):
     return text
 
 
-def test_the_eight_notebooks_are_there():
+def test_the_thirteen_notebooks_of_the_course_are_there():
     assert [path.stem for path in PATHS] == EXPECTED
+
+
+def nav(name: str) -> str:
+    """The navigation every notebook ends with: the next one in the course, and the map."""
+    following = EXPECTED[(EXPECTED.index(name) + 1) % len(EXPECTED)]
+    return f"**Next:** [{following}]({following}.ipynb) · [Course map](00-Index.ipynb)"
+
+
+@pytest.mark.parametrize("path", PATHS, ids=lambda p: p.stem)
+def test_last_markdown_cell_links_to_the_next_notebook_and_the_map(path):
+    """A reader at the end of a notebook finds the next one (12 leads back to 00); an old
+    list of every notebook, which went stale at each renumbering, is gone."""
+    cells = [cell for cell in load(path)["cells"] if cell["cell_type"] == "markdown"]
+    assert "".join(cells[-1]["source"]).strip() == nav(path.stem), path.name
+    stale = [cell for cell in cells[:-1] if "](00-Index.ipynb) · [01" in "".join(cell["source"])]
+    assert not stale, f"{path.name}: remove the old all-notebook navigation line"
+
+
+def test_the_map_links_every_notebook_once_each():
+    """00-Index lists the twelve others, one line each, each a working link."""
+    text = "\n".join("".join(cell["source"]) for cell in load(NOTEBOOKS / "00-Index.ipynb")["cells"]
+                     if cell["cell_type"] == "markdown")
+    for name in EXPECTED[1:]:
+        lines = [line for line in text.splitlines() if line.startswith(f"- [{name}]({name}.ipynb)")]
+        assert len(lines) == 1, name
+        assert (NOTEBOOKS / f"{name}.ipynb").exists()
 
 
 @pytest.mark.parametrize("path", PATHS, ids=lambda p: p.stem)
