@@ -197,3 +197,43 @@ def test_bad_output_name_is_one_line_and_exit_2(args, message, tmp_path, capsys)
     assert main(["audit", str(path), *args]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err and path.read_bytes() == before
+
+
+@pytest.mark.parametrize("ledger", LEDGERS)
+def test_streamed_json_in_small_chunks_is_byte_identical_to_the_whole_document(
+        ledger, monkeypatch):
+    """What breaks: ``audit --json`` streams per_item in chunks spliced into the rest of the
+    document; a chunk seam, the indent or the empty slot could be off. Must hold: with
+    chunks of 1, 2 and 3 items, every fixture and action filter gives exactly the bytes of
+    the one-piece document (``write_json(document(...))``)."""
+    import io
+
+    from toolkit.forensics import report as module
+
+    audited = audit(FIXTURES / ledger)
+    for action in (None, "review", "skip", "retry"):
+        whole = io.StringIO()
+        module.write_json(module.document(audited, action), whole)
+        for size in (1, 2, 3):
+            monkeypatch.setattr(module, "CHUNK", size)
+            streamed = io.StringIO()
+            module.stream_json(audited, streamed, action)
+            assert streamed.getvalue() == whole.getvalue(), (ledger, action, size)
+
+
+@pytest.mark.slow
+def test_audit_json_imports_no_pandas(tmp_path):
+    """What breaks: per_item built through the items DataFrame costs pandas' import and a
+    frame of every item (hundreds of MB on a million-line ledger). Must hold: a real
+    ``audit --json`` process on our JSONL and SQLite fixtures never imports pandas."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom toolkit.cli import main\n"
+            "for path in sys.argv[1:]:\n"
+            "    assert main(['audit', path, '--json']) == 0\n"
+            "sys.stderr.write(str('pandas' in sys.modules))\n")
+    paths = [str(FIXTURES / name) for name in ("toolkit.jsonl", "toolkit.sqlite", "jobs.db")]
+    done = subprocess.run([sys.executable, "-c", code, *paths], capture_output=True, text=True,
+                          check=True)
+    assert done.stderr == "False" and done.stdout.count('"per_item"') == 3

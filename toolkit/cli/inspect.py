@@ -119,14 +119,14 @@ def _audit(parser):
 
     def run(args):
         from toolkit.forensics import audit, render_text
-        from toolkit.forensics.report import document, write_csv, write_json
+        from toolkit.forensics.report import stream_json, write_csv
 
         rule = _output_rule(args.output_name, args.artifacts)
         report = audit(args.path, artifacts=args.artifacts, inputs=args.inputs, output_name=rule)
         if args.csv:
             write_csv(report, args.csv, args.action)
         if args.json:
-            write_json(document(report, args.action), sys.stdout)
+            stream_json(report, sys.stdout, args.action)
         else:
             print(render_text(report, action=args.action))
         return 0

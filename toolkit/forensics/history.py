@@ -27,6 +27,35 @@ NUMBER = (int, float)
 SNAPSHOT = "snapshot"  # toolkit.ledger.jsonl.SNAPSHOT
 
 
+class _Untouchable:
+    """An item-after-the-move that ``why_illegal`` must not read (``_plain_moves``)."""
+
+    def get(self, name):
+        raise LookupError(name)
+
+
+def _plain_moves() -> frozenset:
+    """The move codes ``why_illegal`` finds legal whatever the item holds: asked once per
+    code with a failure no rule accepts and an item it may not read, it answers None. The
+    replay then skips the call for them (most moves of a batch: pending -> unknown,
+    unknown -> submitted); every other move is judged by ``why_illegal`` itself, so the
+    policy stays in one place."""
+    plain = set()
+    for code, (op, frm, to) in enumerate(VOCABULARY):
+        if op != "move" or frm is None:
+            continue
+        try:
+            why = why_illegal(frm, to, object(), _Untouchable())
+        except LookupError:
+            continue
+        if why is None:
+            plain.add(code)
+    return frozenset(plain)
+
+
+PLAIN_MOVES = _plain_moves()
+
+
 def _where(line, seq):
     return f"line {line}" if line is not None else f"event seq={seq}"
 
@@ -114,7 +143,7 @@ class History:
         finding, get = self.raw.finding, self.items.get
         orphaned = set()  # keys seen only in events before any add
         _type, _str = type, str
-        code_of, words, fields = CODES.get, VOCABULARY, DETAIL_FIELDS
+        code_of, words, fields, plain = CODES.get, VOCABULARY, DETAIL_FIELDS, PLAIN_MOVES
         workers: dict = {}  # one string object per worker name, shared by its events
 
         def apply(seq, ts, op, key, frm, to, attempt, worker, token, detail, line):
@@ -156,7 +185,7 @@ class History:
                 elif op != "move":
                     if to != frm:
                         illegal(key, line, seq, f"{op} changes the state {frm} -> {to}")
-                else:  # the ledger's own policy, applied to what the event did
+                elif code not in plain:  # the ledger's own policy, on what the event did
                     why = why_illegal(frm, to, item.failure, _After(detail, item))
                     # A done without artifact fields has its own finding and plan
                     # (done_without_artifact: reconcile, the job may still be fetchable).

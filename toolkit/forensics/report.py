@@ -1,9 +1,11 @@
 """The audit's per-item answer: one row per item for programs (JSON) and spreadsheets (CSV).
 
-Built from the report's columns at once (``Series.tolist`` and ``zip``), never row by
-row through pandas: a 250,000-item audit is one pass over plain Python lists. JSON goes
-out through orjson when it is installed (several times faster than ``json`` on a large
-document, same shape), else through ``json``.
+Built by walking ``Report.rows`` (the audit's own (Record, action, why) list, ordered by
+key), never through the items DataFrame: ``audit --json`` imports no pandas. The JSON
+goes out streamed (``write_json``): the document without ``per_item`` once, then the
+items in chunks through orjson, so a 250,000-item audit never holds a list of a
+quarter-million dicts nor one document of many megabytes. Without orjson, ``json``
+writes the same shape in one piece.
 """
 
 import gc
@@ -16,6 +18,8 @@ PER_ITEM = ("key", "source", "state", "raw_state", "action", "why")
 _KEY, _KIND = operator.attrgetter("key"), operator.attrgetter("kind")
 CSV_EXTRA = ("attempt", "failure", "reason", "job_id", "artifact_path", "artifact_size",
              "artifact_sha256")
+CHUNK = 4096  # items per orjson call: big enough to amortize the call, small in memory
+_SLOT = b'\n  "per_item": [],'  # where per_item goes in the indented, key-sorted document
 
 
 def _findings_by_key(anomalies) -> dict:
@@ -30,31 +34,40 @@ def _findings_by_key(anomalies) -> dict:
     return found
 
 
-def per_item(report, action: str | None = None) -> list[dict]:
-    """One object per item, ordered by key: ``PER_ITEM`` fields and its ``findings``
-    (the kinds found on it, in report order); only the items planned ``action`` if given.
+def _rows(report, action):
+    """(Record, action, why) of the items planned ``action`` (all if None), by key."""
+    if action is None:
+        return report.rows
+    return [row for row in report.rows if row[1] == action]
 
-    Hundreds of thousands of new dicts would set off the cyclic GC over and over, for
-    nothing (they hold no cycles): it is paused while they are built, then restored.
-    """
-    items = report.items
-    if not len(items):
-        return []
+
+def _objects(rows, findings):
+    """One per_item dict per row, findings ``[]`` when none (the shared empty tuple)."""
+    empty = ()
+    return [{"key": record.key, "source": record.source, "state": record.state,
+             "raw_state": record.raw_state, "action": act, "why": why,
+             "findings": findings.get(record.key, empty)}
+            for record, act, why in rows]
+
+
+def _no_gc(function):
+    """Run ``function`` with the cyclic GC paused: hundreds of thousands of new dicts
+    would set it off over and over, for nothing (they hold no cycles)."""
     enabled = gc.isenabled()
     gc.disable()
     try:
-        findings = _findings_by_key(report.anomalies)
-        columns = [items[name].tolist() for name in PER_ITEM]
-        found = list(map(findings.get, columns[0], itertools.repeat(())))  # one C-level pass
-        rows = zip(*columns, found)
-        if action is not None:
-            rows = (row for row in rows if row[4] == action)
-        return [{"key": key, "source": source, "state": state, "raw_state": raw, "action": act,
-                 "why": why, "findings": kinds}
-                for key, source, state, raw, act, why, kinds in rows]
+        return function()
     finally:
         if enabled:
             gc.enable()
+
+
+def per_item(report, action: str | None = None) -> list[dict]:
+    """One object per item, ordered by key: ``PER_ITEM`` fields and its ``findings``
+    (the kinds found on it, in report order); only the items planned ``action`` if given.
+    """
+    return _no_gc(lambda: _objects(_rows(report, action),
+                                   _findings_by_key(report.anomalies)))
 
 
 def document(report, action: str | None = None) -> dict:
@@ -86,14 +99,49 @@ def dumps(doc) -> bytes:
 def write_json(doc, stream) -> None:
     """``dumps(doc)`` and a newline to a text ``stream`` (its bytes buffer when it has one:
     no decode and re-encode of a document of many megabytes)."""
-    data = dumps(doc) + b"\n"
+    _byte_writer(stream)(dumps(doc) + b"\n")
+    getattr(stream, "buffer", stream).flush()
+
+
+def stream_json(report, stream, action: str | None = None) -> None:
+    """``write_json(document(report, action), stream)`` without ever holding the document:
+    the rest of it is dumped once with an empty ``per_item`` (the same bytes around it,
+    keys sorted), then the items go out ``CHUNK`` at a time, each chunk indented one
+    level deeper to sit inside the document. JSON strings hold no raw newline, so the
+    empty slot (at the top level, after a newline) is found once and only there."""
+    try:
+        import orjson
+    except ImportError:
+        write_json(document(report, action), stream)
+        return
+    rows = _rows(report, action)
+    head = report.to_json()
+    head["per_item"] = []
+    text = dumps(head)
+    at = text.index(_SLOT)
+    write = _byte_writer(stream)
+    if not rows:
+        write(text + b"\n")
+        return
+    options = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
+    write(text[:at] + b'\n  "per_item": [')
+    findings = _findings_by_key(report.anomalies)
+    for start in range(0, len(rows), CHUNK):
+        chunk = _no_gc(lambda: _objects(rows[start:start + CHUNK], findings))
+        data = orjson.dumps(chunk, default=_plain, option=options)  # b"[\n  {...}\n]"
+        write((b"," if start else b"") + data[1:-2].replace(b"\n", b"\n  "))
+    write(b"\n  ]," + text[at + len(_SLOT):] + b"\n")
+    getattr(stream, "buffer", stream).flush()
+
+
+def _byte_writer(stream):
+    """Write bytes to a text ``stream`` (to its bytes buffer when it has one: no decode
+    and re-encode of many megabytes; what was written as text goes out first)."""
     buffer = getattr(stream, "buffer", None)
     if buffer is None:
-        stream.write(data.decode("utf-8"))
-        return
+        return lambda data: stream.write(data.decode("utf-8"))
     stream.flush()
-    buffer.write(data)
-    buffer.flush()
+    return buffer.write
 
 
 def write_csv(report, path, action: str | None = None) -> int:
@@ -115,4 +163,5 @@ def write_csv(report, path, action: str | None = None) -> int:
     return len(table)
 
 
-__all__ = ["ACTIONS", "PER_ITEM", "document", "dumps", "per_item", "write_csv", "write_json"]
+__all__ = ["ACTIONS", "PER_ITEM", "document", "dumps", "per_item", "stream_json", "write_csv",
+           "write_json"]
