@@ -162,6 +162,20 @@ class Ledger:
         LedgerError: the backend could not record the change.
     """
 
+    # DEFERRED SYNC. ``sync=False`` on a mutating call: the transition is committed
+    # (atomic, guarded, visible to every reader, kept by a kill -9) but its fsync is
+    # left to the next barrier -- the next ``sync=True`` transition of any caller, or
+    # ``barrier()``/``close()``. A backend that defers (``defers_sync``) writes its
+    # commits in one ordered log (SQLite's WAL): an fsync makes every earlier commit
+    # durable, so a power cut loses a suffix of the history, never a hole. The rule
+    # for callers (docs/design.md): a transition that an external side effect relies
+    # on -- an intent before a submit, a checkpoint before its predecessor's file is
+    # deleted, anything a rerun could not rebuild by a lookup -- is ``sync=True``;
+    # only one whose loss a rerun repairs without a second execution (the add, a
+    # lease, the job id a lookup finds again, a ``done`` whose fsynced artifact a
+    # re-fetch replaces) may defer. Backends that cannot defer sync every commit.
+    defers_sync = False
+
     def __init__(self, path, *, durable: bool = True, clock=time.time, on_event=None):
         self.path = Path(path)
         self.durable = durable
@@ -218,21 +232,24 @@ class Ledger:
             counts[item.state.value] += 1
         return counts
 
-    def add(self, key: str, source: str | None = None, digest: str | None = None) -> bool:
+    def add(self, key: str, source: str | None = None, digest: str | None = None, *,
+            sync: bool = True) -> bool:
         """Record a new ``pending`` item; False (and nothing written) if it exists.
 
         ``digest`` (the input's content digest) goes into the event so an audit
-        can later tell whether the input changed under a done item.
+        can later tell whether the input changed under a done item. ``sync``: see
+        ``DEFERRED SYNC`` below (every mutating call takes it).
         """
         detail = {"source": source} if digest is None else {"source": source, "digest": digest}
-        with self._commit() as commit:
+        with self._commit(sync) as commit:
             if self._load(key) is not None:
                 return False
             commit(None, "add", key, None, S.PENDING, 0, None, 0, detail)
             return True
 
     def move(self, key: str, frm: State, to: State, *, token: int = 0,
-             worker: str | None = None, note: str | None = None, **fields) -> Item:
+             worker: str | None = None, note: str | None = None, sync: bool = True,
+             **fields) -> Item:
         """Transition ``key`` from ``frm`` to ``to`` and return the new item.
 
         ``fields`` may set job_id, failure, reason and artifact_*. Entering
@@ -247,7 +264,7 @@ class Ledger:
         if (to is S.FAILED) != (fields.get("failure") in (TRANSIENT, PERMANENT)):
             raise IllegalTransitionError(frm, to, "failure='transient' or 'permanent' goes "
                                          "with a move to failed, only")
-        with self._commit() as commit:
+        with self._commit(sync) as commit:
             item = self._guard(key, frm, token)
             after = {name: fields.get(name, getattr(item, name)) for name in
                      ("failure", *ARTIFACT_FIELDS)}
@@ -265,7 +282,8 @@ class Ledger:
             return commit(item, "move", key, frm, to, attempt, worker, token, fields)
 
     def claim(self, key: str, worker: str, ttl: float, *, pid: int | None = None,
-              host: str | None = None, respect_live_owner: bool = True) -> int:
+              host: str | None = None, respect_live_owner: bool = True,
+              sync: bool = True) -> int:
         """Take the item's lease for ``ttl`` seconds; return the new fencing token.
 
         Claim succeeds when the lease is
@@ -285,7 +303,7 @@ class Ledger:
             A's late write with t=1  ----------------------->  StaleTokenError
         """
         pid = os.getpid() if pid is None else pid
-        with self._commit() as commit:
+        with self._commit(sync) as commit:
             item = self._load(key)
             if item is None:
                 raise StateConflictError(key, "any", None)
@@ -306,7 +324,7 @@ class Ledger:
                    item.token + 1, lease)
             return item.token + 1
 
-    def renew(self, key: str, token: int, worker: str, ttl: float) -> None:
+    def renew(self, key: str, token: int, worker: str, ttl: float, *, sync: bool = True) -> None:
         """Extend a held lease to ``now + ttl``, keeping its token; fenced like any write.
 
         Written (as a ``claim`` event with the same token) only once half the lease is
@@ -315,7 +333,7 @@ class Ledger:
         Raises:
             StaleTokenError: the lease was lost (another owner claimed since ``token``).
         """
-        with self._commit() as commit:
+        with self._commit(sync) as commit:
             item = self._guard(key, None, token)
             if item.lease_owner != worker:
                 raise StaleTokenError(key, token, item.token)  # released: ours no longer
@@ -325,9 +343,10 @@ class Ledger:
             commit(item, "claim", key, item.state, item.state, item.attempt, worker, token,
                    {"lease_expires": now + ttl})
 
-    def release(self, key: str, token: int, worker: str | None = None) -> None:
+    def release(self, key: str, token: int, worker: str | None = None, *,
+                sync: bool = True) -> None:
         """Give the lease back; the token stays, so older tokens remain stale."""
-        with self._commit() as commit:
+        with self._commit(sync) as commit:
             item = self._guard(key, None, token)
             commit(item, "release", key, item.state, item.state, item.attempt, worker, token,
                    dict.fromkeys(LEASE_FIELDS))
@@ -341,10 +360,16 @@ class Ledger:
             raise StaleTokenError(key, token, item.token)
         return item
 
-    def _commit(self) -> Commit:
+    def barrier(self) -> None:
+        """Make every transition committed so far durable (``DEFERRED SYNC``); ``close()``
+        runs it too. Raises StorageError when the fsync fails."""
+        if self._group is not None:
+            self._group.barrier()
+
+    def _commit(self, sync: bool = True) -> Commit:
         """``with self._commit() as commit:`` -- the one place where changes are made
         (``group.Commit``: lock, transaction, group-commit wait, then ``on_event``)."""
-        return Commit(self)
+        return Commit(self, sync or not self.defers_sync)
 
     def _record(self, old, op, key, frm, to, attempt, worker, token, detail) -> tuple:
         """Build the event and the new item, write both; return (new item, written event)."""

@@ -73,10 +73,10 @@ class Commit:
     A class, not a generator: this runs once per transition.
     """
 
-    __slots__ = ("ledger", "txn", "written")
+    __slots__ = ("ledger", "txn", "written", "sync")
 
-    def __init__(self, ledger):
-        self.ledger, self.written = ledger, []
+    def __init__(self, ledger, sync=True):
+        self.ledger, self.written, self.sync = ledger, [], sync
 
     def __enter__(self):
         ledger = self.ledger
@@ -103,7 +103,10 @@ class Commit:
             if kind is not None:  # rolled back: nothing to wait for, nothing to announce
                 return bool(suppressed)
             if self.written and ledger._group is not None:
-                ticket = ledger._group.ticket()
+                if self.sync:
+                    ticket = ledger._group.ticket()
+                else:  # deferred (Ledger.defers_sync): the next flush covers it
+                    ledger._group.defer()
         finally:
             ledger._lock.release()
         if ticket is not None:
@@ -132,7 +135,21 @@ class GroupCommit:
         self._done = 0  # the newest flush completed
         self._leading = False
         self._broken: BaseException | None = None
+        self._deferred = -1  # the ticket of the newest deferred write (-1: none)
         self.flushes = 0  # fsyncs this process ran (for tests and benchmarks)
+
+    def defer(self) -> None:
+        """A write that returns without waiting: ``barrier()`` will cover it."""
+        with self._cond:
+            self.check()
+            self._deferred = self._started
+
+    def barrier(self) -> None:
+        """Wait until every write so far, the deferred ones included, is durable."""
+        with self._cond:
+            ticket = self._deferred
+        if ticket >= 0:
+            self.wait(ticket)  # returns at once if a later flush already covered it
 
     def ticket(self) -> int:
         with self._cond:
@@ -180,6 +197,10 @@ class GroupCommit:
             with self._cond:
                 self._leading = False
                 self._cond.notify_all()
+
+    @property
+    def broken(self) -> bool:
+        return self._broken is not None
 
     def check(self) -> None:
         """Raises StorageError once a flush of this group has failed."""
