@@ -43,7 +43,8 @@ from pathlib import Path
 from toolkit.errors import ToolkitError
 from toolkit.explore.child import (KILL, TEAR, Paths, fork, fork_many, killed_by_sigkill,
                                    run_batch)
-from toolkit.explore.powerloss import LEDGERS, drop_unsynced, lost_acknowledged, synced_size
+from toolkit.explore.powerloss import (LEDGERS, drop_unsynced, lost_acknowledged, lost_deferred,
+                                       synced_size)
 
 VERDICTS = ("valid", "parked", "violation", "undecided", "not-reached", "diverged")
 
@@ -76,8 +77,8 @@ class Plan:
             raise ToolkitError(f"unknown ledger {self.ledger!r}; choose from {', '.join(LEDGERS)}")
         if self.power_loss and (not LEDGERS[self.ledger].power_loss
                                 or self.strategy == "rewrite-state"):
-            raise ToolkitError("power loss is simulated for JSONL ledgers only: "
-                               "--ledger jsonl or --ledger jsonl-no-fsync")
+            raise ToolkitError("power loss is simulated for the ledgers only (not the "
+                               "rewrite-state strategy's state file)")
         for name, low in (("docs", 1), ("every", 1), ("max_pairs", 0), ("runs", 1), ("jobs", 0),
                           ("long_docs", 0), ("long_pages", 5)):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < low:
@@ -265,7 +266,7 @@ def _explore_point(fd, plan: Plan, work: Path, inputs, names, point: Point,
     paths = Paths(work, work / plan.ledger_file())
     row = {"point": point.k, "how": point.how, "step": None, "kind": None,
            "recovery_point": point.j, "recovery_step": None, "runs": 0}
-    errors, lost, acked, reached = [], [], 0, True
+    errors, lost, acked, deferred, reached = [], [], 0, 0, True
 
     messages, status = fork(run_batch, plan, paths, inputs, names, run=0, kill_at=point.k,
                             how=point.how, record=record_first)
@@ -275,6 +276,7 @@ def _explore_point(fd, plan: Plan, work: Path, inputs, names, point: Point,
     if plan.power_loss and point.k is not None:  # the uncrashed baseline keeps its power
         drop_unsynced(paths.ledger, synced_size(messages) or 0)
         lost = lost_acknowledged(paths.ledger, messages)
+        deferred = lost_deferred(paths.ledger, messages)  # not acked as durable: allowed
         acked = sum(m["t"] == "ack" for m in messages)
     rested, recovery_steps = _rested(messages), []
     while not rested and row["runs"] < plan.runs:
@@ -291,7 +293,7 @@ def _explore_point(fd, plan: Plan, work: Path, inputs, names, point: Point,
     row.update(_judge(plan, paths, inputs, rested, lost, reached))
     row["errors"] = errors
     if plan.power_loss:
-        row.update(acked=acked, lost_acked=len(lost))
+        row.update(acked=acked, lost_acked=len(lost), lost_deferred=deferred)
     shutil.rmtree(work, ignore_errors=True)
     return {"row": row, "first_steps": first_steps, "recovery_steps": recovery_steps}
 

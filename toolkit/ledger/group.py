@@ -112,7 +112,10 @@ class Commit:
         if ticket is not None:
             ledger._group.wait(ticket)
         if ledger.on_event is not None:
-            for event in self.written:  # only after the transaction is durable
+            # Only after the transaction is durable -- or, deferred, committed:
+            # ``event_synced`` tells a listener which (Ledger "DEFERRED SYNC").
+            ledger.event_synced = self.sync
+            for event in self.written:
                 ledger.on_event(event)
         return False
 
