@@ -119,3 +119,26 @@ def test_power_cut_at_every_step_of_the_default_ledger_loses_no_synced_ack_nor_e
     assert took_deferred, "no crash point lost a deferred transition: nothing was tested"
     assert all(row["verdict"] == "valid" and row["executions"] == 1 for row in took_deferred)
     assert any(row["step"] == "commit move doc-000 submitted->done" for row in took_deferred)
+
+
+@pytest.mark.slow
+def test_power_cut_after_a_deferred_intent_is_caught_as_double_execution(monkeypatch):
+    """The same power cut, with the rule broken on purpose: the runner defers its intent
+    (``sync=False`` on the move to ``unknown``). Then a cut after the submit loses the
+    intent, the rerun submits again, and the checker must say so (the power-loss mode of
+    the default ledger has teeth). Every third step, to keep it short."""
+    from toolkit import runner
+    from toolkit.explore import Plan, explore
+    from toolkit.ledger import State
+
+    move = runner.Runner._move
+
+    def deferred_intent(self, item, to, token, **fields):
+        if to is State.UNKNOWN:
+            fields["sync"] = False
+        return move(self, item, to, token, **fields)
+    monkeypatch.setattr(runner.Runner, "_move", deferred_intent)  # inherited by the forks
+    result = explore(Plan(docs=1, ledger="sqlite", power_loss=True, every=3))
+    broken = [row for row in result.rows if row["verdict"] == "violation"]
+    assert broken and all("double_execution" in row["anomalies"] or
+                          "blind_resubmit" in row["anomalies"] for row in broken)

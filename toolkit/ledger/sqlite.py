@@ -114,7 +114,7 @@ class SqliteLedger(Ledger):
                 raise StorageError(f"SQLite ledger {str(self.path)!r}: cannot open its "
                                    f"group-commit file: {exc}") from exc
         if self.durable:
-            self._wal_named = False
+            self._wal_named, self._wal_fd = False, None
             flush = (self._sync_wal if self._flushes is None else
                      lambda: self._flushes.flush(self._sync_wal))
             self._group = GroupCommit(flush, f"SQLite ledger {str(self.path)!r}")
@@ -123,14 +123,12 @@ class SqliteLedger(Ledger):
         """fsync the WAL: every frame written so far, by any process, is then durable.
 
         The WAL exists (our commit just wrote it) and is not deleted while this
-        connection is open. SQLite at synchronous=NORMAL never syncs the folder of
+        connection is open (a checkpoint restarts it in place: the same file). SQLite at synchronous=NORMAL never syncs the folder of
         the WAL it created, so the first flush of this connection does.
         """
-        fd = os.open(f"{self.path}-wal", os.O_RDONLY)
-        try:
-            os.fdatasync(fd)  # as SQLite syncs its WAL: the data and the size, not the mtime
-        finally:
-            os.close(fd)
+        if self._wal_fd is None:  # opened once: the WAL stays while our connection does
+            self._wal_fd = os.open(f"{self.path}-wal", os.O_RDONLY)
+        os.fdatasync(self._wal_fd)  # as SQLite syncs its WAL: data and size, not the mtime
         if not self._wal_named:
             fsync_dir(self.path.parent)
             self._wal_named = True
@@ -202,6 +200,9 @@ class SqliteLedger(Ledger):
             self._close_files()
 
     def _close_files(self):
+        if getattr(self, "_wal_fd", None) is not None:
+            os.close(self._wal_fd)
+            self._wal_fd = None
         self._db.close()
         if self._flushes is not None:
             self._flushes.close()
