@@ -162,18 +162,8 @@ class Ledger:
         LedgerError: the backend could not record the change.
     """
 
-    # DEFERRED SYNC. ``sync=False`` on a mutating call: the transition is committed
-    # (atomic, guarded, visible to every reader, kept by a kill -9) but its fsync is
-    # left to the next barrier -- the next ``sync=True`` transition of any caller, or
-    # ``barrier()``/``close()``. A backend that defers (``defers_sync``) writes its
-    # commits in one ordered log (SQLite's WAL): an fsync makes every earlier commit
-    # durable, so a power cut loses a suffix of the history, never a hole. The rule
-    # for callers (docs/design.md): a transition that an external side effect relies
-    # on -- an intent before a submit, a checkpoint before its predecessor's file is
-    # deleted, anything a rerun could not rebuild by a lookup -- is ``sync=True``;
-    # only one whose loss a rerun repairs without a second execution (the add, a
-    # lease, the job id a lookup finds again, a ``done`` whose fsynced artifact a
-    # re-fetch replaces) may defer. Backends that cannot defer sync every commit.
+    # DEFERRED SYNC (``sync=False``; the rule is in group.py's docstring): committed and
+    # visible, its fsync left to the next barrier. Backends that cannot defer sync all.
     defers_sync = False
 
     def __init__(self, path, *, durable: bool = True, clock=time.time, on_event=None):

@@ -32,6 +32,20 @@ processes on one ledger): a ``<ledger>-flush`` file holds two counters,
 happened before another process's fsync started needs no fsync of its own.
 The counters are relative (a caller compares values it read after its own
 write), so a stale counter file is harmless; it is never a record.
+
+DEFERRED SYNC. ``sync=False`` on a mutating call of the ledger: the transition
+is committed (atomic, guarded, visible to every reader, kept by a kill -9) but
+takes no ticket: the next ``sync=True`` transition of any caller, or
+``barrier()``/``close()``, makes it durable. A backend that defers
+(``Ledger.defers_sync``: SQLite) writes its commits to one ordered log (the
+WAL), so that fsync covers every earlier commit and a power cut loses a suffix
+of the history, never a hole. The rule for callers (docs/design.md): a
+transition an external side effect relies on -- an intent before a submit, a
+checkpoint before its predecessor's file is deleted, anything a rerun could
+not rebuild by a lookup -- is ``sync=True``; only one whose loss a rerun
+repairs without a second execution (the add, a lease, the job id a lookup
+finds again, a ``done`` whose fsynced artifact a re-fetch replaces) may defer.
+JSONL and PostgreSQL sync every transition.
 """
 
 import contextlib
