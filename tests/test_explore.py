@@ -148,7 +148,8 @@ def test_explore_json_is_rows_and_total_alone_on_stdout():
 
 
 @pytest.mark.parametrize("args", [["--docs", "0"], ["--strategy", "nope"],
-                                  ["--contract", "bogus"], ["--power-loss"],
+                                  ["--contract", "bogus"],
+                                  ["--power-loss", "--strategy", "rewrite-state"],
                                   ["--ledger", "csv"], ["--every", "0"]])
 def test_explore_bad_input_is_a_one_line_error(args):
     result = run_cli("explore", *args)

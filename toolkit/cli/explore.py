@@ -29,7 +29,7 @@ def _explore(parser):
     parser.add_argument("--ledger", default="sqlite",
                         help="sqlite (default), jsonl, or jsonl-no-fsync (appends, never fsyncs)")
     parser.add_argument("--power-loss", action="store_true",
-                        help="after each kill, drop the ledger bytes not yet fsynced (JSONL)")
+                        help="after each kill, drop the ledger bytes not yet fsynced (JSONL file, SQLite WAL)")
     parser.add_argument("--pairs", action="store_true",
                         help="also kill the first rerun at each of its steps (bounded)")
     parser.add_argument("--max-pairs", type=int, default=200, help="cap on pairs (default 200)")

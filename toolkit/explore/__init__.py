@@ -47,8 +47,9 @@ from pathlib import Path
 from toolkit.errors import ToolkitError
 from toolkit.explore.child import (KILL, TEAR, Paths, fork, fork_many, killed_by_sigkill,
                                    run_batch, run_here)
-from toolkit.explore.powerloss import LEDGERS, drop_unsynced, lost_acknowledged, synced_size
 from toolkit.explore.memo import input_checks, judge_with, provider_work
+from toolkit.explore.powerloss import (LEDGERS, drop_unsynced, lost_acknowledged, lost_deferred,
+                                       synced_size)
 from toolkit.explore.snapshot import folder, position_dependent, refusal
 
 VERDICTS = ("valid", "parked", "violation", "undecided", "not-reached", "diverged")
@@ -84,8 +85,8 @@ class Plan:
             raise ToolkitError(f"unknown ledger {self.ledger!r}; choose from {', '.join(LEDGERS)}")
         if self.power_loss and (not LEDGERS[self.ledger].power_loss
                                 or self.strategy == "rewrite-state"):
-            raise ToolkitError("power loss is simulated for JSONL ledgers only: "
-                               "--ledger jsonl or --ledger jsonl-no-fsync")
+            raise ToolkitError("power loss is simulated for the ledgers only (not the "
+                               "rewrite-state strategy's state file)")
         if self.mode not in MODES:
             raise ToolkitError(f"unknown mode {self.mode!r}; choose from {', '.join(MODES)}")
         if self.mode == "snapshot" and refusal(self):
@@ -309,7 +310,7 @@ def _explore_point(fd, plan: Plan, work: Path, inputs, names, point: Point,
     paths = Paths(work, work / plan.ledger_file())
     row = {"point": point.k, "how": point.how, "step": None, "kind": None,
            "recovery_point": point.j, "recovery_step": None, "runs": 0}
-    errors, lost, acked, reached = [], [], 0, True
+    errors, lost, acked, deferred, reached = [], [], 0, 0, True
 
     if start is None:
         messages, status = fork(run_batch, plan, paths, inputs, names, run=0, kill_at=point.k,
@@ -324,6 +325,7 @@ def _explore_point(fd, plan: Plan, work: Path, inputs, names, point: Point,
     if plan.power_loss and point.k is not None:  # the uncrashed baseline keeps its power
         drop_unsynced(paths.ledger, synced_size(messages) or 0)
         lost = lost_acknowledged(paths.ledger, messages)
+        deferred = lost_deferred(paths.ledger, messages)  # not acked as durable: allowed
         acked = sum(m["t"] == "ack" for m in messages)
     rested, recovery_steps = _rested(messages), []
     while not rested and row["runs"] < plan.runs:
@@ -345,7 +347,7 @@ def _explore_point(fd, plan: Plan, work: Path, inputs, names, point: Point,
     row.update(_judge(plan, paths, inputs, rested, lost, reached))
     row["errors"] = errors
     if plan.power_loss:
-        row.update(acked=acked, lost_acked=len(lost))
+        row.update(acked=acked, lost_acked=len(lost), lost_deferred=deferred)
     shutil.rmtree(work, ignore_errors=True)
     return {"row": row, "first_steps": first_steps, "recovery_steps": recovery_steps}
 

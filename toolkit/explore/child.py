@@ -35,7 +35,7 @@ from toolkit.identity import PAGE_MARK
 KILL, TEAR = "kill", "tear+kill"
 # The real calls, taken at import (before any fork): a process that runs the batch twice
 # (``run_here``, then a fork of itself) wraps them afresh each time, never a wrapper again.
-_REPLACE, _FSYNC = os.replace, os.fsync
+_REPLACE, _FSYNC, _FDATASYNC = os.replace, os.fsync, os.fdatasync
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -73,6 +73,7 @@ class Tracer:
         self.kill_at, self.how, self.record, self.acks = kill_at, how, record, acks
         self.snapshot = snapshot  # snapshot mode: copies the batch folder at each step
         self.n = 0
+        self.ledger = None  # the ledger whose ``on_event`` this is
 
     def name(self, key) -> str:
         document, mark, page = str(key).partition(PAGE_MARK)  # a page: "doc-003#p2"
@@ -98,8 +99,10 @@ class Tracer:
     def on_event(self, event) -> None:
         """The ledger's ``on_event``: the commit returned; acknowledge it, then count it."""
         frm = f"{event.frm.value}->" if event.frm and event.frm != event.to else ""
-        if self.acks:
-            send(self.fd, t="ack", seq=event.seq, op=event.op, key=event.key, to=event.to.value)
+        if self.acks:  # a deferred commit (Ledger "DEFERRED SYNC") is durable only later
+            deferred = not getattr(self.ledger, "event_synced", True)
+            send(self.fd, t="ack", seq=event.seq, op=event.op, key=event.key, to=event.to.value,
+                 deferred=deferred)
         self.step("ledger", f"commit {event.op} {self.name(event.key)} {frm}{event.to.value}")
 
     def on_phase(self, phase: str, job_id: str) -> None:
@@ -180,8 +183,13 @@ def _watch_renames(tracer: Tracer, out_dir: Path) -> None:
 
 
 def _watch_fsyncs(tracer: Tracer, ledger_path: Path) -> None:
-    """Power-loss mode: a ledger line written but not yet fsynced is a step; report synced sizes."""
-    real_fsync = _FSYNC
+    """Power-loss mode: a ledger line written but not yet fsynced is a step; report synced sizes.
+
+    The synced file is the JSONL file, or SQLite's WAL (``powerloss.synced_file``),
+    which the ledger fsyncs with ``os.fsync``/``os.fdatasync`` itself."""
+    from toolkit.explore.powerloss import synced_file
+
+    ledger_path = synced_file(ledger_path)
 
     def is_ledger(fd) -> bool:
         try:
@@ -190,13 +198,16 @@ def _watch_fsyncs(tracer: Tracer, ledger_path: Path) -> None:
             return False
         return (mine.st_dev, mine.st_ino) == (theirs.st_dev, theirs.st_ino)
 
-    def fsync(fd):
-        if not is_ledger(fd):
-            return real_fsync(fd)
-        tracer.step("ledger", "ledger line written, fsync pending")
-        real_fsync(fd)
-        send(tracer.fd, t="sync", size=os.fstat(fd).st_size)
-    os.fsync = fsync
+    def watched(real):
+        def sync(fd):
+            if not is_ledger(fd):
+                return real(fd)
+            tracer.step("ledger", "ledger line written, fsync pending")
+            real(fd)
+            send(tracer.fd, t="sync", size=os.fstat(fd).st_size)
+        return sync
+    # The pristine calls, never an earlier wrapper: one process may run several batches.
+    os.fsync, os.fdatasync = watched(_FSYNC), watched(_FDATASYNC)
     size = ledger_path.stat().st_size if ledger_path.exists() else 0
     send(tracer.fd, t="sync", size=size)  # what earlier runs left is taken as durable
 
@@ -234,6 +245,7 @@ def run_batch(fd: int, plan, paths: Paths, inputs, names, *, run: int, kill_at=N
         tracer.snapshot = Recorder(paths.root, snapshots, getattr(runner, "lease_ttl", 60.0) / 2)
     if hasattr(runner.ledger, "on_event"):
         runner.ledger.on_event = tracer.on_event
+        tracer.ledger = runner.ledger
     try:
         counts = runner.run(inputs)
     finally:

@@ -168,6 +168,10 @@ class Ledger:
         LedgerError: the backend could not record the change.
     """
 
+    # DEFERRED SYNC (``sync=False``; the rule is in group.py's docstring): committed and
+    # visible, its fsync left to the next barrier. Backends that cannot defer sync all.
+    defers_sync = False
+
     def __init__(self, path, *, durable: bool = True, clock=time.time, on_event=None):
         self.path = Path(path)
         self.durable = durable
@@ -240,21 +244,24 @@ class Ledger:
             counts[item.state.value] += 1
         return counts
 
-    def add(self, key: str, source: str | None = None, digest: str | None = None) -> bool:
+    def add(self, key: str, source: str | None = None, digest: str | None = None, *,
+            sync: bool = True) -> bool:
         """Record a new ``pending`` item; False (and nothing written) if it exists.
 
         ``digest`` (the input's content digest) goes into the event so an audit
-        can later tell whether the input changed under a done item.
+        can later tell whether the input changed under a done item. ``sync``: see
+        ``DEFERRED SYNC`` below (every mutating call takes it).
         """
         detail = {"source": source} if digest is None else {"source": source, "digest": digest}
-        with self._commit() as commit:
+        with self._commit(sync) as commit:
             if self._load(key) is not None:
                 return False
             commit(None, "add", key, None, S.PENDING, 0, None, 0, detail)
             return True
 
     def move(self, key: str, frm: State, to: State, *, token: int = 0,
-             worker: str | None = None, note: str | None = None, **fields) -> Item:
+             worker: str | None = None, note: str | None = None, sync: bool = True,
+             **fields) -> Item:
         """Transition ``key`` from ``frm`` to ``to`` and return the new item.
 
         ``fields`` may set job_id, failure, reason and artifact_*. Entering
@@ -269,7 +276,7 @@ class Ledger:
         if (to is S.FAILED) != (fields.get("failure") in (TRANSIENT, PERMANENT)):
             raise IllegalTransitionError(frm, to, "failure='transient' or 'permanent' goes "
                                          "with a move to failed, only")
-        with self._commit() as commit:
+        with self._commit(sync) as commit:
             item = self._guard(key, frm, token)
             after = {name: fields.get(name, getattr(item, name)) for name in
                      ("failure", *ARTIFACT_FIELDS)}
@@ -287,7 +294,8 @@ class Ledger:
             return commit(item, "move", key, frm, to, attempt, worker, token, fields)
 
     def claim(self, key: str, worker: str, ttl: float, *, pid: int | None = None,
-              host: str | None = None, respect_live_owner: bool = True) -> int:
+              host: str | None = None, respect_live_owner: bool = True,
+              sync: bool = True) -> int:
         """Take the item's lease for ``ttl`` seconds; return the new fencing token.
 
         Claim succeeds when the lease is
@@ -307,7 +315,7 @@ class Ledger:
             A's late write with t=1  ----------------------->  StaleTokenError
         """
         pid = os.getpid() if pid is None else pid
-        with self._commit() as commit:
+        with self._commit(sync) as commit:
             item = self._load(key)
             if item is None:
                 raise StateConflictError(key, "any", None)
@@ -328,7 +336,7 @@ class Ledger:
                    item.token + 1, lease)
             return item.token + 1
 
-    def renew(self, key: str, token: int, worker: str, ttl: float) -> None:
+    def renew(self, key: str, token: int, worker: str, ttl: float, *, sync: bool = True) -> None:
         """Extend a held lease to ``now + ttl``, keeping its token; fenced like any write.
 
         Written (as a ``claim`` event with the same token) only once half the lease is
@@ -337,7 +345,7 @@ class Ledger:
         Raises:
             StaleTokenError: the lease was lost (another owner claimed since ``token``).
         """
-        with self._commit() as commit:
+        with self._commit(sync) as commit:
             item = self._guard(key, None, token)
             if item.lease_owner != worker:
                 raise StaleTokenError(key, token, item.token)  # released: ours no longer
@@ -347,9 +355,10 @@ class Ledger:
             commit(item, "claim", key, item.state, item.state, item.attempt, worker, token,
                    {"lease_expires": now + ttl})
 
-    def release(self, key: str, token: int, worker: str | None = None) -> None:
+    def release(self, key: str, token: int, worker: str | None = None, *,
+                sync: bool = True) -> None:
         """Give the lease back; the token stays, so older tokens remain stale."""
-        with self._commit() as commit:
+        with self._commit(sync) as commit:
             item = self._guard(key, None, token)
             commit(item, "release", key, item.state, item.state, item.attempt, worker, token,
                    dict.fromkeys(LEASE_FIELDS))
@@ -363,10 +372,16 @@ class Ledger:
             raise StaleTokenError(key, token, item.token)
         return item
 
-    def _commit(self) -> Commit:
+    def barrier(self) -> None:
+        """Make every transition committed so far durable (``DEFERRED SYNC``); ``close()``
+        runs it too. Raises StorageError when the fsync fails."""
+        if self._group is not None:
+            self._group.barrier()
+
+    def _commit(self, sync: bool = True) -> Commit:
         """``with self._commit() as commit:`` -- the one place where changes are made
         (``group.Commit``: lock, transaction, group-commit wait, then ``on_event``)."""
-        return Commit(self)
+        return Commit(self, sync or not self.defers_sync)
 
     def _record(self, old, op, key, frm, to, attempt, worker, token, detail) -> tuple:
         """Build the event and the new item, write both; return (new item, written event)."""

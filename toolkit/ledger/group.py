@@ -32,6 +32,20 @@ processes on one ledger): a ``<ledger>-flush`` file holds two counters,
 happened before another process's fsync started needs no fsync of its own.
 The counters are relative (a caller compares values it read after its own
 write), so a stale counter file is harmless; it is never a record.
+
+DEFERRED SYNC. ``sync=False`` on a mutating call of the ledger: the transition
+is committed (atomic, guarded, visible to every reader, kept by a kill -9) but
+takes no ticket: the next ``sync=True`` transition of any caller, or
+``barrier()``/``close()``, makes it durable. A backend that defers
+(``Ledger.defers_sync``: SQLite) writes its commits to one ordered log (the
+WAL), so that fsync covers every earlier commit and a power cut loses a suffix
+of the history, never a hole. The rule for callers (docs/design.md): a
+transition an external side effect relies on -- an intent before a submit, a
+checkpoint before its predecessor's file is deleted, anything a rerun could
+not rebuild by a lookup -- is ``sync=True``; only one whose loss a rerun
+repairs without a second execution (the add, a lease, the job id a lookup
+finds again, a ``done`` whose fsynced artifact a re-fetch replaces) may defer.
+JSONL and PostgreSQL sync every transition.
 """
 
 import contextlib
@@ -73,10 +87,10 @@ class Commit:
     A class, not a generator: this runs once per transition.
     """
 
-    __slots__ = ("ledger", "txn", "written")
+    __slots__ = ("ledger", "txn", "written", "sync")
 
-    def __init__(self, ledger):
-        self.ledger, self.written = ledger, []
+    def __init__(self, ledger, sync=True):
+        self.ledger, self.written, self.sync = ledger, [], sync
 
     def __enter__(self):
         ledger = self.ledger
@@ -103,13 +117,19 @@ class Commit:
             if kind is not None:  # rolled back: nothing to wait for, nothing to announce
                 return bool(suppressed)
             if self.written and ledger._group is not None:
-                ticket = ledger._group.ticket()
+                if self.sync:
+                    ticket = ledger._group.ticket()
+                else:  # deferred (Ledger.defers_sync): the next flush covers it
+                    ledger._group.defer()
         finally:
             ledger._lock.release()
         if ticket is not None:
             ledger._group.wait(ticket)
         if ledger.on_event is not None:
-            for event in self.written:  # only after the transaction is durable
+            # Only after the transaction is durable -- or, deferred, committed:
+            # ``event_synced`` tells a listener which (Ledger "DEFERRED SYNC").
+            ledger.event_synced = self.sync
+            for event in self.written:
                 ledger.on_event(event)
         return False
 
@@ -132,7 +152,21 @@ class GroupCommit:
         self._done = 0  # the newest flush completed
         self._leading = False
         self._broken: BaseException | None = None
+        self._deferred = -1  # the ticket of the newest deferred write (-1: none)
         self.flushes = 0  # fsyncs this process ran (for tests and benchmarks)
+
+    def defer(self) -> None:
+        """A write that returns without waiting: ``barrier()`` will cover it."""
+        with self._cond:
+            self.check()
+            self._deferred = self._started
+
+    def barrier(self) -> None:
+        """Wait until every write so far, the deferred ones included, is durable."""
+        with self._cond:
+            ticket = self._deferred
+        if ticket >= 0:
+            self.wait(ticket)  # returns at once if a later flush already covered it
 
     def ticket(self) -> int:
         with self._cond:
@@ -180,6 +214,10 @@ class GroupCommit:
             with self._cond:
                 self._leading = False
                 self._cond.notify_all()
+
+    @property
+    def broken(self) -> bool:
+        return self._broken is not None
 
     def check(self) -> None:
         """Raises StorageError once a flush of this group has failed."""

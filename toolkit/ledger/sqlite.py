@@ -67,6 +67,8 @@ def _event(row) -> Event:
 class SqliteLedger(Ledger):
     """The default backend (``*.sqlite``, ``*.db``)."""
 
+    defers_sync = True  # commits go to one ordered WAL: a later fsync covers earlier ones
+
     def __init__(self, path, *, timeout: float = 30.0, group_commit: bool = False, **options):
         """``group_commit=True`` (with ``durable=True``): transitions of this process's
         threads and of other processes on the same file share their fsyncs (``group``)."""
@@ -82,11 +84,14 @@ class SqliteLedger(Ledger):
                 raise LedgerError(f"{str(self.path)!r} is an SQLite database but not a "
                                   f"resume-toolkit ledger (tables: {', '.join(sorted(tables))})")
             self._db.execute("PRAGMA journal_mode=WAL")
-            # FULL: a commit survives power loss; NORMAL: it survives kill -9. Group
-            # commit: NORMAL, and the WAL is fsynced (shared) before a commit returns.
+            # NORMAL: a commit survives kill -9, and SQLite never fsyncs the WAL at a
+            # commit; durable=True fsyncs it itself (``_sync_wal``) before a commit
+            # returns -- shared by the threads and (group commit) processes whose
+            # commits it covers -- or, for a deferred one, at the next barrier
+            # (``Ledger.defers_sync``: the WAL is one ordered log, so that fsync covers
+            # every earlier commit). A checkpoint syncs the WAL first at NORMAL too.
             grouped = self.durable and group_commit
-            full = self.durable and not grouped
-            self._db.execute(f"PRAGMA synchronous={'FULL' if full else 'NORMAL'}")
+            self._db.execute("PRAGMA synchronous=NORMAL")
             with self._txn():  # executescript() would COMMIT first; run each statement
                 for statement in SCHEMA.strip().split(";"):
                     if statement.strip():
@@ -111,22 +116,22 @@ class SqliteLedger(Ledger):
                 self._db.close()
                 raise StorageError(f"SQLite ledger {str(self.path)!r}: cannot open its "
                                    f"group-commit file: {exc}") from exc
-            self._wal_named = False
-            self._group = GroupCommit(lambda: self._flushes.flush(self._sync_wal),
-                                      f"SQLite ledger {str(self.path)!r}")
+        if self.durable:
+            self._wal_named, self._wal_fd = False, None
+            flush = (self._sync_wal if self._flushes is None else
+                     lambda: self._flushes.flush(self._sync_wal))
+            self._group = GroupCommit(flush, f"SQLite ledger {str(self.path)!r}")
 
     def _sync_wal(self):
         """fsync the WAL: every frame written so far, by any process, is then durable.
 
         The WAL exists (our commit just wrote it) and is not deleted while this
-        connection is open. SQLite at synchronous=NORMAL never syncs the folder of
+        connection is open (a checkpoint restarts it in place: the same file). SQLite at synchronous=NORMAL never syncs the folder of
         the WAL it created, so the first flush of this connection does.
         """
-        fd = os.open(f"{self.path}-wal", os.O_RDONLY)
-        try:
-            os.fdatasync(fd)  # as SQLite syncs its WAL: the data and the size, not the mtime
-        finally:
-            os.close(fd)
+        if self._wal_fd is None:  # opened once: the WAL stays while our connection does
+            self._wal_fd = os.open(f"{self.path}-wal", os.O_RDONLY)
+        os.fdatasync(self._wal_fd)  # as SQLite syncs its WAL: data and size, not the mtime
         if not self._wal_named:
             fsync_dir(self.path.parent)
             self._wal_named = True
@@ -206,6 +211,18 @@ class SqliteLedger(Ledger):
             self._group.wait(self._group.ticket())
 
     def close(self):
+        try:
+            # The barrier for deferred commits; a group whose fsync failed already
+            # told its caller so, and has nothing more it could make durable.
+            if self._group is not None and not self._group.broken:
+                self._group.barrier()
+        finally:
+            self._close_files()
+
+    def _close_files(self):
+        if getattr(self, "_wal_fd", None) is not None:
+            os.close(self._wal_fd)
+            self._wal_fd = None
         self._db.close()
         if self._flushes is not None:
             self._flushes.close()

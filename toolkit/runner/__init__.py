@@ -24,6 +24,7 @@ from toolkit.errors import (KeyReuseError, LeaseHeldError, LedgerError, Permanen
 from toolkit.ledger import PERMANENT, TRANSIENT, Item, State
 from toolkit.provider import JobStatus, ProviderConflict
 from toolkit.runner import artifacts
+from toolkit.runner.ops import mark_unhealthy
 from toolkit.runner.pages import PageByPage
 from toolkit.runner.pipeline import (HOOK_POINTS, Pipeline, RetryPolicy, Snapshot, _Budget,
                                      default_worker, resubmit_is_safe)
@@ -73,13 +74,26 @@ class Runner(PageByPage, Pipeline):
             self.lost_leases.append(key)
             return self.ledger.get(key)
         try:
-            self.ledger.release(key, token, self.worker)
+            self.ledger.release(key, token, self.worker, sync=False)  # a lease: deferred
         except StaleTokenError:
             pass  # someone took the lease over; our writes were fenced anyway
         return self.ledger.get(key)
 
     def _claim(self, key: str) -> int:
-        return self.ledger.claim(key, self.worker, self.lease_ttl)
+        # Deferred sync (Ledger, "DEFERRED SYNC"): a claim guards against live workers,
+        # who see it at commit; the intent's fsync makes it durable before any submit.
+        return self.ledger.claim(key, self.worker, self.lease_ttl, sync=False)
+
+    def run(self, inputs) -> dict[str, int]:
+        """``Pipeline.run``, then the barrier: what the run reports is durable."""
+        counts = super().run(inputs)
+        if not self.halted:
+            try:
+                self.ledger.barrier()
+            except LedgerError as exc:
+                self.halted = str(exc)
+                self.health_recorded = mark_unhealthy(self.ledger.path, self.halted)
+        return counts
 
     def _steps(self):
         return {(S.PENDING, None): self._pending, (S.UNKNOWN, None): self._unknown,
@@ -104,7 +118,7 @@ class Runner(PageByPage, Pipeline):
 
     def _renew(self, item, token):
         """Before each provider call: keep the lease alive (fenced: raises if it was lost)."""
-        self.ledger.renew(item.key, token, self.worker, self.lease_ttl)
+        self.ledger.renew(item.key, token, self.worker, self.lease_ttl, sync=False)
 
     @contextlib.contextmanager
     def _in_flight(self, item, token):
@@ -123,7 +137,7 @@ class Runner(PageByPage, Pipeline):
         def beat():
             while not stop.wait(every):
                 try:
-                    self.ledger.renew(item.key, token, self.worker, self.lease_ttl)
+                    self.ledger.renew(item.key, token, self.worker, self.lease_ttl, sync=False)
                 except (StaleTokenError, StateConflictError, LedgerError):
                     return  # lost, or the ledger failed: the caller's own writes will say so
         thread = threading.Thread(target=beat, name=f"lease-{item.key[:8]}", daemon=True)
@@ -175,7 +189,9 @@ class Runner(PageByPage, Pipeline):
             self._move(item, S.FAILED, token, failure=PERMANENT, reason=str(exc))
             return CONTINUE
         self.hook("before_commit", item.key, to=S.SUBMITTED)
-        self._move(item, S.SUBMITTED, token, job_id=job.job_id)
+        # Deferred: lost to a power cut, the job id is found again by lookup (the intent
+        # is durable), never submitted twice.
+        self._move(item, S.SUBMITTED, token, job_id=job.job_id, sync=False)
         return CONTINUE
 
     def _after_timeout(self, item, token):
@@ -200,7 +216,8 @@ class Runner(PageByPage, Pipeline):
                 self._backoff(budget.lookups)
                 continue
             if job is not None:
-                self._move(item, S.SUBMITTED, token, job_id=job.job_id, note="found by lookup")
+                self._move(item, S.SUBMITTED, token, job_id=job.job_id, note="found by lookup",
+                           sync=False)
                 return CONTINUE
             misses += 1
             if misses > self.contract.lag:
@@ -273,7 +290,9 @@ class Runner(PageByPage, Pipeline):
                 except OSError as exc:
                     return self._unstored(final, part, exc)
                 self.hook("before_commit", item.key, to=S.DONE)
-                self._move(item, S.DONE, token, job_id=job.job_id,
+                # Deferred: the artifact is fsynced and nothing is deleted after this
+                # commit, so its loss costs a re-fetch (``submitted``), never an execution.
+                self._move(item, S.DONE, token, job_id=job.job_id, sync=False,
                            artifact_path=roots.relative(final, self.out_dir),
                            artifact_size=job.artifact_size, artifact_sha256=job.artifact_sha256,
                            **artifacts.stat_fields(final))  # after the rename: it sets ctime

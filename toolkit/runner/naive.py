@@ -215,6 +215,7 @@ class IgnoreWriteErrors(Runner):
             return super()._move(item, to, token, **fields)
         except (LedgerError, StateConflictError):  # "log it; we have it in memory"
             fields.pop("note", None)
+            fields.pop("sync", None)
             new_attempt = to is S.UNKNOWN and item.state in (S.PENDING, S.FAILED)
             return dataclasses.replace(item, state=to, attempt=item.attempt + new_attempt,
                                        **fields)

@@ -228,7 +228,8 @@ class Pipeline:
             self._pages[key] = pages
         if not self._admit(path, key, keys):
             return
-        self.ledger.add(key, source=entry_name(path), digest=digest)
+        # Deferred sync: an add has no side effect; the intent's fsync covers it.
+        self.ledger.add(key, source=entry_name(path), digest=digest, sync=False)
         item = self.ledger.get(key)
         # What is sent is a private snapshot of the hashed bytes, never the input file
         # itself: a file replaced after this read is new content for a later run.
