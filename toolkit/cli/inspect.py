@@ -122,6 +122,10 @@ def _audit(parser):
         from toolkit.forensics.report import document, write_csv, write_json
 
         rule = _output_rule(args.output_name, args.artifacts)
+        if args.csv:
+            from toolkit.forensics.csvout import check_target
+
+            check_target(args.csv, args.path)  # before anything is read or written
         report = audit(args.path, artifacts=args.artifacts, inputs=args.inputs, output_name=rule)
         if args.csv:
             write_csv(report, args.csv, args.action)
