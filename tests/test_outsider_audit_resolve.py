@@ -77,3 +77,98 @@ def test_csv_keeps_a_carriage_return_name_in_its_cell_and_sizes_as_integers(park
     assert {key: row["artifact_size"] for key, row in by_key.items()} == \
         {key: "" if size is None else str(size) for key, size in sizes.items()}
     assert sum(size is not None for size in sizes.values()) == 3
+
+
+# -- 2, 12, 6: resolve refuses what it cannot record truthfully --------------------------------
+
+@pytest.mark.parametrize("out", ["elsewhere", "/"])
+def test_accept_with_an_out_other_than_the_recorded_root_is_refused_exit_2_nothing_written(
+        parked, tmp_path, capsys, out):
+    """What breaks: the ledger records its outputs root (out/) and the operator gives another
+    --out (a folder holding the PDF, or ``/``): the path would be stored relative to a root
+    the ledger does not know. Must hold: exit 2, one line, no event written."""
+    path, _, _, key = parked
+    (tmp_path / "elsewhere").mkdir()
+    made = tmp_path / "elsewhere" / "recovered.pdf"
+    made.write_bytes(pdf_bytes(["recovered"]))
+    before = snapshot(path)
+    root = tmp_path / "elsewhere" if out == "elsewhere" else out
+    status, _, err = cli(capsys, "resolve", "--ledger", path, "--key", key, "--accept-artifact",
+                         made, "--out", root, "--note", "n")
+    assert (status, err.count("\n")) == (2, 1) and "not the outputs root" in err
+    assert snapshot(path) == before
+
+
+def test_accept_of_another_items_recorded_artifact_is_refused_exit_2_nothing_written(
+        parked, capsys):
+    """What breaks: the operator accepts, for the parked item, a file that is already the
+    verified output of a done item: two items would share one file. Must hold (refused,
+    not reported later): exit 2, one line naming the other item, no event written."""
+    path, _, _, key = parked
+    with open_ledger(path) as ledger:
+        done = next(item for item in ledger.items() if item.state is S.DONE)
+    before = snapshot(path)
+    status, _, err = cli(capsys, "resolve", "--ledger", path, "--key", key, "--accept-artifact",
+                         path.parent / "out" / done.artifact_path, "--note", "n")
+    assert (status, err.count("\n")) == (2, 1) and done.key in err
+    assert "already the artifact" in err and snapshot(path) == before
+
+
+@pytest.mark.parametrize("suffix", ["jsonl", "sqlite"])
+def test_resolve_on_an_empty_ledger_file_is_exit_2_and_writes_nothing(tmp_path, capsys, suffix):
+    """What breaks: the --ledger file exists but is empty (0 bytes). Must hold: exit 2, one
+    line; the file stays 0 bytes and nothing (lock, schema, header) appears beside it."""
+    path = tmp_path / f"e.{suffix}"
+    path.write_bytes(b"")
+    status, _, err = cli(capsys, "resolve", "--ledger", path, "--key", "k", "--release",
+                         "--note", "n")
+    assert (status, err.count("\n")) == (2, 1) and "is empty" in err
+    assert path.read_bytes() == b"" and os.listdir(tmp_path) == [path.name]
+
+
+# -- 3: a decision recorded during a live run with another --out -------------------------------
+
+def test_accept_during_a_live_run_with_another_out_makes_that_run_say_run_again(
+        parked, tmp_path, capsys):
+    """What breaks: while a run writes to out2/ (the ledger records out/), the operator
+    accepts out/acc.pdf for the parked item: recorded relative to out/, after the run's scan.
+    Must hold: the run does not claim rest (a local error: exit 1, "run again"), the roots
+    still name out/ (where the accepted file is), and the audit finds every artifact."""
+    from toolkit import roots
+    from toolkit.forensics import audit
+    from toolkit.runner import RetryPolicy, Runner
+
+    path, provider, corpus, key = parked
+    new = tmp_path / "new.pdf"
+    new.write_bytes(pdf_bytes(["a new document"]))
+    inputs = [*corpus, new]
+    accepted = tmp_path / "out" / "acc.pdf"
+    accepted.write_bytes(pdf_bytes(["accepted by hand"]))
+    said = []
+
+    def resolve_meanwhile(point, item_key, **context):
+        if point == "before_intent" and not said:
+            said.append(cli(capsys, "resolve", "--ledger", path, "--key", key,
+                            "--accept-artifact", accepted, "--note", "by hand")[0])
+
+    runner = Runner(open_ledger(path), provider, tmp_path / "out2",
+                    policy=RetryPolicy(base_delay=0.0), hook=resolve_meanwhile,
+                    sleep=lambda seconds: None)
+    try:
+        counts = runner.run(inputs)
+    finally:
+        runner.close()
+    assert said == [0] and counts["done"] >= 4
+    with open_ledger(path) as ledger:
+        assert ledger.get(key).state is S.DONE
+    assert any(key[:12] in error for error in runner.local_errors)  # the CLI: exit 1
+    assert roots.recorded(path)["out"].name == "out"  # out2 lacks acc.pdf: not recorded
+    runner = Runner(open_ledger(path), provider, tmp_path / "out2",  # the same command again
+                    policy=RetryPolicy(base_delay=0.0), sleep=lambda seconds: None)
+    try:
+        runner.run(inputs)
+    finally:
+        runner.close()
+    assert runner.local_errors == [] and roots.recorded(path)["out"].name == "out2"
+    report = audit(path, artifacts=tmp_path / "out2")
+    assert not [a for a in report.anomalies if a.kind.startswith("artifact")]

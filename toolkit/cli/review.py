@@ -18,6 +18,8 @@ def _existing(path) -> None:
     require_regular(path, "--ledger")  # a FIFO or a device is never opened
     if not Path(path).is_file():
         raise ToolkitError(f"no ledger at {str(path)!r}")
+    if Path(path).stat().st_size == 0:  # opening it would write a header or a schema into it
+        raise ToolkitError(f"{str(path)!r} is empty: not a ledger (nothing was written)")
     if Path(path).suffix.lower() not in (".sqlite", ".db", ".sqlite3", ".jsonl"):
         raise ToolkitError(f"{str(path)!r} is not a ledger: use .sqlite, .db, .jsonl or a "
                            "postgresql:// URL")
@@ -103,6 +105,11 @@ def _resolve(parser):
             raise
         with ledger:
             item = resolve(ledger, args.key, decision, args.note, artifact, args.worker)
+        if decision == "accept" and args.out is not None:
+            from toolkit import roots
+
+            # the path is relative to --out: a file ledger that recorded no root records it
+            roots.record(args.ledger, out=args.out)
         print(f"{args.key}: needs_review -> {item.state.value}", file=sys.stderr)
         return 0
     return run
