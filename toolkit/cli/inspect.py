@@ -145,8 +145,15 @@ def _output_rule(rule, artifacts):
         raise ToolkitError("--output-name needs --artifacts DIR: the folder the outputs are in")
     from toolkit.forensics.checks import OUTPUT_FIELDS
 
+    import string
+
     fields = dict.fromkeys(OUTPUT_FIELDS, "x")
     try:
+        # a field only as it is named: no conversion (!r), attribute, index or format spec
+        for _, name, spec, conversion in string.Formatter().parse(rule):
+            if name is not None and (name not in OUTPUT_FIELDS or spec or conversion):
+                raise KeyError(name + (f"!{conversion}" if conversion else "") +
+                               (f":{spec}" if spec else ""))
         named = rule.format(**fields)
     except (KeyError, IndexError, ValueError, AttributeError) as exc:
         raise ToolkitError(f"--output-name {rule!r}: use only the fields "
