@@ -5,6 +5,7 @@ test_review_resolve.py) or a real foreign state file."""
 import csv
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -172,3 +173,27 @@ def test_accept_during_a_live_run_with_another_out_makes_that_run_say_run_again(
     assert runner.local_errors == [] and roots.recorded(path)["out"].name == "out2"
     report = audit(path, artifacts=tmp_path / "out2")
     assert not [a for a in report.anomalies if a.kind.startswith("artifact")]
+
+
+# -- 8: a resolve that fails on a full disk leaves a JSONL ledger as it was --------------------
+
+@pytest.mark.slow
+@pytest.mark.skipif(not shutil.which("strace"), reason="needs strace (installed by .ci/run)")
+def test_resolve_hitting_enospc_after_its_claim_leaves_the_jsonl_ledger_byte_identical(
+        tmp_path):
+    """What breaks: the disk fills between the claim line and the move line (strace makes the
+    2nd and 3rd write(2) fail with a real ENOSPC: the move, then the release). Must hold:
+    exit 1 (run again), the error names the cause, and the ledger's bytes are exactly as
+    before: no claim event left behind without its decision."""
+    path = make_small(tmp_path / "l.jsonl")
+    before = path.read_bytes()
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    done = subprocess.run(
+        ["strace", "-f", "-qq", "--seccomp-bpf", "-o", os.devnull, "-e", "trace=write",
+         "-e", "inject=write:error=ENOSPC:when=2..3", sys.executable, "-m", "toolkit",
+         "resolve", "--ledger", str(path), "--key", "parked", "--release", "--note", "n"],
+        capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 1 and "No space left on device" in done.stderr
+    assert path.read_bytes() == before
+    with open_ledger(path) as ledger:  # and it still takes the decision once there is room
+        assert ledger.get("parked").state is S.NEEDS_REVIEW

@@ -20,6 +20,7 @@ batch runs. A JSONL ledger has one writer process: while a run holds it, ``resol
 refused (exit 1) and nothing is written.
 """
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -118,6 +119,14 @@ def resolve(ledger, key: str, decision: str, note: str, artifact: dict | None = 
                            "nothing to resolve")
     if decision == "accept":
         _not_shared(ledger, key, artifact["artifact_path"])
+    # JSONL: claim, move and release stand or fall together (a full disk at the move
+    # leaves no claim behind); the other ledgers commit each write whole on their own
+    together = getattr(ledger, "all_or_nothing", contextlib.nullcontext)
+    with together():
+        return _decide(ledger, key, decision, note, artifact, worker)
+
+
+def _decide(ledger, key, decision, note, artifact, worker):
     try:
         token = ledger.claim(key, worker, ttl=60.0)
     except LeaseHeldError as exc:
