@@ -197,3 +197,19 @@ def test_resolve_hitting_enospc_after_its_claim_leaves_the_jsonl_ledger_byte_ide
     assert path.read_bytes() == before
     with open_ledger(path) as ledger:  # and it still takes the decision once there is room
         assert ledger.get("parked").state is S.NEEDS_REVIEW
+
+
+# -- 10: a view's error names the user's file ---------------------------------------------------
+
+@pytest.mark.parametrize("view", [["review", "--ledger"], ["ledger"]])
+def test_view_of_a_foreign_state_file_names_the_users_path_not_the_private_copy(
+        tmp_path, capsys, view):
+    """What breaks: ``review`` / ``ledger`` is pointed at a foreign ``{"file","status"}``
+    state file (they read a private copy). Must hold: exit 2, one line naming the path the
+    user gave, never the temporary copy, and no talk of writing (a view writes nothing)."""
+    path = tmp_path / "st.jsonl"
+    path.write_text('{"file": "h.pdf", "status": "done"}\n')
+    status, _, err = cli(capsys, *view, path)
+    assert (status, err.count("\n")) == (2, 1) and f"'{path}' is not a resume-toolkit" in err
+    assert "toolkit-view" not in err and "writ" not in err
+    assert os.listdir(tmp_path) == ["st.jsonl"]

@@ -19,7 +19,7 @@ def _ledger(parser):
     def run(args):
         from pathlib import Path
 
-        from toolkit.forensics.private import private_copy
+        from toolkit.forensics.private import opened_view
         from toolkit.ledger import open_ledger
         from toolkit.ledger.postgres import postgres_url
 
@@ -37,7 +37,7 @@ def _ledger(parser):
                      f"{len(result['needs_review'])} in needs_review (corrupt lines "
                      f"{', '.join(map(str, result['corrupt_lines'])) or 'none'})")
                 return 0
-            with private_copy(args.path) as copy, open_ledger(copy) as ledger:
+            with opened_view(args.path) as ledger:
                 # a copy: no migration, schema, journal mode or lock file beside the original
                 try:
                     items, counts = ledger.items(), ledger.counts()

@@ -38,7 +38,7 @@ def _review(parser):
     parser.add_argument("--json", action="store_true", help="print one JSON document")
 
     def run(args):
-        from toolkit.forensics.private import private_copy
+        from toolkit.forensics.private import opened_view
         from toolkit.ledger import open_ledger
         from toolkit.ledger.postgres import postgres_url
         from toolkit.runner.review import parked
@@ -48,7 +48,7 @@ def _review(parser):
             with open_ledger(args.ledger) as ledger:
                 items = parked(ledger)
         else:  # a copy: no lock taken, nothing written beside the original, a live run goes on
-            with private_copy(args.ledger) as copy, open_ledger(copy) as ledger:
+            with opened_view(args.ledger) as ledger:
                 items = parked(ledger)
         lines = [f"needs_review ({len(items)})"]
         for item in items:
