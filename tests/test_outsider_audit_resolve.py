@@ -213,3 +213,38 @@ def test_view_of_a_foreign_state_file_names_the_users_path_not_the_private_copy(
     assert (status, err.count("\n")) == (2, 1) and f"'{path}' is not a resume-toolkit" in err
     assert "toolkit-view" not in err and "writ" not in err
     assert os.listdir(tmp_path) == ["st.jsonl"]
+
+
+# -- 4: escaped names are one to one, and the audit finds each input by its real name ----------
+
+@pytest.mark.slow
+def test_raw_ff_byte_and_literal_backslash_x_names_stay_distinct_and_audit_inputs_finds_both(
+        tmp_path, capsys):
+    """What breaks: one input is named with a raw 0xFF byte, another literally ``bad\\\\xff.pdf``
+    (and a newline name beside a literal backslash-n). Must hold: a real run records four
+    different sources; ``audit --inputs`` finds every input by the name it was escaped from
+    (no false stale_input); the text views show four different names."""
+    from toolkit.documents import make_corpus
+
+    docs = make_corpus(tmp_path / "f", docs=4, poison=0, seed=21)
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    names = [b"bad\xff.pdf", b"bad\\xff.pdf", b"a\nb.pdf", b"a\\nb.pdf"]
+    for doc, name in zip(sorted(docs), names):
+        os.rename(doc, os.path.join(os.fsencode(inputs), name))
+    path = tmp_path / "l.sqlite"
+    status, _, _ = cli(capsys, "run", "--inputs", inputs, "--ledger", path, "--provider-db",
+                       tmp_path / "p.sqlite", "--out", tmp_path / "out", "--no-progress")
+    with open_ledger(path) as ledger:
+        sources = sorted(item.source for item in ledger.items())
+    assert status == 0 and len(set(sources)) == 4
+    status, out, _ = cli(capsys, "audit", path, "--inputs", inputs, "--json")
+    document = json.loads(out)
+    assert status == 0 and not [a for a in document["anomalies"] if a["kind"] == "stale_input"]
+    status, out, _ = cli(capsys, "ledger", path, "--json")
+    shown = cli(capsys, "ledger", path)[1]
+    assert len({row["source"] for row in json.loads(out)["per_item"]}) == 4
+    # stored bad\\xff.pdf, bad\\\\xff.pdf, a<newline>b.pdf, a\\\\nb.pdf; shown with every
+    # backslash doubled and the newline escaped: four different texts
+    assert all(shown.count(text) == 1 for text in
+               ("bad\\\\xff.pdf", "bad\\\\\\\\xff.pdf", "a\\nb.pdf", "a\\\\\\\\nb.pdf"))

@@ -67,7 +67,7 @@ def _item(item) -> dict:
 
 def _one_line(text: str) -> str:
     """A file name as one table cell: a newline (or any control character) escaped."""
-    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+    return "".join(ch if ch.isprintable() and ch != "\\" else repr(ch)[1:-1] for ch in text)
 
 
 @command("provider-stats", "Counters of a fake provider's database: submits, executions, successes.")

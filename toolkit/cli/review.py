@@ -27,7 +27,7 @@ def _existing(path) -> None:
 
 def _one_line(value) -> str:
     text = "-" if value is None else str(value)
-    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+    return "".join(ch if ch.isprintable() and ch != "\\" else repr(ch)[1:-1] for ch in text)
 
 
 @command("review", "List every needs_review item with its reason and evidence (job, lookups, "
