@@ -190,6 +190,12 @@ def test_action_filter_and_csv_hold_the_same_items_as_per_item(foreign_batch, tm
     (["--output-name", "{stem}.pdf"], "needs --artifacts"),
     (["--artifacts", ".", "--output-name", "{nope}.pdf"], "use only the fields"),
     (["--artifacts", ".", "--output-name", "same.pdf"], "one file for every item"),
+    # a conversion, an attribute, an index, a format spec: never what the help documents
+    (["--artifacts", ".", "--output-name", "{stem!r}.pdf"], "use only the fields"),
+    (["--artifacts", ".", "--output-name", "{stem.__class__}"], "use only the fields"),
+    (["--artifacts", ".", "--output-name", "{stem[0]}.pdf"], "use only the fields"),
+    (["--artifacts", ".", "--output-name", "{stem:>300}"], "use only the fields"),
+    (["--artifacts", ".", "--output-name", "{}.pdf"], "use only the fields"),
 ])
 def test_bad_output_name_is_one_line_and_exit_2(args, message, tmp_path, capsys):
     path = state_file(tmp_path, [{"file": "a.pdf", "status": "done"}])

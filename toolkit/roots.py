@@ -15,6 +15,7 @@ its name in the new folder (``materialize``): no provider call, no new state.
 
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -64,6 +65,33 @@ def record(ledger_path, replace: bool = False, **roots) -> None:
         documents.write_atomic(json.dumps(saved, sort_keys=True).encode(), marker)
     except OSError:
         pass  # a convenience, not state: without it a new --out fetches instead of copying
+
+
+def escaped_name(raw: bytes) -> str:
+    """A file name's bytes as text that always encodes as UTF-8, one to one: a backslash
+    doubled, each byte that is not UTF-8 as ``\\xNN`` (``b'bad\\xff.pdf'`` ->
+    ``bad\\xff.pdf``, a literal ``bad\\xff.pdf`` -> ``bad\\\\xff.pdf``). ``real_name``
+    undoes it."""
+    return raw.replace(b"\\", b"\\\\").decode("utf-8", "backslashreplace")
+
+
+_ESCAPE = re.compile(r"\\(\\|x[0-9a-fA-F]{2})")
+
+
+def real_name(stored: str) -> str:
+    """The OS name (``str``, surrogate-escaped) that ``escaped_name`` made ``stored`` from.
+    A backslash followed by anything else stays as it is (a name stored before backslashes
+    were doubled)."""
+    if "\\" not in stored:
+        return stored
+    parts, at = [], 0
+    for match in _ESCAPE.finditer(stored):
+        parts.append(stored[at:match.start()].encode("utf-8", "surrogateescape"))
+        code = match.group(1)
+        parts.append(b"\\" if code == "\\" else bytes([int(code[1:], 16)]))
+        at = match.end()
+    parts.append(stored[at:].encode("utf-8", "surrogateescape"))
+    return os.fsdecode(b"".join(parts))
 
 
 NAME_MAX = 255  # bytes in one file name, when the folder cannot tell (os.pathconf)

@@ -19,7 +19,7 @@ def _ledger(parser):
     def run(args):
         from pathlib import Path
 
-        from toolkit.forensics.private import private_copy
+        from toolkit.forensics.private import opened_view
         from toolkit.ledger import open_ledger
         from toolkit.ledger.postgres import postgres_url
 
@@ -37,7 +37,7 @@ def _ledger(parser):
                      f"{len(result['needs_review'])} in needs_review (corrupt lines "
                      f"{', '.join(map(str, result['corrupt_lines'])) or 'none'})")
                 return 0
-            with private_copy(args.path) as copy, open_ledger(copy) as ledger:
+            with opened_view(args.path) as ledger:
                 # a copy: no migration, schema, journal mode or lock file beside the original
                 try:
                     items, counts = ledger.items(), ledger.counts()
@@ -67,7 +67,7 @@ def _item(item) -> dict:
 
 def _one_line(text: str) -> str:
     """A file name as one table cell: a newline (or any control character) escaped."""
-    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+    return "".join(ch if ch.isprintable() and ch != "\\" else repr(ch)[1:-1] for ch in text)
 
 
 @command("provider-stats", "Counters of a fake provider's database: submits, executions, successes.")
@@ -122,6 +122,10 @@ def _audit(parser):
         from toolkit.forensics.report import stream_json, write_csv
 
         rule = _output_rule(args.output_name, args.artifacts)
+        if args.csv:
+            from toolkit.forensics.csvout import check_target
+
+            check_target(args.csv, args.path)  # before anything is read or written
         report = audit(args.path, artifacts=args.artifacts, inputs=args.inputs, output_name=rule)
         if args.csv:
             write_csv(report, args.csv, args.action)
@@ -141,8 +145,15 @@ def _output_rule(rule, artifacts):
         raise ToolkitError("--output-name needs --artifacts DIR: the folder the outputs are in")
     from toolkit.forensics.checks import OUTPUT_FIELDS
 
+    import string
+
     fields = dict.fromkeys(OUTPUT_FIELDS, "x")
     try:
+        # a field only as it is named: no conversion (!r), attribute, index or format spec
+        for _, name, spec, conversion in string.Formatter().parse(rule):
+            if name is not None and (name not in OUTPUT_FIELDS or spec or conversion):
+                raise KeyError(name + (f"!{conversion}" if conversion else "") +
+                               (f":{spec}" if spec else ""))
         named = rule.format(**fields)
     except (KeyError, IndexError, ValueError, AttributeError) as exc:
         raise ToolkitError(f"--output-name {rule!r}: use only the fields "

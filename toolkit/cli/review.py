@@ -18,6 +18,8 @@ def _existing(path) -> None:
     require_regular(path, "--ledger")  # a FIFO or a device is never opened
     if not Path(path).is_file():
         raise ToolkitError(f"no ledger at {str(path)!r}")
+    if Path(path).stat().st_size == 0:  # opening it would write a header or a schema into it
+        raise ToolkitError(f"{str(path)!r} is empty: not a ledger (nothing was written)")
     if Path(path).suffix.lower() not in (".sqlite", ".db", ".sqlite3", ".jsonl"):
         raise ToolkitError(f"{str(path)!r} is not a ledger: use .sqlite, .db, .jsonl or a "
                            "postgresql:// URL")
@@ -25,7 +27,7 @@ def _existing(path) -> None:
 
 def _one_line(value) -> str:
     text = "-" if value is None else str(value)
-    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+    return "".join(ch if ch.isprintable() and ch != "\\" else repr(ch)[1:-1] for ch in text)
 
 
 @command("review", "List every needs_review item with its reason and evidence (job, lookups, "
@@ -36,7 +38,7 @@ def _review(parser):
     parser.add_argument("--json", action="store_true", help="print one JSON document")
 
     def run(args):
-        from toolkit.forensics.private import private_copy
+        from toolkit.forensics.private import opened_view
         from toolkit.ledger import open_ledger
         from toolkit.ledger.postgres import postgres_url
         from toolkit.runner.review import parked
@@ -46,7 +48,7 @@ def _review(parser):
             with open_ledger(args.ledger) as ledger:
                 items = parked(ledger)
         else:  # a copy: no lock taken, nothing written beside the original, a live run goes on
-            with private_copy(args.ledger) as copy, open_ledger(copy) as ledger:
+            with opened_view(args.ledger) as ledger:
                 items = parked(ledger)
         lines = [f"needs_review ({len(items)})"]
         for item in items:
@@ -103,6 +105,11 @@ def _resolve(parser):
             raise
         with ledger:
             item = resolve(ledger, args.key, decision, args.note, artifact, args.worker)
+        if decision == "accept" and args.out is not None:
+            from toolkit import roots
+
+            # the path is relative to --out: a file ledger that recorded no root records it
+            roots.record(args.ledger, out=args.out)
         print(f"{args.key}: needs_review -> {item.state.value}", file=sys.stderr)
         return 0
     return run

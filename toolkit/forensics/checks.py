@@ -12,6 +12,7 @@ import hashlib
 import os
 import stat
 
+from toolkit import roots
 from toolkit.forensics.model import Anomaly
 
 _CHUNK = 1 << 20
@@ -134,7 +135,7 @@ def check_input(item, root: str, digests: dict) -> list[Anomaly]:
     key, source, recorded = item.key, item.source, item.input_digest
     if type(source) is not str or not source or type(recorded) is not str:
         return []  # nothing recorded to compare: cannot check
-    real, unsafe = locate(root, source)
+    real, unsafe = locate(root, roots.real_name(source))  # the name the run escaped
     if unsafe:
         return [Anomaly(key, "unsafe_input_path", f"{unsafe}; not opened")]
     if real not in digests:

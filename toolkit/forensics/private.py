@@ -95,3 +95,25 @@ def private_copy(path):
         else:
             raise ToolkitError(f"{str(path)!r} kept changing while it was read: try again")
         yield copy
+
+
+@contextlib.contextmanager
+def opened_view(path):
+    """``open_ledger`` on a private copy of ``path`` (as ``ledger`` and ``review`` read):
+    an error names the user's ``path``, never the private copy, and says nothing of
+    writing (a view never writes)."""
+    from toolkit.ledger import open_ledger
+
+    with private_copy(path) as copy:
+        try:
+            ledger = open_ledger(copy)
+        except ToolkitError as exc:
+            text = str(exc).replace(str(copy), str(path))
+            text = text.replace(": refusing to write into it", "")
+            try:
+                error = type(exc)(text)
+            except TypeError:  # an error type built from several fields
+                error = ToolkitError(text)
+            raise error from None
+        with ledger:
+            yield ledger

@@ -7,7 +7,7 @@ import textwrap
 def _safe(value, width: int | None = None) -> str:
     """Printable text: control characters and lone surrogates escaped, cut to ``width``."""
     text = "-" if value is None else str(value)
-    if not text.isprintable():
+    if not text.isprintable() or "\\" in text:  # a literal backslash too: one to one
         text = text.encode("unicode_escape", "backslashreplace").decode("ascii")
     text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     if width is not None and len(text) > width:

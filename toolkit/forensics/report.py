@@ -8,10 +8,12 @@ quarter-million dicts nor one document of many megabytes. Without orjson, ``json
 writes the same shape in one piece.
 """
 
+import csv
 import gc
 import itertools
 import operator
 
+from toolkit.forensics.csvout import write_atomic
 from toolkit.forensics.model import ACTIONS
 
 PER_ITEM = ("key", "source", "state", "raw_state", "action", "why")
@@ -159,7 +161,14 @@ def write_csv(report, path, action: str | None = None) -> int:
     table["findings"] = ["; ".join(kinds) for kinds in table["findings"]]
     for name in keep:
         table[name] = extra[name].tolist()
-    table.to_csv(path, index=False)
+    for name in ("attempt", "artifact_size"):  # counts stay integers (no 2914.0) beside blanks
+        if name in keep:
+            try:
+                table[name] = table[name].astype("Int64")
+            except (TypeError, ValueError):  # a foreign ledger's text: written as it is
+                pass
+    # every cell quoted: a \r or \n in a name stays inside its cell for any reader
+    write_atomic(table, path, quoting=csv.QUOTE_ALL)
     return len(table)
 
 

@@ -297,6 +297,26 @@ class JsonlLedger(Ledger):
             self._history, self._valid_end, self.torn_tail, self.corrupt_lines = [], None, None, []
             return len(lines)
 
+    @contextlib.contextmanager
+    def all_or_nothing(self):
+        """Appends made inside are kept together or not at all: on an error (a full disk
+        after the first of several lines) the file is cut back to its size before, fsynced,
+        and this object closed (its memory holds what was cut). Used by ``resolve``: claim,
+        move, release are one decision. We are the only writer (the flock), so no other
+        process appended meanwhile; a kill -9 inside still leaves whole lines (a claim
+        whose dead owner's lease the next claim takes)."""
+        with self._lock:
+            start = self._valid_end if self._valid_end is not None else \
+                self._end if self._end is not None else os.fstat(self._fd).st_size
+            try:
+                yield
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self._fd, start)
+                    os.fsync(self._fd)
+                self.close()
+                raise
+
     def probe(self) -> None:
         """A small durable write beside the ledger (temp file, fsync, removed): the same
         disk the next append needs. Raises StorageError when it fails."""

@@ -16,6 +16,7 @@ import os
 import stat
 from pathlib import Path, PurePath
 
+from toolkit import roots
 from toolkit.errors import ToolkitError
 
 PDF_MAGIC = b"%PDF-"
@@ -39,7 +40,7 @@ def entry_name(path) -> str:
     odd name never stops the others. The file itself is still opened by its real name.
     """
     raw = os.fsencode(path.name if isinstance(path, PurePath) else Path(path).name)
-    return raw.decode("utf-8", "backslashreplace")
+    return roots.escaped_name(raw)  # one to one: a literal backslash is doubled
 
 
 def _kind(mode: int) -> str:

@@ -394,6 +394,10 @@ class Pipeline:
         for item in self.ledger.items():
             if item.state is S.DONE and not artifacts.intact(
                     roots.resolve(self.out_dir, item.artifact_path or ""), item, self.verify_all):
+                # e.g. an operator's ``resolve --accept-artifact`` recorded meanwhile (after
+                # our scan) relative to the recorded root: not at rest here, run again (exit 1)
+                self.local_errors.append(f"{item.key[:12]}: its artifact "
+                                         f"{item.artifact_path!r} is not in {self.out_dir} yet")
                 return
         roots.record(getattr(self.ledger, "path", None), replace=True, out=self.out_dir)
 

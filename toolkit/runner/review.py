@@ -20,6 +20,7 @@ batch runs. A JSONL ledger has one writer process: while a run holds it, ``resol
 refused (exit 1) and nothing is written.
 """
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -74,7 +75,13 @@ def accepted_artifact(path, ledger_path, out=None) -> dict:
     if not verdict.ok:
         raise ToolkitError(f"--accept-artifact {str(path)!r} is not a whole, readable PDF: "
                            f"{verdict.reason}")
-    root = Path(out) if out is not None else roots.recorded(ledger_path).get("out")
+    recorded = roots.recorded(ledger_path).get("out")
+    if out is not None and recorded is not None and \
+            os.path.realpath(out) != os.path.realpath(recorded):
+        # the path is stored relative to the root and read back relative to the recorded one
+        raise ToolkitError(f"--out {str(out)!r} is not the outputs root the ledger records "
+                           f"({str(recorded)!r}): leave --out out, or copy the file there")
+    root = Path(out) if out is not None else recorded
     if root is None or not root.is_dir():
         raise ToolkitError("the ledger records no outputs root: give --out DIR, the folder "
                            "the batch's outputs are in (the artifact must be inside it)")
@@ -85,6 +92,15 @@ def accepted_artifact(path, ledger_path, out=None) -> dict:
     found = documents.artifact_of(real)
     return {"artifact_path": roots.relative(real, base), "artifact_size": found.size,
             "artifact_sha256": found.sha256}
+
+
+def _not_shared(ledger, key: str, stored: str) -> None:
+    """Refuse a file that is already another item's recorded artifact: two done items
+    would share one output, and whichever is redone would overwrite the other's."""
+    for other in ledger.items():
+        if other.key != key and other.artifact_path == stored:
+            raise ToolkitError(f"--accept-artifact {stored!r} is already the artifact of item "
+                               f"{other.key!r}: give this item its own file")
 
 
 def resolve(ledger, key: str, decision: str, note: str, artifact: dict | None = None,
@@ -101,6 +117,16 @@ def resolve(ledger, key: str, decision: str, note: str, artifact: dict | None = 
     if item.state is not S.NEEDS_REVIEW:
         raise ToolkitError(f"item {key!r} is {item.state.value}, not needs_review: "
                            "nothing to resolve")
+    if decision == "accept":
+        _not_shared(ledger, key, artifact["artifact_path"])
+    # JSONL: claim, move and release stand or fall together (a full disk at the move
+    # leaves no claim behind); the other ledgers commit each write whole on their own
+    together = getattr(ledger, "all_or_nothing", contextlib.nullcontext)
+    with together():
+        return _decide(ledger, key, decision, note, artifact, worker)
+
+
+def _decide(ledger, key, decision, note, artifact, worker):
     try:
         token = ledger.claim(key, worker, ttl=60.0)
     except LeaseHeldError as exc:

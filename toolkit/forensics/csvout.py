@@ -1,0 +1,60 @@
+"""Where ``audit --csv`` may write, and how: never onto what it audits, never half a file.
+
+The target is checked before the audit reads anything: a name that is, or resolves to
+(a symlink, a hard link), the audited ledger or one of its companions (``-wal``,
+``-shm``, ``-journal``, the roots file, the lock) is refused. The table is then written
+to a temporary file in the target's folder and renamed over the target: a write that
+fails part-way (a full disk, ``RLIMIT_FSIZE``) leaves the previous CSV as it was and no
+partial file.
+"""
+
+import os
+import tempfile
+
+from toolkit.errors import ToolkitError
+
+COMPANIONS = ("", "-wal", "-shm", "-journal", ".roots.json", ".lock")
+
+
+def _same(a: str, b: str) -> bool:
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)  # a hard link to the ledger
+    except OSError:
+        return False
+
+
+def check_target(target, audited) -> None:
+    """Raise (one line, exit 2) if writing ``target`` could touch ``audited`` or a companion."""
+    if "://" in str(audited):  # a server's database: no file of it here
+        return
+    target = os.fspath(target)
+    for suffix in COMPANIONS:
+        companion = f"{os.fspath(audited)}{suffix}"
+        if _same(target, companion):
+            raise ToolkitError(f"--csv {target!r} is the audited ledger's file {companion!r}: "
+                               "refusing to write over it; name another file")
+
+
+def write_atomic(table, path, **options) -> None:
+    """``table.to_csv`` into a temporary file beside ``path``, then renamed over it."""
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, temp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.",
+                                    suffix=".tmp")
+    except OSError as exc:
+        raise ToolkitError(f"cannot write --csv {path!r}: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as stream:
+            table.to_csv(stream, index=False, **options)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temp, path)  # the old CSV stays whole until the new one is
+    except OSError as exc:
+        try:
+            os.unlink(temp)
+        except OSError:
+            pass
+        raise ToolkitError(f"cannot write --csv {path!r}: {exc.strerror or exc}") from None
