@@ -13,6 +13,8 @@ the recorded outputs root, verifies size and SHA-256, and only then gives it
 its name in the new folder (``materialize``): no provider call, no new state.
 """
 
+import contextlib
+import fcntl
 import json
 import os
 import re
@@ -92,6 +94,29 @@ def real_name(stored: str) -> str:
         at = match.end()
     parts.append(stored[at:].encode("utf-8", "surrogateescape"))
     return os.fsdecode(b"".join(parts))
+
+
+@contextlib.contextmanager
+def locked(ledger_path):
+    """Hold the exclusive lock of a file ledger's roots (``flock`` on ``<roots>.lock``).
+
+    Runs with different ``--out`` on one ledger decide under it whether their ``--out``
+    becomes the recorded root (check, then replace): without it one run could verify
+    its folder, another replace the root, and the first then overwrite it with a folder
+    that lacks the other's artifacts. The lock dies with its process (kill -9 included).
+    """
+    marker = roots_file(ledger_path)
+    fd = None
+    if marker is not None and Path(ledger_path).is_file():
+        with contextlib.suppress(OSError):  # a read-only folder: nothing can be recorded
+            fd = os.open(f"{marker}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        if fd is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)  # releases the flock
 
 
 NAME_MAX = 255  # bytes in one file name, when the folder cannot tell (os.pathconf)

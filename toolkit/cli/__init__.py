@@ -32,11 +32,20 @@ def emit(document, as_json, text):
     print(json.dumps(document, indent=2, sort_keys=True) if as_json else text)
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """Bad arguments (``--jobs x``, a missing flag) are the CLI rule's one line, exit 2:
+    argparse's multi-line usage block stays for ``--help``."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="python -m toolkit",
         description="Interruption-safe batch document processing: drills, runs and audits.")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True,
+                                parser_class=OneLineParser)
     for name, (help, add_arguments) in COMMANDS.items():
         sub_parser = sub.add_parser(name, help=help, description=help)
         sub_parser.set_defaults(handler=add_arguments(sub_parser))

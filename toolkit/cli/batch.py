@@ -126,9 +126,15 @@ def _run(parser):
         finally:
             runner.close()
         provider.close()
+        # Strays (items of the ledger whose input is gone) are counted too, so the summary
+        # matches `ledger`: a `pending=1` there is never missing here.
+        for item in runner.strays:
+            counts[item.state.value] += 1
         items = sum(counts.values())
-        text = "  ".join(f"{state}={n}" for state, n in counts.items() if n) + f"  (items={items})"
-        emit({"items": items, "by_state": counts}, args.json, text)
+        strays = f", strays={len(runner.strays)}" if runner.strays else ""
+        text = "  ".join(f"{state}={n}" for state, n in counts.items() if n) + \
+            f"  (items={items}{strays})"
+        emit({"items": items, "by_state": counts, "strays": len(runner.strays)}, args.json, text)
         if runner.halted:
             print(f"halted, no new work taken: {runner.halted}", file=sys.stderr)
             if runner.health_recorded is False:

@@ -366,7 +366,7 @@ def _one_run(drill, run, faults, ledger_path, provider, work, inputs, steps, fir
     runners = []
     for n, injector in enumerate(injectors):
         watched = _watched(injector, run, steps, provider, fired.shots)
-        hook = _chain(race, watched) if race else watched
+        hook = _chain(*(h for h in (race, watched, slow and slow.release) if h))
         runner = open_strategy(drill.strategy, ledger_path, provider, work / "out",
                                options=options, lease_ttl=0.3 if slow else 60.0,
                                policy=_policy(drill, run), hook=hook, worker=f"worker-{n + 1}",
@@ -407,6 +407,7 @@ def _one_run(drill, run, faults, ledger_path, provider, work, inputs, steps, fir
     if errors:
         raise errors[0]  # a drill that breaks unexpectedly is a failed drill, not a verdict
     if slow is not None:
+        slow.stolen.set()  # a recoverer that never took its item must not keep it waiting
         slow.join(timeout=30)
         fired.append((run, "slow_owner", f"exit {slow.exitcode}"))
     if drill.cancel_after_first_run and run == 0:

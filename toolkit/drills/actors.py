@@ -10,13 +10,19 @@ from toolkit.runner import RetryPolicy
 from toolkit.runner.ops import cancel
 
 
+MEET_TIMEOUT = 15.0  # seconds; a guard against a partner that never comes, not a race window
+
+
 def _barrier_hook(parties, on_meet=None):
     barrier = threading.Barrier(parties)
 
     def meet(point, key, **context):
         if point == "before_intent":
             try:
-                if barrier.wait(timeout=0.5) == 0 and on_meet is not None:
+                # The partner thread may be late by seconds on a loaded machine (CI runs
+                # 3 pytest processes on 2 cores): wait long enough for it; a worker that
+                # never comes (it finished, or its claim failed) breaks the barrier once.
+                if barrier.wait(timeout=MEET_TIMEOUT) == 0 and on_meet is not None:
                     on_meet(key)  # once per meeting: the workers raced on this item
             except threading.BrokenBarrierError:
                 pass  # the other worker is elsewhere: no race on this item
@@ -30,7 +36,8 @@ def _chain(*hooks):
     return hook
 
 
-def _slow_owner(ledger_path, db_path, jobs_dir, contract, inputs, options, ready, strategy):
+def _slow_owner(ledger_path, db_path, jobs_dir, contract, inputs, options, ready, strategy,
+                stolen, owned):
     """A live worker process that holds a short lease and is slow before its submit.
 
     It runs the drill's own strategy when it is one of ours: a safe worker checks
@@ -46,8 +53,12 @@ def _slow_owner(ledger_path, db_path, jobs_dir, contract, inputs, options, ready
 
     def dawdle(point, key, **context):
         if point == "after_intent":
+            owned.value = key.encode()
             ready.set()
-            time.sleep(1.0)  # far past its 0.2 s lease: slow, not dead
+            # Slow, not dead: it goes on only once the recoverer has taken its expired
+            # lease and committed its own intent (a handshake, not a sleep that a loaded
+            # machine outlasts); the timeout only guards a recoverer that never comes.
+            stolen.wait(timeout=60)
 
     provider = FakeProvider(db_path, jobs_dir, contract)
     runner = Runner(open_ledger(ledger_path), provider, Path(ledger_path).parent / "out",
@@ -66,15 +77,21 @@ def _start_slow_owner(ledger_path, provider, work, inputs, options, strategy="sa
     import time
 
     context = multiprocessing.get_context("fork")
-    ready = context.Event()
+    ready, stolen, owned = context.Event(), context.Event(), context.Array("c", 256)
     child = context.Process(target=_slow_owner, args=(
         ledger_path, provider.db_path, provider.out_dir, provider.contract, inputs, options,
-        ready, strategy))
+        ready, strategy, stolen, owned))
     child.start()
     if not ready.wait(timeout=30):
         child.kill()
         raise ToolkitError("the slow owner never reached its intent")
-    time.sleep(0.3)  # its 0.2 s lease runs out while it dawdles
+    time.sleep(0.3)  # at least 0.3 s: its 0.2 s lease has run out before the recoverer starts
+
+    def release(point, key, **context):
+        """The recoverer's hook: its intent on the owner's item lets the owner go on."""
+        if point == "after_intent" and key.encode() == owned.value:
+            stolen.set()
+    child.release, child.stolen = release, stolen  # stolen.set(): free it in any case
     return child
 
 

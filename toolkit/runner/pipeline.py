@@ -21,7 +21,7 @@ from toolkit.errors import LeaseHeldError, LedgerError
 from toolkit.identity import canonical_json, content_digest, task_key
 from toolkit.ledger import PERMANENT, Item, State
 from toolkit.provider import Contract
-from toolkit.runner import artifacts, keying
+from toolkit.runner import artifacts, keying, outroot
 from toolkit.runner.inputs import Odd, entry_name, read_input
 from toolkit.runner.ops import mark_unhealthy, recover_abandoned, require_healthy
 
@@ -336,8 +336,9 @@ class Pipeline:
             bar.close()
         self._current = self._stage = None
         self._drop_snapshots()
-        if not self.halted and not self.local_errors and self.other_roots:
-            self._record_out()
+        if not self.halted:  # another run may have done some of ours, into its --out
+            self.local_errors += outroot.settle(self.ledger, self.out_dir, restless,
+                                                self.verify_all, replace=not self.local_errors)
         self.unsettled = 0  # items a later run must pick up again
         with contextlib.suppress(LedgerError, OSError) if self.halted else contextlib.nullcontext():
             for item in self.ledger.get_many(restless).values():
@@ -384,22 +385,11 @@ class Pipeline:
         if recorded is not None and recorded.resolve() != self.out_dir.resolve():
             self.other_roots = [recorded]
         folders = {os.path.dirname(path) for path in inputs}  # no Path per input: a resume's
-        roots.record(where, out=self.out_dir,  # cost is per item
-                     inputs=Path(folders.pop()) if len(folders) == 1 else None)
-
-    def _record_out(self) -> None:
-        """This run's ``--out`` becomes the recorded outputs root once it holds every
-        done item's verified artifact (of the whole ledger, not only this batch): the
-        roots file then never names a folder that lacks one (roots.record's rule)."""
-        for item in self.ledger.items():
-            if item.state is S.DONE and not artifacts.intact(
-                    roots.resolve(self.out_dir, item.artifact_path or ""), item, self.verify_all):
-                # e.g. an operator's ``resolve --accept-artifact`` recorded meanwhile (after
-                # our scan) relative to the recorded root: not at rest here, run again (exit 1)
-                self.local_errors.append(f"{item.key[:12]}: its artifact "
-                                         f"{item.artifact_path!r} is not in {self.out_dir} yet")
-                return
-        roots.record(getattr(self.ledger, "path", None), replace=True, out=self.out_dir)
+        if roots.recorded(where):  # cost is per item
+            return  # recorded once: only a run's end replaces ``out`` (``outroot.settle``)
+        with roots.locked(where):  # two first runs at once: one writes, the other sees it
+            roots.record(where, out=self.out_dir,
+                         inputs=Path(folders.pop()) if len(folders) == 1 else None)
 
     def process(self, key: str):
         """Advance one item until it rests for this run."""

@@ -1,0 +1,129 @@
+"""Two runs at once on one SQLite ledger with different ``--out`` (outsider finding).
+
+Real processes, paused at real points: run B is stopped (SIGSTOP) while it holds an
+item's lease, run A finishes the rest and waits at its end on the roots lock, which the
+test holds; only then does B go on, so B turns the item ``done`` in its own ``--out``
+while A still has to account for it.
+"""
+
+import fcntl
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+
+from toolkit import documents, roots
+from toolkit.ledger import State, open_ledger
+from toolkit.provider import provider_stats
+from toolkit.errors import ToolkitError
+
+
+def _waiters_on(path) -> int:
+    """How many flock requests on ``path`` are blocked now (``/proc/locks``' ``->`` lines)."""
+    inode = os.stat(path).st_ino
+    with open("/proc/locks") as locks:
+        return sum("->" in line and line.split()[-3].endswith(f":{inode}") for line in locks)
+
+
+def _until(condition, what, limit=120):
+    deadline = time.monotonic() + limit  # a guard against a hang, not a timing assumption
+    while not condition():
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        time.sleep(0.01)
+
+
+def _free(path) -> bool:
+    """Nobody holds ``path``'s SQLite write lock now."""
+    db = sqlite3.connect(path, timeout=0)
+    try:
+        db.execute("BEGIN IMMEDIATE")
+        db.rollback()
+        return True
+    except sqlite3.OperationalError:
+        return False
+    finally:
+        db.close()
+
+
+def _stopped_holding_a_lease(child, ledger, db) -> bool:
+    """SIGSTOP ``child``; True (it stays stopped) if it holds an unfinished item's lease
+    and neither database's write lock, else SIGCONT and False."""
+    os.kill(child.pid, signal.SIGSTOP)
+    if _free(ledger) and _free(db):
+        with open_ledger(ledger) as opened:
+            if any(item.lease_owner is not None and item.state is not State.DONE
+                   for item in opened.items()):
+                return True
+    os.kill(child.pid, signal.SIGCONT)
+    time.sleep(0.005)
+    return False
+
+
+def _executions(db):
+    try:
+        return provider_stats(db)["executions"]
+    except ToolkitError:
+        return 0
+
+
+@pytest.mark.slow
+def test_concurrent_runs_with_different_out_never_claim_done_without_artifact_in_own_out(
+        tmp_path, small_corpus):
+    """Fault: run B (``--out o2``) holds an item's lease, paused; run A (``--out o1``) on
+    the same inputs and ledger finishes the others; B then turns the item done in o2
+    while A waits at its end. Property: a run that exits 0 holds every item of its batch
+    verified in its own --out (A copies B's item from the recorded root); once both end,
+    the recorded ``out`` holds every done item's verified artifact."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    docs = [doc for doc in small_corpus if "poison" not in doc.name]
+    for doc in docs:
+        shutil.copyfile(doc, folder / doc.name)
+    ledger, db = tmp_path / "b.sqlite", tmp_path / "p.sqlite"
+
+    def start(out):
+        return subprocess.Popen(
+            [sys.executable, "-m", "toolkit", "run", "--inputs", folder, "--ledger", ledger,
+             "--provider-db", db, "--out", tmp_path / out, "--no-progress"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    b = start("o2")
+    _until(lambda: _executions(db) >= 1 or b.poll() is not None, "B's first execution")
+    # Stop B where it holds a lease but no SQLite write lock (a transaction of B's would
+    # block A): stop, look, and let it run on a little until that is so.
+    _until(lambda: b.poll() is not None or _stopped_holding_a_lease(b, ledger, db),
+           "B stopped outside a transaction with an item in flight")
+    assert b.poll() is None, "B finished before it could be stopped: the race is not set up"
+    try:
+        lock = os.open(f"{roots.roots_file(ledger)}.lock", os.O_RDWR | os.O_CREAT)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        a = start("o1")
+        _until(lambda: _waiters_on(f"{roots.roots_file(ledger)}.lock") >= 1 or
+               a.poll() is not None, "A waiting at its end")
+    finally:
+        os.kill(b.pid, signal.SIGCONT)
+    _until(lambda: _waiters_on(f"{roots.roots_file(ledger)}.lock") >= 2 or
+           b.poll() is not None, "B waiting at its end")
+    os.close(lock)  # both go on, in whichever order the lock grants
+    results = {"o1": a.communicate(timeout=180), "o2": b.communicate(timeout=180)}
+    codes = {"o1": a.returncode, "o2": b.returncode}
+    with open_ledger(ledger) as opened:
+        done = [item for item in opened.items() if item.state is State.DONE]
+    assert len(done) == len(docs)
+
+    def holds(out):
+        return all(documents.verify(tmp_path / out / item.artifact_path, item.artifact_size,
+                                    item.artifact_sha256) for item in done)
+    for out, code in codes.items():
+        assert code in (0, 1), results[out]
+        if code == 0:
+            assert holds(out), f"run --out {out} exited 0 without every artifact"
+        else:
+            assert "run again" in results[out][1] or "not at rest" in results[out][1]
+    assert holds(roots.recorded(ledger)["out"].name), "the recorded out lacks an artifact"
+    assert any(code == 0 for code in codes.values())
