@@ -433,23 +433,6 @@ def _snapshot(run, label, event, items, provider):
                 stats["executions"])
 
 
-def chosen_drills(names=None, strategy=None) -> list[Drill]:
-    """The drills ``run_catalogue`` runs: all (or the named ones); with ``strategy``, the safe rows."""
-    chosen = CATALOGUE if names is None else [DRILLS[name] for name in names]
-    if strategy is not None:
-        chosen = [drill for drill in chosen if drill.strategy == "safe"]
-    return chosen
-
-
-def run_catalogue(names=None, progress=None, strategy=None) -> list[DrillResult]:
-    """Run every drill (or the named ones), in catalogue order.
-
-    With ``strategy``, run each distinct scenario (the safe rows) with that
-    strategy instead, expecting what the safe design achieves: a valid verdict.
-    """
-    results = []
-    for drill in chosen_drills(names, strategy):
-        results.append(run_drill(drill, strategy=strategy))
-        if progress is not None:
-            progress(results[-1])
-    return results
+# The catalogue runners (one after another, or in parallel processes) live beside each
+# other; imported last because they call run_drill.
+from toolkit.drills.parallel import chosen_drills, run_catalogue  # noqa: E402

@@ -1,4 +1,5 @@
-"""The drill catalogue in parallel processes: same results, same order, a fraction of the time.
+"""Running the drill catalogue: one drill after another (``run_catalogue``) or in parallel
+processes (``run_parallel``): same results, same order, a fraction of the time.
 
 Drills are independent: each runs in its own temporary folder with its own
 ledger, provider and (HTTP drills) service on a port the system picks. So
@@ -22,7 +23,29 @@ import selectors
 import sys
 import traceback
 
-from toolkit.drills import chosen_drills, run_drill
+from toolkit.drills import CATALOGUE, DRILLS, Drill, DrillResult, run_drill
+
+
+def chosen_drills(names=None, strategy=None) -> list[Drill]:
+    """The drills ``run_catalogue`` runs: all (or the named ones); with ``strategy``, the safe rows."""
+    chosen = CATALOGUE if names is None else [DRILLS[name] for name in names]
+    if strategy is not None:
+        chosen = [drill for drill in chosen if drill.strategy == "safe"]
+    return chosen
+
+
+def run_catalogue(names=None, progress=None, strategy=None) -> list[DrillResult]:
+    """Run every drill (or the named ones), in catalogue order.
+
+    With ``strategy``, run each distinct scenario (the safe rows) with that
+    strategy instead, expecting what the safe design achieves: a valid verdict.
+    """
+    results = []
+    for drill in chosen_drills(names, strategy):
+        results.append(run_drill(drill, strategy=strategy))
+        if progress is not None:
+            progress(results[-1])
+    return results
 
 
 def default_jobs() -> int:
