@@ -1,0 +1,96 @@
+"""Outsider findings on the course, fixed in the package: each test names the fault the
+reader met and what must hold now."""
+
+import json
+import os
+import types
+
+import pytest
+
+from toolkit.drills import DRILLS
+from toolkit.widgets.disk import Snapshot, bytes_table, power_cut
+from toolkit.widgets.killnine import map_rows
+from toolkit.widgets.results import crash_rows
+
+KEY = "6f059dd795c5cccb581913b54e17304045feff83e418f26b937dea086cb0dba1"
+
+
+@pytest.mark.slow
+def test_power_cut_rerun_submits_count_only_the_rerun_not_the_provider_total(tmp_path):
+    """Fault: a real SIGKILL after the first ``done`` commit, the ledger cut to its last
+    fsync. Must hold: the table's "rerun submits" counts the rerun's own submits: with fsync
+    only doc-001 is left to send (1); without fsync both documents are sent again (2); the
+    provider's total (both runs) is what ``rerun["submits"]`` keeps."""
+    durable, loose = (power_cut(name, tmp_path / name) for name in ("jsonl", "jsonl-no-fsync"))
+    assert durable.rerun_submits == 1 and loose.rerun_submits == 2
+    for cut in (durable, loose):
+        assert cut.rerun["submits"] - cut.rerun_submits == 1  # the first run sent doc-000
+    from toolkit.widgets.disk import power_table
+
+    assert [row["rerun submits"] for row in power_table([durable, loose]).rows] == [1, 2]
+
+
+def test_event_lines_without_sizes_keep_the_move_after_the_cut_key_and_one_ellipsis():
+    """Fault: event lines were cut to the column width before keys were shortened, so a
+    ``move`` line lost its states and an ``add`` line showed two ellipses. Must hold: every
+    line shows seq, op, the key cut to 8 digits (one ellipsis) and the whole move; the
+    caption speaks of a torn tail, never of "0 line(s)"."""
+    lines = [{"seq": 1, "op": "add", "key": KEY, "from": None, "to": "pending", "at": 1.5},
+             {"seq": 4, "op": "move", "key": KEY, "from": "pending", "to": "unknown", "at": 2.5}]
+    data = "".join(json.dumps(line) + "\n" for line in lines).encode()
+    table = bytes_table(Snapshot("after", data), sizes=False)
+    assert [row["content"] for row in table.rows] == [
+        "#1 add 6f059dd7… - -> pending", "#4 move 6f059dd7… pending -> unknown"]
+    assert table.title.endswith("no torn tail") and "line(s), torn" not in table.title
+    torn = bytes_table(Snapshot("torn", data + b'{"seq": 5'), sizes=False)
+    assert torn.title.endswith("a torn tail (part of a line)")
+    assert bytes_table(Snapshot("torn", data + b'{"seq": 5')).title.endswith("9 byte(s)")
+
+
+def test_crash_map_x_labels_keep_the_whole_step_label_with_its_state_change():
+    """Fault: the kill -9 map cut step labels at 34 characters, exactly where the state
+    change is ("commit move doc-000 pending->unkn…"). Must hold: each tick carries the
+    whole label (wrapped over lines, never cut)."""
+    labels = ["commit move doc-000 pending->unknown", "submit doc-000#1 returned job-000001",
+              "provider job-000002 accepted, not yet recorded",
+              "artifact renamed into place: doc-000.out.pdf"]
+    exploration = types.SimpleNamespace(
+        steps=[{"n": n, "label": label} for n, label in enumerate(labels, 1)],
+        plan=types.SimpleNamespace(strategy="safe"),
+        rows=[{"point": n, "verdict": "valid", "how": "kill"} for n in range(1, 5)])
+    rows = map_rows(exploration)
+    for row, label in zip(rows, labels):
+        assert "\u2026" not in row["point"]
+        assert row["point"].replace("\n", " ") == f"{row['step']} {label}"
+
+
+def test_course_map_crash_rows_include_the_safe_half_download_next_to_its_naive_twin():
+    """Fault: the course map's crash map showed only the red half-download/output-exists at
+    during_fetch. Must hold: the safe ``half-download`` (a cut download, no crash) has its
+    own green lane at the same point."""
+    def result(name, valid):
+        return types.SimpleNamespace(drill=DRILLS[name], by_state={},
+                                     verdict=types.SimpleNamespace(valid=valid))
+
+    rows = crash_rows([result("half-download", True), result("half-download/output-exists",
+                                                             False)])
+    assert [(row["lane"], row["point"], row["verdict"]) for row in rows] == [
+        ("half-download", "during_fetch", "valid"),
+        ("half-download/output-exists", "during_fetch", "violation")]
+
+
+def test_artifact_symlink_out_of_the_folder_is_named_relative_never_by_absolute_path(
+        tmp_path):
+    """Fault: an artifact path that resolves outside the artifacts folder was reported with
+    the auditing machine's absolute path (a committed notebook leaked a developer's
+    directory). Must hold: the finding names where it resolves relative to the folder."""
+    from toolkit.forensics.checks import locate
+
+    (tmp_path / "inputs").mkdir()
+    (tmp_path / "inputs" / "a.pdf").write_bytes(b"%PDF")
+    artifacts = tmp_path / "artifacts"
+    artifacts.mkdir()
+    os.symlink("../inputs/a.pdf", artifacts / "escape.out.pdf")
+    real, why = locate(str(artifacts), "escape.out.pdf")
+    assert real is None and "'../inputs/a.pdf'" in why
+    assert str(tmp_path) not in why.replace(repr(str(artifacts)), "")
