@@ -94,3 +94,50 @@ def test_artifact_symlink_out_of_the_folder_is_named_relative_never_by_absolute_
     real, why = locate(str(artifacts), "escape.out.pdf")
     assert real is None and "'../inputs/a.pdf'" in why
     assert str(tmp_path) not in why.replace(repr(str(artifacts)), "")
+
+
+@pytest.mark.parametrize("ledger, artifacts, says", [
+    ("nope/does-not-exist.sqlite", None, "-p ledger: cannot audit 'nope/does-not-exist.sqlite'"),
+    ("README.md", None, "-p ledger: cannot audit 'README.md'"),
+    ("fixtures/ledgers/toolkit.jsonl", "no such dir",
+     "-p artifacts 'no such dir' is not a readable directory"),
+])
+def test_audit_tool_with_an_unusable_parameter_stops_with_one_line_naming_the_parameter(
+        ledger, artifacts, says):
+    """Fault: the audit notebook run as a papermill tool on a missing ledger, a text file,
+    or a folder that is not one. Must hold: one short line naming the papermill parameter
+    (not the CLI flag), formats by name only, and IPython shows that line alone."""
+    from toolkit.widgets.course import ParameterError, audit_tool
+
+    with pytest.raises(ParameterError) as caught:
+        audit_tool(ledger, artifacts)
+    message = str(caught.value)
+    assert message.startswith(says) and "\n" not in message and len(message) < 240
+    assert "--artifacts" not in message and "one event object per line" not in message
+    assert caught.value._render_traceback_() == [f"ParameterError: {message}"]
+
+
+@pytest.mark.slow
+def test_papermill_with_a_missing_ledger_reports_one_clear_line_in_the_notebook(tmp_path):
+    """Fault: ``papermill ... -p ledger nope/does-not-exist.sqlite``. Must hold: the run fails
+    and the notebook's error output is one line naming ``-p ledger`` and the path (it was a
+    60-line traceback ending in every supported format's description)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("papermill")
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "out.ipynb"
+    done = subprocess.run(
+        [sys.executable, "-m", "papermill", "notebooks/11-Audit-A-Ledger.ipynb", str(out),
+         "-p", "ledger", "nope/does-not-exist.sqlite", "-k", "python3", "--no-progress-bar"],
+        cwd=root, capture_output=True, text=True, timeout=600)
+    assert done.returncode != 0
+    errors = [o for c in json.loads(out.read_text())["cells"] if c["cell_type"] == "code"
+              for o in c["outputs"] if o["output_type"] == "error"]
+    assert len(errors) == 1 and errors[0]["traceback"] == [
+        "ParameterError: -p ledger: cannot audit 'nope/does-not-exist.sqlite': "
+        "No such file or directory (reads: toolkit-jsonl, jsonl-state, litequeue, "
+        "persist-queue, celery-db, toolkit-sqlite, sqlite-task_items, sqlite-jobs)"]
+    assert done.stderr.rstrip().endswith(errors[0]["traceback"][0])
