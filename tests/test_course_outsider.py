@@ -141,3 +141,32 @@ def test_papermill_with_a_missing_ledger_reports_one_clear_line_in_the_notebook(
         "No such file or directory (reads: toolkit-jsonl, jsonl-state, litequeue, "
         "persist-queue, celery-db, toolkit-sqlite, sqlite-task_items, sqlite-jobs)"]
     assert done.stderr.rstrip().endswith(errors[0]["traceback"][0])
+
+
+@pytest.mark.slow
+def test_a_reply_slower_than_the_lost_reply_timeout_is_awaited_in_a_drill_without_that_fault(
+        tmp_path):
+    """Fault: a real submit reply that takes 2.5 s (a loaded machine), in an HTTP drill whose
+    own fault is a cut download. Must hold: the client waits for it (no timeout, so no
+    load-made lookup in the printed call log); in a lost-reply drill the same slow reply
+    still really times out."""
+    from toolkit.documents import make_corpus
+    from toolkit.drills.service import READ_TIMEOUT, read_timeout
+    from toolkit.provider.client import HttpProvider, ServiceProcess
+    from toolkit.provider.service import ServiceFaults
+
+    doc = make_corpus(tmp_path / "in", docs=1, poison=0, seed=5)[0]
+    service = ServiceProcess(tmp_path / "p.db", tmp_path / "jobs", "idempotent",
+                             faults=ServiceFaults(slow_submits=2, slow_seconds=READ_TIMEOUT + 0.5))
+    service.start()
+    clients = [HttpProvider(service.url, read_timeout=read_timeout(faults))
+               for faults in (("slow_submit",), ("cut_fetch",))]
+    try:
+        with pytest.raises(TimeoutError):
+            clients[0].submit("k-lost:1", doc, {}, task_key="k-lost")
+        job = clients[1].submit("k-calm:1", doc, {}, task_key="k-calm")
+        assert job.job_id
+    finally:
+        for client in clients:
+            client.close()
+        service.stop()
