@@ -170,3 +170,65 @@ def test_a_reply_slower_than_the_lost_reply_timeout_is_awaited_in_a_drill_withou
         for client in clients:
             client.close()
         service.stop()
+
+
+def _drawn(draw, *args, figsize=(8, 4)):
+    """Draw on a real Agg figure, laid out as shown; return the axes and its renderer."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=figsize, dpi=80, layout="constrained")
+    canvas = FigureCanvasAgg(figure)
+    ax = draw(*args, ax=figure.add_subplot())
+    canvas.draw()
+    return ax, canvas.get_renderer()
+
+
+def _overlap(a, b) -> bool:
+    return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
+
+
+def test_submit_counts_long_contract_labels_side_by_side_do_not_run_into_each_other():
+    """Fault: two bars labelled "contract[non-idempotent]" and its "/blind-retry" twin ran
+    into each other (notebook 01). Must hold: the drawn x tick labels do not overlap, and
+    the legend covers no count annotation."""
+    from toolkit.viz import submit_counts
+
+    rows = [{"label": "contract[non-idempotent]", "submit_calls": 3, "executions": 3,
+             "parked": 1, "docs": 4},
+            {"label": "contract[non-idempotent]/blind-retry", "submit_calls": 5,
+             "executions": 5, "doubles": 1, "docs": 4}]
+    ax, renderer = _drawn(submit_counts, rows, figsize=(5, 4))
+    ticks = [t.get_window_extent(renderer) for t in ax.get_xticklabels() if t.get_text()]
+    assert len(ticks) == 2 and not _overlap(*ticks)
+    legend = ax.get_legend().get_window_extent(renderer)
+    assert not [t for t in ax.texts if _overlap(legend, t.get_window_extent(renderer))]
+
+
+def test_audit_summary_with_few_items_keeps_each_panel_title_clear_of_the_tick_labels_above():
+    """Fault: an audit of a 1-item foreign state file drew "0findings by kind": the panel
+    above's x tick labels ran into the next panel's title. Must hold: no panel title
+    overlaps any panel's tick labels."""
+    from toolkit.viz import audit_summary
+
+    summary = {"format": "jsonl-state", "items": 1, "by_state": {"done": 1},
+               "anomalies": [], "plan": {"verify": 1}}
+    import matplotlib.pyplot as plt
+
+    ax = audit_summary(summary)  # at the size it picks for itself, as the notebook shows it
+    try:
+        ax.figure.canvas.draw()
+        renderer = ax.figure.canvas.get_renderer()
+        _assert_titles_clear(ax.child_axes, renderer)
+    finally:
+        plt.close(ax.figure)
+
+
+def _assert_titles_clear(panels, renderer):
+    assert len(panels) == 3
+    for panel in panels:
+        title = panel._left_title.get_window_extent(renderer)  # loc="left": matplotlib's own
+        for other in panels:
+            labels = other.get_xticklabels() + other.get_yticklabels()
+            assert not [t.get_text() for t in labels if t.get_text() and
+                            _overlap(title, t.get_window_extent(renderer))]
