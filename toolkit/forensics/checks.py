@@ -41,7 +41,10 @@ def locate(root: str | None, recorded: str) -> tuple[str | None, str | None]:
         return None, f"{recorded!r} is outside {root!r}"
     real = os.path.realpath(full)
     if not _inside(real, real_root):
-        return None, f"{recorded!r} resolves to {real!r}, outside {root!r}"
+        # Named relative to the folder, never absolute: a report (or a committed notebook)
+        # must not carry the auditing machine's own directories.
+        return None, (f"{recorded!r} resolves to {os.path.relpath(real, real_root)!r} "
+                      f"from {root!r}, outside it")
     return real, None
 
 

@@ -44,8 +44,8 @@ def render_text(report, limit: int = 40, action: str | None = None) -> str:
     anomalies = report.anomalies
     out += ["", f"findings ({len(anomalies)})"]
     if anomalies:
-        # keys in full (wrapped); a detail is cut to its column, whole in --json
-        rows = [(a.kind, a.key, _safe(a.detail, 66)) for a in anomalies[:limit]]
+        # keys in full, details in full (both wrapped): a cut detail lost its advice
+        rows = [(a.kind, a.key, a.detail) for a in anomalies[:limit]]
         out += _wrapped(("kind", "key", "detail"), rows, (21, 24, 66))
         if len(anomalies) > limit:
             out.append(f"… and {len(anomalies) - limit} more (use --json for all)")

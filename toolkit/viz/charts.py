@@ -1,5 +1,7 @@
 """Counts per drill, per-item timelines, crash-point maps and audit summaries."""
 
+import re
+
 from toolkit.viz.harm import draw_marks, headroom
 from toolkit.viz.style import (
     ACTION_COLOURS,
@@ -55,10 +57,11 @@ def submit_counts(rows, ax=None, title="Submit calls and executions at the provi
             ax.hlines(row["docs"], i - width, i + width, colors="black", linewidth=2,
                       label="documents" if i == 0 else None)
         top = max(top, submits, executions + parked, row.get("docs") or 0)
-    # "scenario/naive-twin" labels break after the slash: side by side they overlapped
-    ax.set_xticks(range(len(rows)), [str(row.get("label", row.get("drill", ""))).replace(
-        "/", "/\n") for row in rows], rotation=20 if len(rows) > 3 else 0,
-        ha="right" if len(rows) > 3 else "center", fontsize=8)
+    # "scenario/naive-twin" labels break after the slash, "contract[...]" before its bracket:
+    # side by side, whole, two of them ran into each other
+    ax.set_xticks(range(len(rows)), [_tick(row.get("label", row.get("drill", "")))
+                                     for row in rows], rotation=20 if len(rows) > 3 else 0,
+                  ha="right" if len(rows) > 3 else "center", fontsize=8)
     ax.set_ylim(0, top * 1.3 + 0.5)
     ax.set_ylabel("count")
     handles, labels = ax.get_legend_handles_labels()
@@ -69,6 +72,12 @@ def submit_counts(rows, ax=None, title="Submit calls and executions at the provi
     if title:
         ax.set_title(title, fontsize=11)
     return ax
+
+
+def _tick(label) -> str:
+    """A bar's label on short lines: after each "/", before a "[" that follows a name."""
+    text = str(label).replace("/", "/\n")
+    return re.sub(r"(?<=\w)\[", "\n[", text)
 
 
 def _changes(events):
@@ -186,14 +195,18 @@ def audit_summary(summary, ax=None, title=None):
                                   for action, n in summary.get("plan", {}).items() if n])]
     from matplotlib.ticker import MaxNLocator
 
-    sizes = [max(len(bars), 1) + 1.6 for _, bars in blocks]
-    ax = axes(ax, (8, 0.3 * sum(sizes) + 1.2))
+    # Heights in units of one bar row: each panel has its rows, and above it room for its
+    # title (0.9) and below it for its x tick labels (1.3), so a few-bar panel's "0" tick
+    # never runs into the next panel's title.
+    above, below = 0.9, 1.3
+    sizes = [max(len(bars), 1) + above + below for _, bars in blocks]
+    ax = axes(ax, (8, 0.3 * sum(sizes) + 0.8))
     ax.axis("off")
-    top = 1.0
+    top, unit = 1.0, 1.0 / sum(sizes)
     for (label, bars), size in zip(blocks, sizes):
-        height = size / sum(sizes)
-        panel = ax.inset_axes([0.0, top - height + 0.09 * height, 1.0, height * 0.72])
-        top -= height
+        rows = max(len(bars), 1)
+        panel = ax.inset_axes([0.0, top - (above + rows) * unit, 1.0, rows * unit])
+        top -= size * unit
         for row, (what, count, colour) in enumerate(bars):
             panel.barh(row, count, color=colour, edgecolor="#333333", linewidth=0.5)
             panel.text(count, row, f" {count}", va="center", fontsize=8)

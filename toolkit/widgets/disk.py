@@ -22,7 +22,7 @@ import dataclasses
 import itertools
 from pathlib import Path
 
-from toolkit.widgets.tables import Table
+from toolkit.widgets.tables import Table, short
 
 CLOCK_START = 1_700_000_000.0  # the torn-write story's clock: its bytes never vary
 
@@ -57,7 +57,8 @@ def bytes_table(snap: Snapshot, sizes: bool = True, width: int = 72) -> Table:
     counts (for files whose lines carry wall-clock stamps of varying length)."""
     rows = []
     for n, line in enumerate(snap.lines(), 1):
-        text = line.rstrip(b"\n").decode("utf-8", "replace") if sizes else _event_text(line)
+        # Keys are cut before the width is, so the cut never eats the move a line records.
+        text = short(line.rstrip(b"\n").decode("utf-8", "replace") if sizes else _event_text(line))
         row = {"line": n, "ends": "\\n" if line.endswith(b"\n") else "TORN (no newline)",
                "content": text if len(text) <= width else text[:width - 1] + "…"}
         if sizes:
@@ -66,9 +67,9 @@ def bytes_table(snap: Snapshot, sizes: bool = True, width: int = 72) -> Table:
     columns = ["line", "bytes", "ends", "content"] if sizes else ["line", "ends", "content"]
     return Table(rows, columns, marked=[i for i, row in enumerate(rows) if row["ends"] != "\\n"],
                  title=f"{snap.label}: {len(snap.data) if sizes else '…'} bytes, "
-                       f"{snap.whole} whole line(s), torn tail of "
-                       f"{snap.torn if sizes else int(bool(snap.torn))} "
-                       f"{'byte(s)' if sizes else 'line(s)'}")
+                       f"{snap.whole} whole line(s), " + (
+                           f"torn tail of {snap.torn} byte(s)" if sizes else
+                           "a torn tail (part of a line)" if snap.torn else "no torn tail"))
 
 
 def _event_text(line: bytes) -> str:
@@ -129,6 +130,7 @@ class PowerCut:
     acknowledged: int  # commits that returned to the runner before the kill
     lost: list  # acknowledged transitions gone from the file
     rerun: dict  # the checker's judgement after a rerun (explore's row fields)
+    rerun_submits: int = 0  # submits the rerun alone sent (rerun["submits"] counts both runs)
 
 
 def power_cut(ledger: str, workdir, docs: int = 2, contract: str = "non-idempotent") -> PowerCut:
@@ -160,11 +162,25 @@ def power_cut(ledger: str, workdir, docs: int = 2, contract: str = "non-idempote
     after = snapshot(paths.ledger, "after the power cut (only fsynced bytes)")
     lost = lost_acknowledged(paths.ledger, messages)
     acked = sum(m["t"] == "ack" for m in messages)
+    # The provider's counters span both runs: read them before the rerun, so the
+    # table can show what the rerun alone sent.
+    submits_before = _submit_calls(plan, paths)
     rerun, _ = fork(run_batch, plan, paths, inputs, names, run=1)
     end = next((m for m in rerun if m["t"] == "end"), None)
     rested = end is not None and not end["unsettled"] and not end["halted"]
     judged = _judge(plan, paths, inputs, rested, lost, True)
-    return PowerCut(ledger, killed, before, after, acked, lost, judged)
+    return PowerCut(ledger, killed, before, after, acked, lost, judged,
+                    judged["submits"] - submits_before)
+
+
+def _submit_calls(plan, paths) -> int:
+    from toolkit.provider import FakeProvider
+
+    provider = FakeProvider(paths.provider_db, paths.provider_out, plan.contract_object())
+    try:
+        return provider.stats()["submit_calls"]
+    finally:
+        provider.close()
 
 
 def power_table(cuts) -> Table:
@@ -172,7 +188,7 @@ def power_table(cuts) -> Table:
     rows = [{"ledger": cut.ledger, "killed after": cut.killed_at,
              "lines before cut": cut.before.whole, "lines after cut": cut.after.whole,
              "acked": cut.acknowledged, "acked but lost": len(cut.lost),
-             "rerun submits": cut.rerun["submits"], "executions": cut.rerun["executions"],
+             "rerun submits": cut.rerun_submits, "executions (both runs)": cut.rerun["executions"],
              "verdict": cut.rerun["verdict"], "anomalies": ", ".join(cut.rerun["anomalies"]) or "-"}
             for cut in cuts]
     return Table(rows, marked=[i for i, row in enumerate(rows) if row["acked but lost"]])

@@ -55,8 +55,11 @@ def map_rows(exploration) -> list[dict]:
             for row in exploration.rows if row["point"] in labels]
 
 
-def _short(label: str, width: int = 34) -> str:
-    return label if len(label) <= width else label[:width - 1] + "\u2026"
+def _short(label: str, width: int = 22) -> str:
+    """The whole step label on lines of ``width``: never cut, the state change is at its end."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap(label, width)) or label
 
 
 def replay(plan, point: int, how: str = "kill") -> Replay:
