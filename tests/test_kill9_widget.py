@@ -45,6 +45,8 @@ def test_kill_nine_panel_sweeps_for_real_draws_the_map_and_steps_through_a_picke
     assert panel.slider.max == len(killnine.replay_frames(panel.state.replayed)) - 1
     panel.slider.value = panel.slider.max
     assert panel.frame.value != first and "judged:" in panel.frame.value
+    panel.strategy.value = "blind-retry"  # a new setting drops the map and its counts
+    assert "crash points, each" not in panel.summary.value and "blind-retry" in panel.summary.value
 
 
 def test_kill_nine_refuses_a_point_that_is_not_on_the_map_and_an_unknown_strategy():
@@ -52,3 +54,14 @@ def test_kill_nine_refuses_a_point_that_is_not_on_the_map_and_an_unknown_strateg
         killnine.kill_step(killnine.KillChoice(), ("pick", (3, "kill")))
     with pytest.raises(ValueError):
         killnine.kill_step(killnine.KillChoice(), ("strategy", "yolo"))
+
+
+
+def test_kill_nine_setting_change_says_what_run_will_do():
+    """Before Run, the strategy and spacing are settings: the summary names them, so a
+    student (and the browser test) sees the choice taken; nothing is killed until Run."""
+    panel = widgets.KillNine(every=3)
+    assert "the safe runner" in panel.summary.value and "one durable step in 3" in panel.summary.value
+    panel.strategy.value = "output-exists"
+    assert "the output-exists runner" in panel.summary.value
+    assert panel.state.exploration is None

@@ -2,8 +2,10 @@
 
 ``harm_counts(rows)``: one group of bars per drill, one bar per kind of harm
 a drill can do (double executions, fake done, lost items, poison sent,
-parked but paid). A design that did none of it shows "no harm" in words, so
-an empty group is never mistaken for a missing one.
+parked but paid, resubmitted blind), its submits and executions written
+under its label. A design that did none of it shows "no harm" in words, so
+an empty group is never mistaken for a missing one. The rows come from
+``toolkit.widgets.harm_rows`` (the one row builder).
 
 ``page_progress(events, marks)``: pages checkpointed over time for each
 document sent page by page, with the crash and the restart marked: the safe
@@ -16,11 +18,12 @@ runner resumes at the next page, a naive one falls back to page 1.
 from toolkit.viz.style import DOUBLE, axes, field, name, records
 
 HARMS = (  # (row field, label, colour): the order of the bars in each group
-    ("double_execution", "double executions", DOUBLE),
+    ("doubles", "double executions", DOUBLE),
     ("fake_done", "fake done", "#ff7f0e"),
-    ("lost_item", "lost items", "#8c564b"),
-    ("poison_submitted", "poison sent", "#bcbd22"),
-    ("parked_after_success", "parked but paid", "#9467bd"),
+    ("lost", "lost items", "#8c564b"),
+    ("poison_sent", "poison sent", "#bcbd22"),
+    ("parked_paid", "parked but paid", "#9467bd"),
+    ("blind", "resubmitted blind", "#7f7f7f"),
 )
 MARK_ROOM = 0.075  # axes fraction per mark label
 MARK_STYLES = {"fault": (DOUBLE, "--"), "crash": ("#000000", "-"), "restart": ("#9467bd", ":")}
@@ -46,7 +49,7 @@ def harm_counts(rows, ax=None, title="Harm done, by kind"):
             top = max(top, count)
         if not total:
             ax.text(i, 0.15, "no harm", ha="center", va="bottom", fontsize=9, color="#2e7d32")
-    ax.set_xticks(range(len(rows)), [str(row.get("label", "")).replace("/", "/\n") for row in rows],
+    ax.set_xticks(range(len(rows)), [tick(row) for row in rows],
                   rotation=15 if len(rows) > 3 else 0, ha="right" if len(rows) > 3 else "center",
                   fontsize=8)
     from matplotlib.ticker import MaxNLocator
@@ -59,6 +62,14 @@ def harm_counts(rows, ax=None, title="Harm done, by kind"):
     if title:
         ax.set_title(title, fontsize=11)
     return ax
+
+
+def tick(row) -> str:
+    """A group's label: the drill (``drill/naive-twin`` on two lines), then what it cost."""
+    label = str(row.get("label", "")).replace("/", "/\n")
+    if "submit_calls" in row:
+        label += f"\n{row['submit_calls']} submits \u00b7 {row['executions']} execs"
+    return label
 
 
 def draw_marks(ax, marks):
@@ -117,45 +128,6 @@ def page_progress(events, marks=(), ax=None, title="Pages checkpointed, page by 
     ax.set_xlabel("event seq")
     if lanes:
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    if title:
-        ax.set_title(title, fontsize=11)
-    return ax
-
-
-# harm_bars (notebooks 04, 05, 07, 08, 09): the same harms with submits and executions
-# under each label and the blind resubmit as a kind of its own.
-KINDS = (("doubles", "double executions", DOUBLE),
-         ("poison_sent", "poison sent", "#6a3d9a"),
-         ("lost", "items lost", "#ff7f00"),
-         ("fake_done", "fake done", "#8c564b"),
-         ("parked_paid", "parked but paid", "#e7298a"),
-         ("blind", "resubmitted blind", "#7f7f7f"))
-
-
-def harm_bars(rows, ax=None, title="Harm per run: what the batch broke or paid twice"):
-    """Grouped bars per row, one per harm kind; returns ``ax``."""
-    ax = axes(ax, (max(7.5, 2.0 * len(rows) + 1.5), 4.4))
-    width = 0.8 / len(KINDS)
-    top = 1
-    for i, row in enumerate(rows):
-        for j, (field, label, colour) in enumerate(KINDS):
-            x = i - 0.4 + width * (j + 0.5)
-            value = row.get(field) or 0
-            ax.bar(x, value, width, color=colour, edgecolor="black", linewidth=0.5,
-                   label=label if i == 0 else None)
-            ax.text(x, value, str(value), ha="center", va="bottom", fontsize=8,
-                    color="black" if value == 0 else colour,
-                    fontweight="normal" if value == 0 else "bold")
-            top = max(top, value)
-    wrapped = [str(row["label"]).replace("/", "/\n") for row in rows]  # drill/naive-twin
-    ticks = [f"{label}\n{row['submit_calls']} submits · {row['executions']} execs"
-             for label, row in zip(wrapped, rows)]
-    ax.set_xticks(range(len(rows)), ticks, fontsize=8)
-    ax.set_xlim(-0.6, len(rows) - 0.4)
-    ax.set_ylabel("items")
-    ax.legend(fontsize=8, loc="upper left", ncols=3 if len(rows) < 4 else len(KINDS),
-              frameon=False)
-    ax.set_ylim(0, top * 1.45 + 1.5)  # room above the bars for the legend row
     if title:
         ax.set_title(title, fontsize=11)
     return ax

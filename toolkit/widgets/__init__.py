@@ -45,6 +45,7 @@ from toolkit.widgets.results import (
     explain_table,
     harm_row,
     harm_rows,
+    harm_table,
     items_table,
     run_marks,
     verdict_table,
@@ -63,5 +64,6 @@ __all__ = [
     "ContractChoice", "contract_step", "promise", "RetryChoice", "retry_drill", "retry_step",
     "AuditView", "audit_view", "audit_step", "findings_table", "todo_table", "outcome_table",
     "CHECKLIST", "catalogue_table", "checklist", "count_rows", "crash_rows", "doubles",
-    "explain_table", "items_table", "verdict_table", "harm_row", "harm_rows", "run_marks",
+    "explain_table", "items_table", "verdict_table", "harm_row", "harm_rows", "harm_table",
+    "run_marks",
 ]

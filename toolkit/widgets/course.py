@@ -65,3 +65,18 @@ def audit_tool(ledger=None, artifacts=None, inputs=None, output_name=None):
             message = message.replace(flag, parameter)
         raise ParameterError(f"-p ledger: {message}" if given and message.startswith(
             "cannot audit") else message) from None
+
+
+def run_batch(paths, work, provider) -> list[tuple]:
+    """Notebook 03's rename story: the safe runner over ``paths`` with the ledger and outputs
+    in ``work`` (the same ones run after run) and no backoff sleeps; the ledger's items as
+    ``(source, key prefix, state)`` afterwards."""
+    from toolkit.runner.registry import open_strategy
+
+    runner = open_strategy("safe", Path(work) / "ledger.sqlite", provider, Path(work) / "out",
+                           sleep=lambda seconds: None)
+    try:
+        runner.run(list(paths))
+        return [(item.source, item.key[:8], item.state.value) for item in runner.ledger.items()]
+    finally:
+        runner.close()

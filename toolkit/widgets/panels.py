@@ -216,8 +216,7 @@ class KillNine(View):
         self.every = w.BoundedIntText(value=every, min=1, max=12, description="every k-th",
                                       layout=w.Layout(width="180px"))
         self.run = w.Button(description="Run", button_style="primary", icon="play")
-        self.summary = w.HTML("<i>press Run: each crash point is a forked batch killed "
-                              "with SIGKILL</i>")
+        self.summary = w.HTML()
         self.chart = w.Image(format="png", layout=w.Layout(max_width="760px", display="none"))
         self.pick = w.Dropdown(options=[], description="replay")
         self.slider = w.IntSlider(value=0, min=0, max=0, description="frame",
@@ -255,6 +254,12 @@ class KillNine(View):
                 self.summary.value = html.escape(
                     f"{total['points']} crash points, each a real SIGKILL: "
                     f"{total['violations']} violations, {total['parked']} parked")
+            else:  # a new setting drops the map: say what Run will do, never the old counts
+                self.summary.value = html.escape(
+                    f"press Run: the {state.strategy} runner on two documents, killed at "
+                    + ("every durable step" if state.every == 1 else
+                       f"one durable step in {state.every}")
+                    + ", each crash point a forked batch killed with SIGKILL")
         frames = k.replay_frames(state.replayed) if state.replayed else ()
         for part in (self.pick, self.slider, self.frame):
             part.layout.display = None if (frames or part is self.pick and explored) else "none"

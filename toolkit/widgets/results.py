@@ -31,23 +31,48 @@ def count_row(result, label=None) -> dict:
             "parked": result.by_state.get("needs_review", 0)}
 
 
-def harm_row(result, label=None) -> dict:
-    """One ``viz.harm_counts`` row: every kind of harm the drill did, counted.
+# Harm kinds counted from the checker's findings (``parked_paid`` from its costly ones);
+# ``doubles`` is counted from the provider's executions. The fields and their order are
+# ``viz.harm.HARMS`` (the chart's bars).
+FINDINGS = {"poison_sent": "poison_submitted", "lost": "lost_item", "fake_done": "fake_done",
+            "blind": "blind_resubmit", "parked_paid": "parked_after_success"}
 
-    Double executions are executions beyond one success per task (what was
-    paid twice); the others count the checker's findings of that kind
-    (``parked_after_success`` is a costly finding: paid for, never delivered).
+
+def harm_row(result, label=None) -> dict:
+    """One ``viz.harm_counts`` row: every kind of harm the drill did, counted per item.
+
+    - ``doubles``: executions beyond one success per task (paid twice);
+    - ``poison_sent``: poison inputs that reached the provider;
+    - ``lost``: inputs that never reached the ledger;
+    - ``fake_done``: ``done`` items whose artifact is not the verified one;
+    - ``parked_paid``: items parked for a person although their job succeeded (costly);
+    - ``blind``: items submitted again without learning what the last submit did: the
+      risk, even where this provider did not bill it.
+    Also the run's ``submit_calls`` and ``executions`` (written under the chart's label).
     """
-    found = {**result.verdict.anomalies, **getattr(result.verdict, "costly", {})}
-    row = {"label": label or result.drill.name,
-           "double_execution": doubles(result.history.executions or ())}
-    for kind in ("fake_done", "lost_item", "poison_submitted", "parked_after_success"):
-        row[kind] = len(found.get(kind, ()))
+    found = {**result.verdict.anomalies, **(getattr(result.verdict, "costly", None) or {})}
+    row = {"label": label or result.drill.name, "docs": result.drill.docs,
+           "poison": result.drill.poison, "submit_calls": result.submit_calls,
+           "executions": result.executions,
+           "doubles": doubles(result.history.executions or ())}
+    for harm, kind in FINDINGS.items():
+        row[harm] = len({a.key for a in found.get(kind, ())})
+    row["verdict"] = verdict(result)
     return row
 
 
-def harm_rows(results) -> list[dict]:
-    return [harm_row(result) for result in results]
+def harm_rows(results, labels=None) -> list[dict]:
+    labels = labels or [None] * len(results)
+    return [harm_row(result, label) for result, label in zip(results, labels)]
+
+
+def harm_table(rows) -> Table:
+    """The harm rows as a table: calls, executions, then one column per harm kind."""
+    from toolkit.viz.harm import HARMS
+
+    kinds = [kind for kind, _, _ in HARMS]
+    return Table(rows, ["label", "submit_calls", "executions", *kinds, "verdict"],
+                 marked=[i for i, row in enumerate(rows) if any(row[k] for k in kinds)])
 
 
 FAULT_MARKS = {"torn_jsonl_write": "half a line on disk, no newline",
