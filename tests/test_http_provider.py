@@ -36,7 +36,11 @@ from toolkit.roots import artifact_file
 from toolkit.runner import RetryPolicy
 from toolkit.runner.registry import open_strategy
 
-READ_TIMEOUT = 2.0  # the client's read timeout in these tests
+READ_TIMEOUT = 2.0  # the read timeout of the tests whose submit is slow on purpose
+# Every other test waits this long for a reply: under load (CI runs three test files at
+# once on two cores) an ordinary reply can take longer than 2 s, and a test that is not
+# about lost replies must not lose one.
+CALM_TIMEOUT = 30.0
 SLOW = 3.0  # a slow submit keeps its job running this long: longer than READ_TIMEOUT
 POLICY = RetryPolicy(lookups=40, polls=200, base_delay=0.01, max_delay=0.05)
 
@@ -62,11 +66,12 @@ def service(tmp_path):
 
 @pytest.fixture
 def client():
-    """``connect(url, **timeouts) -> HttpProvider``, closed afterwards."""
+    """``connect(url, **timeouts) -> HttpProvider`` (calm timeouts unless given), closed
+    afterwards."""
     opened = []
 
     def connect(url, **timeouts):
-        opened.append(HttpProvider(url, **{"read_timeout": READ_TIMEOUT, **timeouts}))
+        opened.append(HttpProvider(url, **{"read_timeout": CALM_TIMEOUT, **timeouts}))
         return opened[-1]
 
     yield connect
@@ -114,7 +119,8 @@ def test_read_timeout_while_job_runs_is_reconciled_by_lookup_without_second_exec
     gives up, the service finishes the job anyway. The safe runner must look the key
     up (finding the job still running), wait for it and fetch it: one submit and one
     execution per document, against a provider that does not dedupe."""
-    provider = client(service("non-idempotent", slow_submits=1, slow_seconds=SLOW).url)
+    provider = client(service("non-idempotent", slow_submits=1, slow_seconds=SLOW).url,
+                      read_timeout=READ_TIMEOUT)
     runner, counts = run_batch("safe", provider, tmp_path, docs)
 
     assert runner.lost_replies == 1  # the socket read timeout really fired
@@ -132,7 +138,8 @@ def test_blind_retry_over_http_double_executes_when_the_reply_is_lost_non_idempo
         tmp_path, service, client, docs):
     """The same lost reply; the blind-retry strategy resubmits at once. The service
     runs both jobs to the end: the checker must find the double execution."""
-    provider = client(service("non-idempotent", slow_submits=1, slow_seconds=SLOW).url)
+    provider = client(service("non-idempotent", slow_submits=1, slow_seconds=SLOW).url,
+                      read_timeout=READ_TIMEOUT)
     run_batch("blind-retry", provider, tmp_path, docs)
     settle(provider)  # the abandoned first job commits in the service after the client left
 
@@ -156,7 +163,7 @@ def test_service_sigkilled_mid_job_and_restarted_finishes_batch_with_one_executi
     outcome unknown. The lookup after the restart finds the orphaned job, the service
     runs it again under its own recovery, and no document is executed twice."""
     process = service("non-idempotent", slow_submits=1, slow_seconds=60)
-    provider = client(process.url)
+    provider = client(process.url, read_timeout=READ_TIMEOUT)
     outcome = {}
     patient = RetryPolicy(lookups=300, polls=200, base_delay=0.01, max_delay=0.05)  # outlasts a restart
     worker = threading.Thread(target=lambda: outcome.update(
