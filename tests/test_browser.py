@@ -142,8 +142,12 @@ def use(control, kind: str) -> str:
         buttons = control.locator("button")
         buttons.nth(0).click()
         control.page.wait_for_timeout(1500)
-        if buttons.nth(1).is_enabled():  # a short drill may have played to its end already
-            buttons.nth(1).click()
+        # A short drill may play to its end (pause disabled) between any check and the
+        # click: try the pause briefly, and accept a timeout only if play really ended.
+        try:
+            buttons.nth(1).click(timeout=5000)
+        except sync_api.TimeoutError:
+            assert not buttons.nth(1).is_enabled(), "Play's pause never became clickable"
         return "play, then pause"
     if kind == "slider":
         box = control.bounding_box()
