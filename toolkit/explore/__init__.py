@@ -157,6 +157,22 @@ class Exploration:
         return [row for row in self.rows if row["verdict"] == "violation"]
 
 
+
+def batch_inputs(plan: Plan, folder: Path):
+    """The plan's seeded batch written to ``folder``, and each input's task key mapped to
+    the name its steps are labelled with (``doc-000``)."""
+    from toolkit.documents import make_corpus, page_count
+    from toolkit.identity import file_task_key
+    from toolkit.runner.pipeline import routed_options
+
+    inputs = make_corpus(folder, docs=plan.docs, poison=0, seed=plan.seed,
+                         long_docs=plan.long_docs, long_pages=plan.long_pages)
+    names = {file_task_key(path, routed_options({}, page_count(path),
+                                                plan.page_by_page_from)): path.stem
+             for path in inputs}
+    return inputs, names
+
+
 def explore(plan: Plan, workdir=None, progress=None) -> Exploration:
     """Kill the batch at every durable step (and pair of steps), rerun it, judge each history.
 
@@ -169,16 +185,8 @@ def explore(plan: Plan, workdir=None, progress=None) -> Exploration:
     if workdir is None:
         with tempfile.TemporaryDirectory(prefix="explore-", dir=_scratch()) as tmp:
             return explore(plan, tmp, progress)
-    from toolkit.documents import make_corpus, page_count
-    from toolkit.identity import file_task_key
-    from toolkit.runner.pipeline import routed_options
-
     root = Path(workdir)
-    inputs = make_corpus(root / "in", docs=plan.docs, poison=0, seed=plan.seed,
-                         long_docs=plan.long_docs, long_pages=plan.long_pages)
-    names = {file_task_key(path, routed_options({}, page_count(path),
-                                                plan.page_by_page_from)): path.stem
-             for path in inputs}
+    inputs, names = batch_inputs(plan, root / "in")
     _warm(inputs)
     jobs = plan.jobs or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                          else os.cpu_count() or 1)

@@ -64,19 +64,12 @@ def _short(label: str, width: int = 22) -> str:
 
 def replay(plan, point: int, how: str = "kill") -> Replay:
     """Run crash point ``point`` of ``plan`` again (forked, real SIGKILL), recording steps."""
-    from toolkit.documents import make_corpus, page_count
-    from toolkit.explore import Point, _explore_point
+    from toolkit.explore import Point, _explore_point, batch_inputs
     from toolkit.explore.child import fork
-    from toolkit.identity import file_task_key
-    from toolkit.runner.pipeline import routed_options
 
     with tempfile.TemporaryDirectory(prefix="kill9-") as tmp:
         root = Path(tmp)
-        inputs = make_corpus(root / "in", docs=plan.docs, poison=0, seed=plan.seed,
-                             long_docs=plan.long_docs, long_pages=plan.long_pages)
-        names = {file_task_key(path, routed_options({}, page_count(path),
-                                                    plan.page_by_page_from)): path.stem
-                 for path in inputs}
+        inputs, names = batch_inputs(plan, root / "in")
         messages, status = fork(_explore_point, plan, root / "point", inputs, names,
                                 Point(point, how), record_first=True, record_recovery=True)
     end = next((m for m in messages if m["t"] == "end"), None)
