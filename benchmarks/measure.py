@@ -196,6 +196,15 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def _version(distribution: str) -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
 def header(workdir, mode: str, reps: str) -> list[str]:
     import pandas
 
@@ -204,7 +213,9 @@ def header(workdir, mode: str, reps: str) -> list[str]:
         f"{time.strftime('%Y-%m-%d %H:%M %Z')}",
         f"machine: {cpu_model()}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}",
         f"versions: Python {platform.python_version()}, SQLite {sqlite3.sqlite_version}, "
-        f"pandas {pandas.__version__}",
+        f"pandas {pandas.__version__}, "
+        + ", ".join(f"{name} {_version(name)}" for name in ("pyarrow", "msgspec", "orjson",
+                                                            "pymupdf-lite", "psycopg")),
         f"files: {workdir} ({filesystem(workdir)})",
     ]
 
@@ -230,3 +241,30 @@ def render(rows: list[Row]) -> str:
         if number == 0:
             out.append("  ".join("-" * width for width in widths[:5]) + "  " + "-" * 6)
     return "\n".join(out)
+
+
+def markdown(rows: list[Row]) -> str:
+    """The same table for README: measurement, median (min–max), target, verdict."""
+    out = ["| # | measurement | median (min–max) | target | |", "| --- | --- | --- | --- | --- |"]
+    for row in rows:
+        if row.figure is None:
+            value = "—"
+        else:
+            spread = row.figure.spread()
+            value = row.figure.text(row.figure.median) + (f" ({spread})" if spread else "")
+        verdict = " ".join(part for part in (row.verdict, row.note) if part)
+        cells = (row.section, row.label, value, row.target, verdict)
+        out.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+    return "\n".join(out)
+
+
+BEGIN, END = "<!-- benchmarks:begin -->", "<!-- benchmarks:end -->"
+
+
+def replace_block(text: str, block: str) -> str:
+    """``text`` with what lies between README's two benchmark markers replaced by ``block``."""
+    head, found, rest = text.partition(BEGIN)
+    _, found_end, tail = rest.partition(END)
+    if not (found and found_end):
+        raise SystemExit(f"README has no {BEGIN} ... {END} block")
+    return f"{head}{BEGIN}\n{block}\n{END}{tail}"

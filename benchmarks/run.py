@@ -82,6 +82,8 @@ def main(argv=None) -> int:
     parser.add_argument("--rewrite-sizes", help="e.g. 1000,5000,10000 (the issue's sizes)")
     parser.add_argument("--resume-sizes", help="e.g. 20000,200000")
     parser.add_argument("--resume-budget", type=float, help="seconds per resume sample")
+    parser.add_argument("--readme", type=Path,
+                        help="also write the header and table into this README's benchmark block")
     args = parser.parse_args(argv)
 
     mode = "quick" if args.quick else "full"
@@ -98,6 +100,8 @@ def main(argv=None) -> int:
     if not only <= set(SECTIONS):
         parser.error(f"--only takes sections among {','.join(SECTIONS)}")
 
+    if args.readme:  # a README without the block fails now, not after a long run
+        measure.replace_block(args.readme.read_text(), "")
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="rt-bench-", dir=args.dir) as tmp:
         folder = Path(tmp)
@@ -124,12 +128,18 @@ def main(argv=None) -> int:
         if "10" in only:
             rows += concurrency.group_commit(cfg, folder)
         reps = f"{cfg.reps}/{cfg.heavy_reps}/{cfg.huge_reps}"
-        print("\n".join(measure.header(folder, mode, reps)))
+        header = measure.header(folder, mode, reps)
+    print("\n".join(header))
     print()
     print(measure.render(rows))
     sections.log("done")
-    print(f"\n(total {time.monotonic() - started:,.0f} s; rates are per second, "
-          f"ratios per repetition; 'MISSED' marks a target the median does not meet)")
+    total = (f"total {time.monotonic() - started:,.0f} s; rates are per second, "
+             f"ratios per repetition; 'MISSED' marks a target the median does not meet")
+    print(f"\n({total})")
+    if args.readme:
+        # Written from this run's rows only: the table in README is never edited by hand.
+        block = "\n".join(["```", *header, total, "```", "", measure.markdown(rows)])
+        args.readme.write_text(measure.replace_block(args.readme.read_text(), block))
     return 0
 
 

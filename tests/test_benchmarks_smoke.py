@@ -22,8 +22,13 @@ def test_quick_run_prints_one_table_with_every_section(tmp_path):
     """`run.py --quick` exits 0 and prints the header and one table covering sections 1-10.
 
     Every data row shows a median and a min–max, or says why it was not measured.
+    ``--readme`` rewrites only README's benchmark block, from this run's rows.
     """
-    done = subprocess.run([sys.executable, str(RUN), "--quick", "--dir", str(tmp_path)],
+    readme = tmp_path.parent / f"{tmp_path.name}-README.md"
+    original = (ROOT / "README.md").read_text()
+    readme.write_text(original)
+    done = subprocess.run([sys.executable, str(RUN), "--quick", "--dir", str(tmp_path),
+                           "--readme", str(readme)],
                           capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
@@ -43,6 +48,27 @@ def test_quick_run_prints_one_table_with_every_section(tmp_path):
         measured = re.search(r"\d[\d,.]*–\d[\d,.]*", line)
         assert measured or "not " in line, f"row without median and min–max: {line!r}"
     assert not list(tmp_path.iterdir()), "the run leaves no files behind"
+    written = readme.read_text()
+    begin, end = "<!-- benchmarks:begin -->", "<!-- benchmarks:end -->"
+    assert written.split(begin)[0] == original.split(begin)[0]
+    assert written.split(end)[1] == original.split(end)[1]
+    block = written.split(begin)[1].split(end)[0]
+    assert "resume-toolkit benchmarks (quick" in block
+    assert {line.split("|")[1].strip() for line in block.splitlines()
+            if re.match(r"\| \d+ \|", line)} == sections
+
+
+def test_readme_without_the_benchmark_block_is_refused_before_the_run(tmp_path):
+    """Fault: a README without the markers; property: refused at once (exit non-zero),
+    the file untouched, no benchmark run first."""
+    readme = tmp_path / "README.md"
+    readme.write_text("# no block here\n")
+    done = subprocess.run([sys.executable, str(RUN), "--quick", "--only", "3",
+                           "--dir", str(tmp_path), "--readme", str(readme)],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode != 0 and "benchmarks:begin" in done.stderr
+    assert readme.read_text() == "# no block here\n"
+    assert "resume-toolkit benchmarks" not in done.stdout
 
 
 def test_ratios_pair_samples_and_the_exponent_fits_a_power_law():
