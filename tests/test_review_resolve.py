@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from conftest import Crash, crash_once_at
 from toolkit.cli import main
 from toolkit.documents.render import pdf_bytes
 from toolkit.forensics import audit
@@ -19,10 +20,6 @@ from toolkit.provider import Contract, FakeProvider
 from toolkit.runner import RetryPolicy, Runner
 
 S = State
-
-
-class Crash(BaseException):
-    """Stands for the process dying: nothing after it runs, no handler catches it."""
 
 
 def run_batch(tmp_path, provider, inputs, hook=None):
@@ -39,18 +36,12 @@ def parked(tmp_path, small_corpus):
     """(ledger path, provider, corpus, parked key): one item in needs_review for real."""
     provider = FakeProvider(tmp_path / "provider.db", tmp_path / "jobs",
                             Contract(idempotent_keys=False))
-    crashed = []
-
-    def crash_after_intent(point, key, **context):
-        if point == "after_intent" and not crashed:
-            crashed.append(key)
-            raise Crash()
-
+    crash = crash_once_at("after_intent")
     with pytest.raises(Crash):
-        run_batch(tmp_path, provider, small_corpus, crash_after_intent)
+        run_batch(tmp_path, provider, small_corpus, crash)
     counts = run_batch(tmp_path, provider, small_corpus)
     assert counts["needs_review"] == 1
-    yield tmp_path / "ledger.sqlite", provider, small_corpus, crashed[0]
+    yield tmp_path / "ledger.sqlite", provider, small_corpus, crash.keys[0]
     provider.close()
 
 
