@@ -38,6 +38,25 @@ def pg_schema():
             admin.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
 
+class Crash(BaseException):
+    """Stands for the process dying: nothing after it runs, no handler catches it."""
+
+
+def crash_once_at(point: str):
+    """A runner hook that dies (raises ``Crash``) the first time the run reaches ``point``
+    (``"after_intent"``: the intent is recorded, nothing was sent); ``hook.keys`` holds the
+    key it died on."""
+    keys = []
+
+    def hook(reached, key, **context):
+        if reached == point and not keys:
+            keys.append(key)
+            raise Crash()
+
+    hook.keys = keys
+    return hook
+
+
 class FakeClock:
     """A deterministic clock: each call advances by ``step`` seconds."""
 
@@ -85,6 +104,16 @@ def corpus(tmp_path_factory):
 
     folder = tmp_path_factory.mktemp("corpus")
     return make_corpus(folder, docs=27, poison=3, seed=0)
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    """The black-box drills' input folder: one healthy document, seed 5."""
+    from toolkit.documents import make_corpus
+
+    folder = tmp_path_factory.mktemp("inputs")
+    make_corpus(folder, docs=1, poison=0, seed=5)
+    return folder
 
 
 @pytest.fixture(scope="session")

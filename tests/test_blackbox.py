@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from toolkit.blackbox import SCENARIOS, run_all, run_scenario
-from toolkit.documents import make_corpus
 
 ROOT = Path(__file__).resolve().parents[1]
 NAIVE = f"{sys.executable} {ROOT / 'examples/blackbox/naive_batch.py'}"
@@ -22,13 +21,6 @@ CAREFUL = f"{sys.executable} {ROOT / 'examples/blackbox/careful_batch.py'}"
 BASH = f"bash {ROOT / 'examples/blackbox/batch.sh'}"
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def inputs(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("inputs")
-    make_corpus(folder, docs=1, poison=0, seed=5)
-    return folder
 
 
 def kinds(result):

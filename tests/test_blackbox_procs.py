@@ -15,19 +15,11 @@ import psutil
 import pytest
 
 from toolkit.blackbox import SCENARIOS, run_scenario
-from toolkit.documents import make_corpus
 
 ROOT = Path(__file__).resolve().parents[1]
 CAREFUL = f"{sys.executable} {ROOT / 'examples/blackbox/careful_batch.py'}"
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def inputs(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("inputs")
-    make_corpus(folder, docs=1, poison=0, seed=5)
-    return folder
 
 
 def _with_marker(marker: str):

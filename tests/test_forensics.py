@@ -96,17 +96,20 @@ EXPECTED = {
         "format": "jsonl-state",
         "corrupt_lines": [5, 10, 15, 18],
         "anomalies": [(None, "corrupt_line")] * 3 + [(None, "torn_line")] + [
+            ("../outside.pdf", "missing_history"),  # line 10 names no file, after its 9
             ("../outside.pdf", "unsafe_input_path"),
             ("b.pdf", "done_without_artifact"),
+            ("c.pdf", "missing_history"),           # line 10 names no file, after its 8
             ("c.pdf", "stale_input"),
             ("d.pdf", "duplicate_key"),             # done, later overridden by failed
             ("gone.pdf", "artifact_missing"),
             ("m.pdf", "artifact_mismatch"),
+            ("q.pdf", "missing_history"),           # the torn line 18 names it
             ("x.pdf", "unsafe_artifact_path"),      # absolute, elsewhere
         ],
         "by_state": states(pending=3, done=5, failed=4),
         # no lookup in a state file: a done without artifact is verify, a bad one review
-        "plan": plan(skip=1, verify=1, retry=1, review=8, run=1),
+        "plan": plan(skip=1, verify=1, retry=1, review=9),
     },
     "task_items.db": {
         "format": "sqlite-task_items",
@@ -162,7 +165,7 @@ ACTIONS = {
     "state.jsonl": {
         "../outside.pdf": "review", "a.pdf": "skip", "b.pdf": "verify", "c.pdf": "review",
         "d.pdf": "review", "gone.pdf": "review", "m.pdf": "review", "p.pdf": "review",
-        "q.pdf": "run", "t.pdf": "retry", "u.pdf": "review", "x.pdf": "review"},
+        "q.pdf": "review", "t.pdf": "retry", "u.pdf": "review", "x.pdf": "review"},
     "task_items.db": {
         "B001": "skip", "B002": "reconcile", "B003": "retry", "B004": "review", "B005": "review",
         "B006": "verify", "B007": "review", "B008": "review", "B010": "review",

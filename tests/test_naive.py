@@ -8,6 +8,7 @@ import threading
 
 import pytest
 
+from conftest import Crash
 from toolkit.documents import verify
 from toolkit.ledger import State, open_ledger
 from toolkit.roots import artifact_file
@@ -17,10 +18,6 @@ from toolkit.runner.registry import STRATEGIES, open_strategy
 
 S = State
 STRICT = Contract(idempotent_keys=False)  # where only the client's discipline prevents doubles
-
-
-class Crash(BaseException):
-    """Stands for the process dying: nothing after it runs."""
 
 
 def batch(tmp_path, name, contract, corpus, hooks, ledger_suffix=".sqlite", workers=1):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_until_rest, sigkill_at_executions
+from conftest import Crash, run_until_rest, sigkill_at_executions
 from toolkit import documents
 from toolkit.checker import check
 from toolkit.drills import collect_history
@@ -27,10 +27,6 @@ from toolkit.runner.pipeline import routed_options
 S = State
 PAGES = 6
 FROM = 5  # documents of 5 pages or more go page by page
-
-
-class Crash(BaseException):
-    """Stands for the process dying: nothing after it runs, no handler catches it."""
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from conftest import Crash, crash_once_at
 from toolkit.cli import main
 from toolkit.documents.render import pdf_bytes
 from toolkit.forensics import audit
@@ -19,10 +20,6 @@ from toolkit.provider import Contract, FakeProvider
 from toolkit.runner import RetryPolicy, Runner
 
 S = State
-
-
-class Crash(BaseException):
-    """Stands for the process dying: nothing after it runs, no handler catches it."""
 
 
 def run_batch(tmp_path, provider, inputs, hook=None):
@@ -39,18 +36,12 @@ def parked(tmp_path, small_corpus):
     """(ledger path, provider, corpus, parked key): one item in needs_review for real."""
     provider = FakeProvider(tmp_path / "provider.db", tmp_path / "jobs",
                             Contract(idempotent_keys=False))
-    crashed = []
-
-    def crash_after_intent(point, key, **context):
-        if point == "after_intent" and not crashed:
-            crashed.append(key)
-            raise Crash()
-
+    crash = crash_once_at("after_intent")
     with pytest.raises(Crash):
-        run_batch(tmp_path, provider, small_corpus, crash_after_intent)
+        run_batch(tmp_path, provider, small_corpus, crash)
     counts = run_batch(tmp_path, provider, small_corpus)
     assert counts["needs_review"] == 1
-    yield tmp_path / "ledger.sqlite", provider, small_corpus, crashed[0]
+    yield tmp_path / "ledger.sqlite", provider, small_corpus, crash.keys[0]
     provider.close()
 
 
@@ -140,15 +131,17 @@ def test_accept_artifact_records_a_verified_pdf_as_done_and_the_audit_skips_it(p
     assert key not in provider.stats()["per_task"]
 
 
-def make_small(path):
-    """keys: parked (needs_review), waiting (pending); an outputs folder with a cut PDF."""
+def make_small(path, out=None):
+    """keys: parked (needs_review), waiting (pending); an outputs folder (``out``, else
+    beside the ledger) with a cut PDF."""
     with open_ledger(path) as ledger:
         ledger.add("parked", "a.pdf")
         ledger.move("parked", S.PENDING, S.UNKNOWN)
         ledger.move("parked", S.UNKNOWN, S.NEEDS_REVIEW, reason="artifact damaged")
         ledger.add("waiting", "b.pdf")
-    (path.parent / "out").mkdir()
-    (path.parent / "out" / "cut.pdf").write_bytes(pdf_bytes(["half"])[:-150])
+    out = path.parent / "out" if out is None else out
+    out.mkdir()
+    (out / "cut.pdf").write_bytes(pdf_bytes(["half"])[:-150])
     return path
 
 
@@ -209,15 +202,20 @@ sys.stdin.read()  # until the test closes our stdin
 @pytest.mark.parametrize("suffix, hold, said", [
     ("jsonl", "lock", "another writer"),   # a running batch holds the JSONL writer lock
     ("sqlite", "lease", "live worker"),    # a live worker holds the item's lease
+    ("postgres", "lease", "live worker"),  # the same, on a server (needs TOOLKIT_TEST_PG)
 ])
 def test_resolve_against_a_live_holder_is_refused_exit_1_then_succeeds_once_it_exits(
-        tmp_path, suffix, hold, said, capsys):
+        tmp_path, suffix, hold, said, capsys, request):
     """What breaks: a live process holds the ledger (JSONL: its one writer) or the item's
-    lease (SQLite: many writers, fenced by leases) while the operator resolves. Must hold:
-    resolve answers "run again" (exit 1, one line) and writes nothing, while review still
-    lists the item (it reads a private copy); once that process has exited, the same
-    command succeeds (a dead owner's lease is taken, fenced)."""
-    path = make_small(tmp_path / f"l.{suffix}")
+    lease (SQLite and PostgreSQL: many writers, fenced by leases) while the operator
+    resolves. Must hold: resolve answers "run again" (exit 1, one line) and writes nothing,
+    while review still lists the item (a private copy of a file; a PostgreSQL read); once
+    that process has exited, the same command succeeds (a dead owner's lease is taken,
+    fenced)."""
+    if suffix == "postgres":
+        path = make_small(request.getfixturevalue("pg_url"), tmp_path / "out")
+    else:
+        path = make_small(tmp_path / f"l.{suffix}")
     proc = subprocess.Popen([sys.executable, "-c", HOLD, str(path), hold],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
@@ -238,3 +236,92 @@ def test_resolve_against_a_live_holder_is_refused_exit_1_then_succeeds_once_it_e
                        "--release", "--note", "n")
     with open_ledger(path) as ledger:
         assert status == 0 and ledger.get("parked").state is S.UNKNOWN
+
+
+# -- the same decisions on a PostgreSQL ledger (needs TOOLKIT_TEST_PG; CI starts a server) ------
+
+def park_three(url, out):
+    """keys a, b, c parked (needs_review) in a PostgreSQL ledger; ``out`` holds a whole PDF."""
+    with open_ledger(url) as ledger:
+        for key in ("a", "b", "c"):
+            ledger.add(key, f"{key}.pdf")
+            ledger.move(key, S.PENDING, S.UNKNOWN)
+            ledger.move(key, S.UNKNOWN, S.NEEDS_REVIEW, reason="no job found, no resubmit")
+    out.mkdir()
+    (out / "c.pdf").write_bytes(pdf_bytes(["c, recovered by hand"]))
+
+
+def test_release_cancel_and_accept_on_postgres_are_each_one_move_event_with_the_note(
+        pg_url, tmp_path, capsys):
+    """Fault: three items parked in a PostgreSQL ledger (its schema, its own transactions).
+    Must hold: review lists all three; release, cancel and accept-artifact each record one
+    needs_review move (the note in its detail) between the operator's claim and release;
+    the accepted PDF is the item's artifact (relative to --out: a URL records no root) and
+    the audit of the URL verifies it (skip); review then lists nothing."""
+    out = tmp_path / "out"
+    park_three(pg_url, out)
+    status, listed, _ = cli(capsys, "review", "--ledger", pg_url, "--json")
+    assert status == 0 and [i["key"] for i in json.loads(listed)["needs_review"]] == \
+        ["a", "b", "c"]
+    for key, decision in (("a", ["--release"]), ("b", ["--cancel"]),
+                          ("c", ["--accept-artifact", out / "c.pdf", "--out", out])):
+        status, _, err = cli(capsys, "resolve", "--ledger", pg_url, "--key", key, *decision,
+                             "--note", f"decided {key}")
+        assert status == 0 and err.count("\n") == 1
+    with open_ledger(pg_url) as ledger:
+        states = {key: ledger.get(key).state for key in "abc"}
+        accepted = ledger.get("c")
+        moves = {e.key: e for e in ledger.events() if e.op == "move" and e.frm is S.NEEDS_REVIEW}
+        after = {key: [e.op for e in ledger.events() if e.key == key][-3:] for key in "abc"}
+    assert states == {"a": S.UNKNOWN, "b": S.CANCELLED, "c": S.DONE}
+    assert {key: (e.to, e.worker, e.detail["note"]) for key, e in moves.items()} == {
+        key: (states[key], "operator", f"decided {key}") for key in "abc"}
+    assert after == {key: ["claim", "move", "release"] for key in "abc"}
+    assert (accepted.artifact_path, accepted.artifact_size) == \
+        ("c.pdf", (out / "c.pdf").stat().st_size)
+    report = audit(pg_url, artifacts=out)
+    assert dict(zip(report.items["key"], report.items["action"]))["c"] == "skip"
+    status, listed, _ = cli(capsys, "review", "--ledger", pg_url, "--json")
+    assert status == 0 and json.loads(listed)["needs_review"] == []
+
+
+def test_a_second_resolve_on_postgres_is_refused_and_writes_nothing(pg_url, tmp_path, capsys):
+    """Fault: two operators decide the same item, one after the other (the second one
+    read the review list before the first decided). Must hold: the second is refused with
+    one line, exit 2 (the item is no longer needs_review), and no event is written."""
+    park_three(pg_url, tmp_path / "out")
+    assert cli(capsys, "resolve", "--ledger", pg_url, "--key", "a", "--cancel",
+               "--note", "first")[0] == 0
+    before = snapshot(pg_url)
+    status, _, err = cli(capsys, "resolve", "--ledger", pg_url, "--key", "a", "--release",
+                         "--note", "second")
+    assert (status, err.count("\n")) == (2, 1) and "is cancelled, not needs_review" in err
+    assert snapshot(pg_url) == before
+
+
+def test_a_resolve_overtaken_on_postgres_between_its_read_and_its_lease_is_refused(pg_url,
+                                                                                   tmp_path):
+    """Fault: a concurrent resolve on another connection cancels the item after this one
+    read it as needs_review and before it took the lease (the race, forced: the other
+    decision runs inside this one's claim). Must hold: this one re-reads under its lease,
+    refuses ("moved to cancelled meanwhile", run again), records no move, and gives its
+    lease back; the item stays cancelled, decided once."""
+    from toolkit.errors import NotReadyError
+    from toolkit.runner.review import resolve
+
+    park_three(pg_url, tmp_path / "out")
+    with open_ledger(pg_url) as mine, open_ledger(pg_url) as theirs:
+        claim = mine.claim
+
+        def overtaken_claim(key, *args, **kwargs):
+            resolve(theirs, key, "cancel", "the other operator", worker="other")
+            return claim(key, *args, **kwargs)
+
+        mine.claim = overtaken_claim
+        with pytest.raises(NotReadyError, match="moved to cancelled meanwhile"):
+            resolve(mine, "a", "release", "too late")
+        item = mine.get("a")
+        moves = [e for e in mine.events() if e.key == "a" and e.op == "move"
+                 and e.frm is S.NEEDS_REVIEW]
+    assert item.state is S.CANCELLED and item.lease_owner is None
+    assert [(e.to, e.worker) for e in moves] == [(S.CANCELLED, "other")]

@@ -5,6 +5,7 @@ import threading
 
 import pytest
 
+from conftest import Crash, crash_once_at
 from toolkit.ledger import State, open_ledger
 from toolkit.roots import artifact_file
 from toolkit.provider import Contract, FakeProvider
@@ -12,10 +13,6 @@ from toolkit.runner import RetryPolicy, Runner
 
 S = State
 NO_WAIT = RetryPolicy(base_delay=0.0)
-
-
-class Crash(BaseException):
-    """Stands for the process dying: nothing after it runs, no handler catches it."""
 
 
 @pytest.fixture
@@ -112,17 +109,12 @@ def test_crash_after_intent_then_rerun_resubmits_only_where_the_contract_makes_i
     outcomes = {}
     for contract in (Contract(), Contract(idempotent_keys=False)):
         runner, provider = make(contract, ledger_name=f"{contract.describe()}.sqlite")
-        crashed = []
-
-        def crash_after_intent(point, key, **context):
-            if point == "after_intent" and not crashed:
-                crashed.append(key)
-                raise Crash()
-
+        crash = crash_once_at("after_intent")
         with pytest.raises(Crash):
-            run_once(runner(hook=crash_after_intent), small_corpus)
+            run_once(runner(hook=crash), small_corpus)
         counts = run_once(runner(), small_corpus)
-        outcomes[contract.idempotent_keys] = (counts, provider.stats()["per_task"].get(crashed[0]))
+        outcomes[contract.idempotent_keys] = (counts,
+                                              provider.stats()["per_task"].get(crash.keys[0]))
         provider.close()
     idempotent_counts, idempotent_task = outcomes[True]
     assert idempotent_counts["done"] == 4 and idempotent_task["executions"] == 1

@@ -253,10 +253,10 @@ def _damage(raw) -> str | None:
 
 
 def _report(path, name, raw, anomalies) -> Report:
-    kinds: dict[str, set] = {}
+    kinds: dict[str, dict] = {}  # key -> {kind: its first detail} (plan_item names evidence)
     for anomaly in anomalies:
         if anomaly.key is not None:
-            kinds.setdefault(anomaly.key, set()).add(anomaly.kind)
+            kinds.setdefault(anomaly.key, {}).setdefault(anomaly.kind, anomaly.detail)
     plan, by_state = dict.fromkeys(ACTIONS, 0), dict.fromkeys(STATES, 0)
     rows = []
     memo = {}  # items without findings are planned by (state, failure) alone

@@ -208,8 +208,11 @@ VERIFY_WHY = ("done, but the format records no artifact to check: see that the o
               "and is a whole PDF (or audit with --artifacts and --output-name)")
 
 
-def plan_item(item, kinds: set, lookup: bool = True) -> tuple[str, str]:
+def plan_item(item, kinds, lookup: bool = True) -> tuple[str, str]:
     """(action, why) for one item from its state and the kinds found for it.
+
+    ``kinds``: a set, or a {kind: detail} mapping; given a detail, a ``missing_history``
+    why names its evidence (the damaged line), so a person sees which line to look at.
 
     ``lookup``: the format's jobs can be looked up (``LOOKUP_FORMATS``); without it a
     done whose artifact is unrecorded is ``verify`` and one found missing or damaged is
@@ -218,7 +221,10 @@ def plan_item(item, kinds: set, lookup: bool = True) -> tuple[str, str]:
     (the report relies on that to plan a million items quickly).
     """
     state = item.state
-    blocking = [why for kind, why in UNDECIDABLE.items() if kind in kinds]
+    details = kinds if isinstance(kinds, dict) else {}
+    kinds = kinds.keys() if isinstance(kinds, dict) else kinds
+    blocking = [f"{why}: {details[kind]}" if kind == "missing_history" and details.get(kind)
+                else why for kind, why in UNDECIDABLE.items() if kind in kinds]
     if blocking:
         return "review", "; ".join(blocking)
     if state == "done":

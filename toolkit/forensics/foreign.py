@@ -4,9 +4,14 @@ Field names are looked up in order; a value of the wrong JSON type counts as
 absent (the checks then say what is missing), never as an error.
 """
 
+import bisect
 import json
+import os
+import posixpath
+import re
 
-from toolkit.forensics.model import Record
+from toolkit.forensics.lines import MAX_LINE
+from toolkit.forensics.model import EVENT_COLUMNS, Raw, Record
 
 PATH_FIELDS = ("artifact_path", "output", "artifact", "path")
 SIZE_FIELDS = ("artifact_size", "size")
@@ -73,3 +78,135 @@ def parse_json_column(value) -> tuple[dict, str | None]:
     if not isinstance(obj, dict):
         return {}, f"JSON {type(obj).__name__}, not an object"
     return obj, None
+
+
+# -- the {"file", "status"} state file ---------------------------------------------------------
+
+STATE_FILE_STATES = {"pending": "pending", "done": "done", "failed": "failed"}
+# A damaged line may still show whose record it was: the "file" member of a line cut short,
+# or of a line whose status is not a state. Read from the bytes, never trusted further.
+_NAMED = re.compile(rb'"file"\s*:\s*("(?:[^"\\\x00-\x1f]|\\.)*")')
+
+
+def file_key(name: str) -> str:
+    """The one identity of every spelling of a path (``./a.pdf``, ``a.pdf``, ``dir//a.pdf``,
+    ``dir/./a.pdf``): lexical only (posixpath.normpath), the filesystem is never asked."""
+    return posixpath.normpath(name)
+
+
+def named_in(line) -> str | None:
+    """The normalized file a damaged line names, or None when it names none readably."""
+    if type(line) is not bytes:
+        return None  # unreadable (over the line limit): nothing to name
+    try:
+        obj = json.loads(line)
+    except (ValueError, RecursionError):
+        obj = None
+    if type(obj) is dict:
+        name = obj.get("file")
+    else:
+        match = _NAMED.search(line)
+        try:
+            name = json.loads(match.group(1)) if match else None
+        except ValueError:  # a bad escape, or not UTF-8
+            name = None
+    return file_key(name) if type(name) is str and name else None
+
+
+def damaged_lines(path, numbers) -> dict:
+    """{line number: bytes} of the damaged lines ``numbers`` (the torn tail included), read
+    again: the reader kept none of them, and only a damaged file pays for this second pass."""
+    from toolkit.forensics.lines import LineReader
+
+    wanted, found = set(numbers), {}
+    reader = LineReader(path)
+    for first, lines in reader.batches(decode=False):
+        found.update((number, line) for number, line in enumerate(lines, first)
+                     if number in wanted)
+    if reader.torn is not None and reader.torn[0] in wanted and reader.torn[1] <= MAX_LINE:
+        with open(path, "rb") as handle:
+            handle.seek(-reader.torn[1], os.SEEK_END)
+            found[reader.torn[0]] = handle.read()
+    return found
+
+
+class StateFile:
+    """A state file read line by line (``use``), then its damage settled (``finish``).
+
+    Each line is the whole current record of one input ``file``, later lines win; the
+    item's key is the file's normalized path (``file_key``). Two spellings of one path are
+    a ``duplicate_key`` (the writer kept them as two items: the file may have run twice),
+    and so is a record that changes a ``done`` one (another status, another artifact).
+    """
+
+    def __init__(self, raw: Raw):
+        self.raw = raw
+        raw.events = self.columns = {name: [] for name in EVENT_COLUMNS}
+        self.done_at: dict[str, tuple[int, dict]] = {}
+        self.first: dict[str, tuple[int, str]] = {}  # key -> (line, spelling) first seen
+        self.last: dict[str, int] = {}               # key -> line of its last readable record
+
+    def use(self, obj, line):
+        name, status = obj.get("file"), obj.get("status")
+        if type(name) is not str or not name:
+            return "file is not a non-empty string"
+        if type(status) is not str or status not in STATE_FILE_STATES:
+            return f"status {status!r} is not one of {sorted(STATE_FILE_STATES)}"
+        raw, key, state = self.raw, file_key(name), STATE_FILE_STATES[status]
+        first = self.first.setdefault(key, (line, name))
+        if first[1] != name:
+            raw.finding(key, "duplicate_key", f"line {line} spells it {name!r}, line {first[0]} "
+                        f"{first[1]!r}: two spellings of one path, kept as two items by the "
+                        "writer (it may have run twice)")
+        previous = raw.items.get(key)
+        done_at = self.done_at
+        if key in done_at and not same_record(done_at[key][1], obj):
+            raw.finding(key, "duplicate_key", f"line {line} ({status}) overrides the done record "
+                        f"of line {done_at[key][0]}")
+        if state == "done" and key not in done_at:
+            done_at[key] = (line, obj)
+        ts = obj.get("ts")
+        ts = ts if type(ts) in (int, float) else None
+        raw.items[key] = foreign_item(key, state, status, obj, source=name,
+                                      input_digest=obj.get("input_sha256"), updated=ts)
+        self.last[key] = line
+        for column, value in (("seq", line), ("ts", ts), ("op", "record"), ("key", key),
+                              ("frm", previous and previous.state), ("to", state),
+                              ("attempt", None), ("worker", None), ("token", None),
+                              ("line", line)):
+            self.columns[column].append(value)
+        return None
+
+    def finish(self, path) -> None:
+        """A damaged line written after an item's last readable record may have held a newer
+        status for it (a done after its pending: running it again would execute it twice).
+
+        A damaged line that names a file (``named_in``) concerns that item alone, whatever
+        its state. One that names none may have been any item's: every item not done whose
+        last readable record comes before it is in doubt too. A done keeps its answer (a
+        lost line could only have undone it; nothing runs it again). An item whose last
+        readable record comes after every damaged line is untouched: later lines win.
+        Each doubt is a ``missing_history`` finding naming the line: the plan is review.
+        """
+        raw = self.raw
+        damaged = sorted(set(raw.corrupt_lines))
+        if not damaged:
+            return
+        text, unnamed, named = damaged_lines(path, damaged), [], set()
+        for number in damaged:
+            key = named_in(text.get(number))
+            if key is None:
+                unnamed.append(number)
+            elif key in raw.items and self.last[key] < number and key not in named:
+                named.add(key)  # one finding per item: the first line in doubt names it
+                raw.finding(key, "missing_history", f"line {number} is damaged and names it, "
+                            f"after its last readable record (line {self.last[key]}): it may "
+                            "have held a newer status")
+        if not unnamed:
+            return
+        for key, item in raw.items.items():
+            after = bisect.bisect_right(unnamed, self.last[key])
+            if item.state != "done" and after < len(unnamed) and key not in named:
+                raw.finding(key, "missing_history", f"line {unnamed[after]} is damaged and "
+                            f"names no file, after its last readable record (line "
+                            f"{self.last[key]}): it may have held a newer status")

@@ -4,11 +4,11 @@ import json
 import json.scanner
 import typing
 
-from toolkit.forensics.foreign import foreign_item, same_record
+from toolkit.forensics.foreign import StateFile
 from toolkit.forensics.history import SNAPSHOT, History
 from toolkit.forensics import lines as reading
 from toolkit.forensics.lines import SHALLOW, LineReader, decode_one
-from toolkit.forensics.model import EVENT_COLUMNS, Raw, register
+from toolkit.forensics.model import Raw, register
 from toolkit.ledger.jsonl import FORMAT as JSONL_FORMAT
 from toolkit.ledger.jsonl import header_version
 
@@ -148,47 +148,17 @@ def read_toolkit_jsonl(path) -> Raw:
     return raw
 
 
-STATE_FILE_STATES = {"pending": "pending", "done": "done", "failed": "failed"}
-
-
 @register("jsonl-state", "jsonl", lambda obj: {"file", "status"} <= obj.keys(),
           'JSONL state file: {"file", "status": pending|done|failed} per line, later lines win')
 def read_state_file(path) -> Raw:
-    """Each line is the whole current record of one input ``file``.
+    """Each line is the whole current record of one input ``file`` (``foreign.StateFile``).
 
     Optional fields: ``output`` (artifact path), ``size``, ``sha256`` (of the
     artifact), ``input_sha256`` (of the input), ``error``/``reason``,
-    ``failure`` (transient|permanent) or ``retryable`` (bool), ``ts``. A record
-    that changes a ``done`` one (another status, another artifact) is a
-    ``duplicate_key``: the item was redone or its result overwritten.
+    ``failure`` (transient|permanent) or ``retryable`` (bool), ``ts``.
     """
     raw = Raw()
-    raw.events = columns = {name: [] for name in EVENT_COLUMNS}
-    done_at: dict[str, tuple[int, dict]] = {}
-
-    def use(obj, line):
-        key, status = obj.get("file"), obj.get("status")
-        if type(key) is not str or not key:
-            return "file is not a non-empty string"
-        if type(status) is not str or status not in STATE_FILE_STATES:
-            return f"status {status!r} is not one of {sorted(STATE_FILE_STATES)}"
-        state = STATE_FILE_STATES[status]
-        previous = raw.items.get(key)
-        if key in done_at and not same_record(done_at[key][1], obj):
-            raw.finding(key, "duplicate_key", f"line {line} ({status}) overrides the done record "
-                        f"of line {done_at[key][0]}")
-        if state == "done" and key not in done_at:
-            done_at[key] = (line, obj)
-        digest = obj.get("input_sha256")
-        ts = obj.get("ts")
-        raw.items[key] = foreign_item(key, state, status, obj, source=key, input_digest=digest,
-                                      updated=ts if type(ts) in (int, float) else None)
-        for name, value in (("seq", line), ("ts", ts if type(ts) in (int, float) else None),
-                            ("op", "record"), ("key", key),
-                            ("frm", previous and previous.state), ("to", state),
-                            ("attempt", None), ("worker", None), ("token", None), ("line", line)):
-            columns[name].append(value)
-        return None
-
-    _read_lines(path, raw, use)
+    state_file = StateFile(raw)
+    _read_lines(path, raw, state_file.use)
+    state_file.finish(path)
     return raw
