@@ -56,7 +56,8 @@ def explore(cfg) -> list[Row]:
 
 def drill_all(cfg) -> list[Row]:
     from toolkit.drills import CATALOGUE
-    from toolkit.drills.parallel import default_jobs, run_parallel
+    from toolkit.drills.parallel import run_parallel
+    from toolkit.pool import default_jobs
 
     names = None if cfg.drills is None else list(cfg.drills)  # --quick: a few drills
     count = len(CATALOGUE) if names is None else len(names)

@@ -40,7 +40,7 @@ def test_a_drill_that_raises_in_its_child_fails_the_catalogue_with_its_traceback
 
     import toolkit.drills.parallel as parallel
 
-    def boom(drill, strategy=None):
+    def boom(drill, workdir=None, strategy=None):
         raise ValueError(f"broken drill {drill.name}")
     monkeypatch.setattr(parallel, "run_drill", boom)
     before = {child.pid for child in psutil.Process().children()}

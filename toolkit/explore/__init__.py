@@ -44,6 +44,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from toolkit import pool
 from toolkit.errors import ToolkitError
 from toolkit.explore.child import (KILL, TEAR, Paths, fork, fork_many, killed_by_sigkill,
                                    run_batch, run_here)
@@ -183,13 +184,12 @@ def explore(plan: Plan, workdir=None, progress=None) -> Exploration:
     """
     plan.validate()
     if workdir is None:
-        with tempfile.TemporaryDirectory(prefix="explore-", dir=_scratch()) as tmp:
+        with tempfile.TemporaryDirectory(prefix="explore-", dir=pool.scratch()) as tmp:
             return explore(plan, tmp, progress)
     root = Path(workdir)
     inputs, names = batch_inputs(plan, root / "in")
     _warm(inputs)
-    jobs = plan.jobs or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                         else os.cpu_count() or 1)
+    jobs = plan.jobs or pool.default_jobs()
     started = time.monotonic()
 
     snapshots = root / "snapshots" if plan.mode == "snapshot" else None
@@ -244,17 +244,6 @@ def explore(plan: Plan, workdir=None, progress=None) -> Exploration:
             row["verdict"] = "diverged"  # not the step the baseline had: not deterministic
     return Exploration(plan, rows, baseline["row"], steps, seconds,
                        "real" if snapshots is None else "snapshot", note or "")
-
-
-def _scratch() -> str | None:
-    """A RAM-backed folder if there is one (None: the system's default temporary folder).
-
-    A SIGKILL leaves the same files on tmpfs as on a disk (the page cache
-    outlives the process), and fsyncs there cost nothing. Power loss is
-    simulated (``powerloss``), never left to the medium.
-    """
-    shm = Path("/dev/shm")
-    return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
 
 
 def _warm(inputs) -> None:
