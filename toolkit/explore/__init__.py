@@ -48,7 +48,7 @@ from toolkit import pool
 from toolkit.errors import ToolkitError
 from toolkit.explore.child import (KILL, TEAR, Paths, fork, fork_many, killed_by_sigkill,
                                    run_batch, run_here)
-from toolkit.explore.memo import input_checks, judge_with, provider_work
+from toolkit.explore.memo import input_checks, provider_work, same_checks
 from toolkit.explore.powerloss import (LEDGERS, drop_unsynced, lost_acknowledged, lost_deferred,
                                        synced_size)
 from toolkit.explore.snapshot import folder, position_dependent, refusal
@@ -299,6 +299,7 @@ def _explore_point(fd, plan: Plan, work: Path, inputs, names, point: Point,
 
     if memo is not None:  # this process and the runs it forks: see ``memo``
         provider_work(memo[0])
+        same_checks(memo[1])
 
     shutil.rmtree(work, ignore_errors=True)  # a leftover of an interrupted exploration
     work.parent.mkdir(parents=True, exist_ok=True)
@@ -339,8 +340,6 @@ def _explore_point(fd, plan: Plan, work: Path, inputs, names, point: Point,
         errors += [m["error"] for m in messages if m["t"] == "error"]
         rested = _rested(messages)
 
-    if memo is not None:
-        judge_with(memo[1])
     row.update(_judge(plan, paths, inputs, rested, lost, reached))
     row["errors"] = errors
     if plan.power_loss:
