@@ -8,8 +8,12 @@
 * bare forks/s of this warm process: what one fork costs, for scale.
 * ``drill all`` wall time, in forked parallel processes (one per CPU) and one
   after the other, in this (warm) process. ``--quick`` runs a few drills.
+* CPU time (this process and its reaped children, ``getrusage``) per crash
+  point and per ``drill all``: what a loaded machine distorts least. Divided
+  by the cores, it bounds the wall time a quiet machine can reach.
 """
 
+import resource
 import time
 
 from measure import Figure, Row, check, interleave, rate, ratio
@@ -22,20 +26,23 @@ def explore(cfg) -> list[Row]:
     try:
         from toolkit.explore import Plan
         from toolkit.explore import explore as run_explore
+        from toolkit.pool import default_jobs
     except ImportError as exc:
         return [Row("5", "crash points explored/s", None, ">= 100 /s",
                     note=f"not measured: toolkit.explore not importable ({exc})")]
     log(f"5 crash exploration, {cfg.explore_docs} documents, snapshot and real modes")
-    points = {}
+    points, cpu = {}, {"snapshot": [], "real": []}
 
     def one(mode):
         def run():
+            before = cpu_seconds()
             result = run_explore(Plan(docs=cfg.explore_docs, every=cfg.explore_every, jobs=0,
                                       mode=mode))
             judged = [row for row in result.rows if row["verdict"] not in ("not-reached",
                                                                            "diverged")]
             assert result.mode == mode and len(judged) == len(result.rows), result.total()
             points[mode] = len(judged)
+            cpu[mode].append((cpu_seconds() - before) / len(judged) * 1000)
             return rate(len(judged), result.seconds)
         return run
 
@@ -49,25 +56,43 @@ def explore(cfg) -> list[Row]:
             Row("5", f"crash points explored/s, real SIGKILL mode ({batch}, replay+check)",
                 real),
             Row("5", "  ratio snapshot / real mode", ratio(r["snapshot"], r["real"])),
+            Row("5", "  CPU per crash point, snapshot mode (parent + children)",
+                Figure(cpu["snapshot"], "ms")),
+            Row("5", "  CPU per crash point, real SIGKILL mode (parent + children)",
+                Figure(cpu["real"], "ms")),
+            Row("5", f"  snapshot-mode points/s if CPU-bound on {default_jobs()} cores",
+                Figure([default_jobs() * 1000 / ms for ms in cpu["snapshot"]], "/s")),
             Row("5", "bare fork+exit+wait of this warm process", Figure(r["forks"], "/s")),
             Row("5", "  ratio snapshot-mode crash points / bare forks",
                 ratio(r["snapshot"], r["forks"]))] + drill_all(cfg)
 
 
+def cpu_seconds() -> float:
+    """CPU time of this process and of its children reaped so far (user + system)."""
+    own, children = (resource.getrusage(who) for who in (resource.RUSAGE_SELF,
+                                                          resource.RUSAGE_CHILDREN))
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def drill_all(cfg) -> list[Row]:
     from toolkit.drills import CATALOGUE
-    from toolkit.drills.parallel import default_jobs, run_parallel
+    from toolkit.drills.parallel import run_parallel
+    from toolkit.pool import default_jobs
 
     names = None if cfg.drills is None else list(cfg.drills)  # --quick: a few drills
     count = len(CATALOGUE) if names is None else len(names)
     jobs = default_jobs()
     log(f"5 drill catalogue ({count} drills), {jobs} processes and one after the other")
 
+    cpu = []
+
     def wall(jobs_now):
         def run():
-            start = time.perf_counter()
+            start, before = time.perf_counter(), cpu_seconds()
             results = run_parallel(names, jobs=jobs_now)
             assert len(results) == count
+            if jobs_now > 1:
+                cpu.append(cpu_seconds() - before)
             return time.perf_counter() - start
         return run
 
@@ -79,4 +104,8 @@ def drill_all(cfg) -> list[Row]:
     return [Row("5", f"{what}: wall time, {jobs} forked processes", parallel,
                 *(check(parallel, "<=", 30) if names is None else ("", ""))),
             Row("5", f"{what}: wall time, one after the other", Figure(r["sequential"], "s")),
-            Row("5", "  ratio sequential / parallel", ratio(r["sequential"], r["parallel"]))]
+            Row("5", "  ratio sequential / parallel", ratio(r["sequential"], r["parallel"])),
+            Row("5", f"{what}: CPU time, {jobs} forked processes (parent + children)",
+                Figure(cpu, "s")),
+            Row("5", f"  {what}: wall if CPU-bound on {jobs} cores (CPU / cores)",
+                Figure([seconds / jobs for seconds in cpu], "s"))]

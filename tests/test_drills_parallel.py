@@ -40,7 +40,7 @@ def test_a_drill_that_raises_in_its_child_fails_the_catalogue_with_its_traceback
 
     import toolkit.drills.parallel as parallel
 
-    def boom(drill, strategy=None):
+    def boom(drill, workdir=None, strategy=None):
         raise ValueError(f"broken drill {drill.name}")
     monkeypatch.setattr(parallel, "run_drill", boom)
     before = {child.pid for child in psutil.Process().children()}
@@ -54,3 +54,14 @@ def test_drill_jobs_below_zero_is_a_one_line_error():
                             capture_output=True, text=True, check=False)
     assert result.returncode == 2
     assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
+
+
+def test_the_longest_drills_start_first():
+    """LPT: the OCR (Tesseract) and HTTP (service process, real timeouts) drills, 5-50 s
+    each against 0.3-3 s for the rest, are started before every other drill."""
+    from toolkit.drills.parallel import cost
+
+    ranked = sorted(CATALOGUE, key=cost, reverse=True)
+    slow = [drill for drill in CATALOGUE if drill.scans or drill.http]
+    assert len(slow) >= 4
+    assert {d.name for d in ranked[:len(slow)]} == {d.name for d in slow}

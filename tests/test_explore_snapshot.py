@@ -86,3 +86,37 @@ def test_recorder_tear_copy_cuts_the_download_in_the_copy_only(tmp_path):
     assert (tmp_path / "snapshots" / "4-kill" / "out" / ".tmp-x.part").read_bytes() == \
         b"0123456789"
     assert (tmp_path / "snapshots" / "4-tear" / "out" / ".tmp-x.part").read_bytes() == b"01234"
+
+
+def test_checks_are_answered_by_content_and_torn_bytes_are_checked_for_real(tmp_path,
+                                                                          monkeypatch):
+    """Snapshot mode answers preflight and OCR routing by the bytes' SHA-256 (``memo``).
+
+    A copy of an input under another name (the client's private copy) is answered
+    from the table without MuPDF; a copy torn to half its bytes (what a crash
+    mid-copy leaves) is new content: checked for real, and found truncated.
+    """
+    import shutil
+
+    from toolkit import documents
+    from toolkit.documents import make_corpus
+    from toolkit.explore.memo import input_checks, same_checks
+
+    (source,) = make_corpus(tmp_path / "in", docs=1, poison=0, seed=0)
+    table = input_checks([source])
+    real, calls = documents.preflight, []
+
+    def counted(path, *args, **kwargs):
+        calls.append(path)
+        return real(path, *args, **kwargs)
+    monkeypatch.setattr(documents, "preflight", counted)  # restored after the test
+    monkeypatch.setattr(documents, "ocr_routed", documents.ocr_routed)
+    same_checks(table)
+    copy = tmp_path / "private-copy.pdf"
+    shutil.copyfile(source, copy)
+    assert documents.preflight(copy).ok and calls == []
+    assert documents.ocr_routed(copy.read_bytes(), {}) == {}  # a text document: as it is
+    torn = tmp_path / "torn.pdf"
+    torn.write_bytes(source.read_bytes()[: source.stat().st_size // 2])
+    verdict = documents.preflight(torn)
+    assert calls == [torn] and not verdict.ok and verdict.reason.startswith("truncated")

@@ -8,7 +8,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "toolkit"
 # A module may import only from strictly lower ranks (STYLE.md, "Import ranks").
 RANKS = {
-    "errors": 0,
+    "errors": 0, "pool": 0,  # the one process pool (explore's crash points, parallel drills)
     "identity": 1, "documents": 1, "storage": 1, "liveness": 1,
     "ledger": 2, "provider": 2, "roots": 2,
     "runner": 3, "faults": 3, "checker": 3, "forensics": 3,

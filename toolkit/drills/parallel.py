@@ -3,7 +3,7 @@ processes (``run_parallel``): same results, same order, a fraction of the time.
 
 Drills are independent: each runs in its own temporary folder with its own
 ledger, provider and (HTTP drills) service on a port the system picks. So
-``run_parallel`` forks one child per drill, at most ``jobs`` at a time, each
+``run_parallel`` forks one child per drill (``toolkit.pool``), at most ``jobs`` at a time, each
 running ``run_drill`` exactly as the sequential ``run_catalogue`` does, and
 sends its ``DrillResult`` back pickled over a pipe. Results are returned in
 catalogue order and ``progress`` is called in that order too (a drill that
@@ -19,10 +19,10 @@ sequential run would have raised.
 
 import os
 import pickle
-import selectors
-import sys
+import tempfile
 import traceback
 
+from toolkit import pool
 from toolkit.drills import CATALOGUE, DRILLS, Drill, DrillResult, run_drill
 
 
@@ -48,80 +48,81 @@ def run_catalogue(names=None, progress=None, strategy=None) -> list[DrillResult]
     return results
 
 
-def default_jobs() -> int:
-    """One drill per CPU this process may run on."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
+def cost(drill: Drill) -> tuple:
+    """How long ``drill`` runs, roughly, for scheduling only (never for the output).
+
+    Measured sequentially (two loaded cores): an HTTP drill starts a service
+    process and waits on real sockets (5-8 s, the slow submit's 3 s job on top),
+    OCR drills run Tesseract (scans), long documents go page by page (2-3 s);
+    the rest take 0.5-2 s, growing with their documents and runs.
+    """
+    return (drill.http, "slow_submit" in drill.service_faults, drill.scans, drill.long_docs,
+            drill.runs * drill.docs)
 
 
 def run_parallel(names=None, progress=None, strategy=None, jobs=0) -> list:
     """``run_catalogue``'s results (same drills, same order), ``jobs`` drills at a time.
 
+    The longest drills start first (``cost``: LPT scheduling, so no long drill
+    is left alone at the end); results and ``progress`` stay in catalogue order.
+
     Raises:
         RuntimeError: a drill's process died without a result (its traceback).
     """
     chosen = chosen_drills(names, strategy)
-    jobs = jobs or default_jobs()
+    jobs = jobs or pool.default_jobs()
     if jobs <= 1 or len(chosen) <= 1:
         results = []
         for drill in chosen:
-            results.append(run_drill(drill, strategy=strategy))
+            results.append(_run(drill, strategy))
             if progress is not None:
                 progress(results[-1])
         return results
-    results, reported, failure = [None] * len(chosen), 0, None
-    pending, running = list(enumerate(chosen)), {}
-    with selectors.DefaultSelector() as selector:
-        while pending or running:
-            while pending and len(running) < jobs:
-                index, drill = pending.pop(0)
-                pid, read_fd = _start(drill, strategy)
-                running[read_fd] = (index, pid, [])
-                selector.register(read_fd, selectors.EVENT_READ)
-            for key, _ in selector.select():
-                chunk = os.read(key.fd, 1 << 16)
-                if chunk:
-                    running[key.fd][2].append(chunk)
-                    continue
-                selector.unregister(key.fd)
-                os.close(key.fd)
-                index, pid, chunks = running.pop(key.fd)
-                os.waitpid(pid, 0)
-                try:
-                    results[index] = _outcome(chosen[index], b"".join(chunks))
-                except RuntimeError as exc:  # start no other drill; reap those running
-                    failure, pending = failure or exc, []
-            while failure is None and reported < len(chosen) and results[reported] is not None:
-                if progress is not None:  # in catalogue order, whoever finished first
-                    progress(results[reported])
-                reported += 1
-    if failure is not None:
-        raise failure
+    results, reported, failure = [None] * len(chosen), [0], []
+
+    def reaped(index, result) -> bool:
+        try:
+            results[index] = _outcome(chosen[index], result[0])
+        except RuntimeError as exc:  # start no other drill; those running finish
+            failure.append(exc)
+            return True
+        while not failure and reported[0] < len(chosen) and results[reported[0]] is not None:
+            if progress is not None:  # in catalogue order, whoever finished first
+                progress(results[reported[0]])
+            reported[0] += 1
+        return False
+    # sorted() is stable: drills of equal cost start in catalogue order (deterministic)
+    order = sorted(range(len(chosen)), key=lambda i: cost(chosen[i]), reverse=True)
+    pool.run([_task(drill, strategy) for drill in chosen], jobs, reaped, order)
+    if failure:
+        raise failure[0]
     return results
 
 
-def _start(drill, strategy) -> tuple[int, int]:
-    """Fork a child that runs ``drill`` and writes its pickled result (or error) to a pipe."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child
+def _run(drill, strategy):
+    """``run_drill`` in a throwaway folder on tmpfs where there is one (``pool.scratch``):
+    the drills fsync their ledgers, and on a disk those waits were half the wall time.
+    A drill's faults are injected (a full disk is ``faults.fill_disk``), never the medium's."""
+    with tempfile.TemporaryDirectory(prefix="drill-", dir=pool.scratch()) as work:
+        return run_drill(drill, work, strategy=strategy)
+
+
+def _task(drill, strategy):
+    """A ``pool`` task: run ``drill``, write its pickled result (or traceback) to the pipe."""
+    def task(fd: int) -> int:
+        # Each child has one CPU's share: Tesseract's OpenMP threads (scan drills) would
+        # spin against the other drills (measured: twice the CPU time, 2-3x the wall time).
+        os.environ.setdefault("OMP_THREAD_LIMIT", "1")
         code = 0
         try:
-            os.close(read_fd)
-            try:
-                payload = pickle.dumps(("ok", run_drill(drill, strategy=strategy)))
-            except BaseException:  # the parent must hear of it, whatever it is
-                code = 70
-                payload = pickle.dumps(("error", traceback.format_exc()[-4000:]))
-            with open(write_fd, "wb") as pipe:
-                pipe.write(payload)
-        finally:
-            os._exit(code)
-    os.close(write_fd)
-    return pid, read_fd
+            payload = pickle.dumps(("ok", _run(drill, strategy)))
+        except BaseException:  # the parent must hear of it, whatever it is
+            code = pool.FAILED
+            payload = pickle.dumps(("error", traceback.format_exc()[-4000:]))
+        with open(fd, "wb") as pipe:
+            pipe.write(payload)
+        return code
+    return task
 
 
 def _outcome(drill, data: bytes):

@@ -44,10 +44,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from toolkit import pool
 from toolkit.errors import ToolkitError
 from toolkit.explore.child import (KILL, TEAR, Paths, fork, fork_many, killed_by_sigkill,
                                    run_batch, run_here)
-from toolkit.explore.memo import input_checks, judge_with, provider_work
+from toolkit.explore.memo import input_checks, provider_work, same_checks
 from toolkit.explore.powerloss import (LEDGERS, drop_unsynced, lost_acknowledged, lost_deferred,
                                        synced_size)
 from toolkit.explore.snapshot import folder, position_dependent, refusal
@@ -183,13 +184,12 @@ def explore(plan: Plan, workdir=None, progress=None) -> Exploration:
     """
     plan.validate()
     if workdir is None:
-        with tempfile.TemporaryDirectory(prefix="explore-", dir=_scratch()) as tmp:
+        with tempfile.TemporaryDirectory(prefix="explore-", dir=pool.scratch()) as tmp:
             return explore(plan, tmp, progress)
     root = Path(workdir)
     inputs, names = batch_inputs(plan, root / "in")
     _warm(inputs)
-    jobs = plan.jobs or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                         else os.cpu_count() or 1)
+    jobs = plan.jobs or pool.default_jobs()
     started = time.monotonic()
 
     snapshots = root / "snapshots" if plan.mode == "snapshot" else None
@@ -246,17 +246,6 @@ def explore(plan: Plan, workdir=None, progress=None) -> Exploration:
                        "real" if snapshots is None else "snapshot", note or "")
 
 
-def _scratch() -> str | None:
-    """A RAM-backed folder if there is one (None: the system's default temporary folder).
-
-    A SIGKILL leaves the same files on tmpfs as on a disk (the page cache
-    outlives the process), and fsyncs there cost nothing. Power loss is
-    simulated (``powerloss``), never left to the medium.
-    """
-    shm = Path("/dev/shm")
-    return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
-
-
 def _warm(inputs) -> None:
     """Import and load everything once, so that forked children start hot."""
     import psutil
@@ -310,6 +299,7 @@ def _explore_point(fd, plan: Plan, work: Path, inputs, names, point: Point,
 
     if memo is not None:  # this process and the runs it forks: see ``memo``
         provider_work(memo[0])
+        same_checks(memo[1])
 
     shutil.rmtree(work, ignore_errors=True)  # a leftover of an interrupted exploration
     work.parent.mkdir(parents=True, exist_ok=True)
@@ -350,8 +340,6 @@ def _explore_point(fd, plan: Plan, work: Path, inputs, names, point: Point,
         errors += [m["error"] for m in messages if m["t"] == "error"]
         rested = _rested(messages)
 
-    if memo is not None:
-        judge_with(memo[1])
     row.update(_judge(plan, paths, inputs, rested, lost, reached))
     row["errors"] = errors
     if plan.power_loss:

@@ -23,12 +23,11 @@ commit that returned), ``sync`` (the ledger file's size at an fsync),
 import dataclasses
 import json
 import os
-import selectors
 import signal
-import sys
 import traceback
 from pathlib import Path
 
+from toolkit import pool
 from toolkit.explore.snapshot import Recorder
 from toolkit.identity import PAGE_MARK
 
@@ -255,33 +254,21 @@ def run_batch(fd: int, plan, paths: Paths, inputs, names, *, run: int, kill_at=N
             "halted": getattr(runner, "halted", None), "counts": counts}
 
 
-def _start(body, args, kwargs) -> tuple[int, int]:
-    """Fork; the child runs ``body(fd, *args, **kwargs)``. Returns (pid, read end of its pipe).
-
-    The child ends with ``os._exit`` (no atexit handler, no inherited buffer
-    flushed twice); what ``body`` returns arrives as the ``end`` message, an
-    exception as an ``error`` message.
-    """
-    sys.stdout.flush()
-    sys.stderr.flush()
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child
-        code = 0
+def _task(body, args, kwargs):
+    """``body(fd, *args, **kwargs)`` as a ``pool`` task: what it returns arrives as the
+    ``end`` message, an exception as an ``error`` message (and exit status 70)."""
+    def task(fd: int) -> int:
         try:
-            os.close(read_fd)
-            send(write_fd, t="end", **body(write_fd, *args, **kwargs))
+            send(fd, t="end", **body(fd, *args, **kwargs))
         except BaseException as exc:  # whatever it is, the parent must hear of it
-            code = 70
             try:
-                send(write_fd, t="error", error=f"{type(exc).__name__}: {exc}",
+                send(fd, t="error", error=f"{type(exc).__name__}: {exc}",
                      traceback=traceback.format_exc()[-3000:])
             except BaseException:
                 pass  # the parent sees exit status 70 with no message
-        finally:
-            os._exit(code)
-    os.close(write_fd)
-    return pid, read_fd
+            return pool.FAILED
+        return 0
+    return task
 
 
 def _messages(data: bytes) -> list[dict]:
@@ -302,7 +289,7 @@ def run_here(body, *args, **kwargs) -> tuple[list[dict], int]:
         try:
             send(sink.fileno(), t="end", **body(sink.fileno(), *args, **kwargs))
         except Exception as exc:  # the caller must hear of it, as from a child
-            status = 70 << 8  # as os.waitpid reports an exit status of 70
+            status = pool.FAILED << 8  # as os.waitpid reports an exit status of 70
             send(sink.fileno(), t="error", error=f"{type(exc).__name__}: {exc}",
                  traceback=traceback.format_exc()[-3000:])
         sink.seek(0)
@@ -311,39 +298,23 @@ def run_here(body, *args, **kwargs) -> tuple[list[dict], int]:
 
 def fork(body, *args, **kwargs) -> tuple[list[dict], int]:
     """Run ``body`` in a forked child and wait; return its messages and its wait status."""
-    pid, read_fd = _start(body, args, kwargs)
-    with open(read_fd, "rb") as pipe:
-        data = pipe.read()  # until EOF: the child exited or was killed
-    _, status = os.waitpid(pid, 0)
+    data, status = pool.wait(*pool.start(_task(body, args, kwargs)))
     return _messages(data), status
 
 
 def fork_many(calls, jobs: int, done=None) -> list[tuple[list[dict], int]]:
-    """Run ``(body, args, kwargs)`` calls in up to ``jobs`` forked children at once.
+    """Run ``(body, args, kwargs)`` calls in up to ``jobs`` forked children at once (``pool``).
 
     Results come back in the order of ``calls``; ``done(index, result)`` is
     called as each child finishes.
     """
-    results, pending, running = [None] * len(calls), list(enumerate(calls)), {}
-    with selectors.DefaultSelector() as selector:
-        while pending or running:
-            while pending and len(running) < max(1, jobs):
-                index, (body, args, kwargs) = pending.pop(0)
-                pid, read_fd = _start(body, args, kwargs)
-                running[read_fd] = (index, pid, [])
-                selector.register(read_fd, selectors.EVENT_READ)
-            for key, _ in selector.select():
-                chunk = os.read(key.fd, 1 << 16)
-                if chunk:
-                    running[key.fd][2].append(chunk)
-                    continue
-                selector.unregister(key.fd)
-                os.close(key.fd)
-                index, pid, chunks = running.pop(key.fd)
-                _, status = os.waitpid(pid, 0)
-                results[index] = (_messages(b"".join(chunks)), status)
-                if done is not None:
-                    done(index, results[index])
+    results = [None] * len(calls)
+
+    def reaped(index, result):
+        results[index] = (_messages(result[0]), result[1])
+        if done is not None:
+            done(index, results[index])
+    pool.run([_task(*call) for call in calls], jobs, reaped)
     return results
 
 

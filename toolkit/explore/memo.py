@@ -12,13 +12,16 @@ replayed, and neither is what the exploration tests:
   the same atomic write (temp file, fsync, rename, folder fsync). The
   provider's database, its call log and its steps are unchanged: only the CPU
   time of rendering goes. A call that fails (poison input) is never cached.
-* the oracle's preflight of the (read-only) inputs, for ``collect_history``:
-  done once in the exploring process, before any fork, and looked up by the
-  judge of each point.
+* the preflight and OCR routing of the inputs (``same_checks``): MuPDF reading
+  a document, asked by the client at enqueue, by the provider and by the
+  oracle's ``collect_history``. A pure function of the bytes: done once per
+  input in the exploring process, before any fork, looked up by content.
 
-The client's own code (its preflight, hashing, ledger) runs in full at every
-point. Both are installed only in forked children (the point's supervisor and
-the runs it forks), never in the exploring process.
+The client's own protocol (hashing, private copies, ledger, provider calls,
+recovery) runs in full at every point. Both are installed only in forked
+children (the point's supervisor and the runs it forks), never in the
+exploring process; the real mode uses neither, and the test that compares the
+two modes' verdicts at every point covers them.
 """
 
 import hashlib
@@ -57,25 +60,59 @@ def _file(entry: Path, data: bytes) -> None:
 
 
 def input_checks(inputs) -> dict:
-    """What the oracle asks of each input: its preflight verdict and its OCR routing.
+    """The checks of each input by content: its preflight verdict and its OCR routing.
 
-    Computed in the exploring process, before any fork.
+    Computed in the exploring process, before any fork; ``same_checks`` looks
+    them up in the children (the client's private copies of an input have its
+    bytes, hence its key).
     """
-    return {Path(path): (documents.preflight(path), documents.ocr_routed(path, {}))
-            for path in inputs}
+    table = {}
+    for path in inputs:
+        digest = _digest(Path(path).read_bytes())
+        table[digest] = documents.preflight(path)
+        table[(digest, _options({}))] = documents.ocr_routed(path, {})
+    return table
 
 
-def judge_with(checks: dict) -> None:
-    """In this (forked) supervisor, before judging: answer for the inputs from ``checks``."""
+def same_checks(table: dict) -> None:
+    """In this (forked) supervisor and the runs it forks: answer ``documents.preflight``
+    (whole document) and ``documents.ocr_routed`` from ``table`` by the bytes' SHA-256.
+
+    Both are pure functions of the bytes (and the options): MuPDF's reading of
+    the document, nothing of the ledger, the provider or the crash. Bytes never
+    seen (a file the crash tore, another input) are checked for real and filed;
+    a path that cannot be read is checked for real (``missing`` is the verdict).
+    The client, the provider's work and the judge all call them: each point
+    read each input with MuPDF three to six times.
+    """
     preflight, ocr_routed = documents.preflight, documents.ocr_routed
 
     def cached_preflight(path, *args, **kwargs):
-        if not args and not kwargs and Path(path) in checks:
-            return checks[Path(path)][0]
-        return preflight(path, *args, **kwargs)
+        if args or kwargs:  # one page of a document: the provider's check, rarely repeated
+            return preflight(path, *args, **kwargs)
+        try:
+            key = _digest(Path(path).read_bytes())
+        except OSError:
+            return preflight(path)
+        if key not in table:
+            table[key] = preflight(path)
+        return table[key]
 
     def cached_ocr_routed(path, options):
-        if not options and Path(path) in checks:
-            return dict(checks[Path(path)][1])
-        return ocr_routed(path, options)
+        try:
+            data = path if isinstance(path, bytes) else Path(path).read_bytes()
+            key = (_digest(data), _options(options))
+        except (OSError, TypeError, ValueError):  # unreadable, or options not JSON
+            return ocr_routed(path, options)
+        if key not in table:
+            table[key] = ocr_routed(path, options)
+        return dict(table[key])  # a fresh dict per caller: callers may add to it
     documents.preflight, documents.ocr_routed = cached_preflight, cached_ocr_routed
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _options(options: dict) -> str:
+    return json.dumps(options, sort_keys=True)

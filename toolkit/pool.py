@@ -1,0 +1,111 @@
+"""One process pool: forked children, each writing its result to a pipe, at most ``jobs`` at once.
+
+Used by crash exploration (``explore.child``: one child per crash point) and by
+the drill catalogue (``drills.parallel``: one child per drill). Forking (not
+spawning) keeps the children warm: the parent has imported everything once.
+
+A child runs ``task(fd)`` with the write end of its pipe and ends with
+``os._exit`` (no atexit handler, no inherited stdio buffer flushed twice): what
+it has to say, it writes to ``fd`` itself, and the parent reads the pipe until
+EOF (the child exited or was killed) before it reaps the child. So a child
+killed by SIGKILL gives its bytes so far and its wait status, never a hang.
+"""
+
+import os
+import selectors
+import signal
+import sys
+
+FAILED = 70  # the exit status of a child whose task raised (EX_SOFTWARE)
+
+
+def default_jobs() -> int:
+    """One child per CPU this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def scratch() -> str | None:
+    """A RAM-backed folder for children's throwaway batches, if there is one (None: the
+    system's default temporary folder).
+
+    A SIGKILL leaves the same files on tmpfs as on a disk (the page cache
+    outlives the process), and an fsync there costs nothing: the protocol runs
+    the same, without waiting on the medium. Power loss is simulated
+    (``explore.powerloss``), never left to the medium.
+    """
+    shm = "/dev/shm"
+    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
+
+
+def start(task) -> tuple[int, int]:
+    """Fork; the child runs ``task(write_fd)`` and exits with what it returns (None: 0).
+
+    Returns (pid, read end of its pipe). A task that raises exits with
+    ``FAILED`` (it should have written its error to the pipe first).
+    """
+    sys.stdout.flush()  # else the child's copy of a pending buffer would be written twice
+    sys.stderr.flush()
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child
+        code = FAILED
+        try:
+            os.close(read_fd)
+            code = task(write_fd) or 0
+        finally:
+            os._exit(code)
+    os.close(write_fd)
+    return pid, read_fd
+
+
+def wait(pid: int, read_fd: int) -> tuple[bytes, int]:
+    """Read the child's pipe to EOF, reap it; return (its bytes, its wait status)."""
+    with open(read_fd, "rb") as pipe:
+        data = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    return data, status
+
+
+def run(tasks, jobs: int, done=None, order=None) -> list[tuple[bytes, int]]:
+    """Run each ``task(fd)`` in a forked child, up to ``jobs`` at once; return (bytes, status)
+    per task, in the order of ``tasks``.
+
+    ``order``: the indices in the order to start them (default: as given), e.g.
+    the longest first. ``done(index, result)`` is called as each child is
+    reaped; if it returns true, no further task starts (those running finish).
+    If this process is interrupted (an exception here or in ``done``), the
+    children still running are killed and reaped before it propagates.
+    """
+    results = [None] * len(tasks)
+    pending = list(range(len(tasks)) if order is None else order)
+    assert sorted(pending) == list(range(len(tasks))), "order must name every task once"
+    pending.reverse()  # popped from the end
+    running = {}  # read fd -> (index, pid, chunks)
+    try:
+        with selectors.DefaultSelector() as selector:
+            while pending or running:
+                while pending and len(running) < max(1, jobs):
+                    index = pending.pop()
+                    pid, read_fd = start(tasks[index])
+                    running[read_fd] = (index, pid, [])
+                    selector.register(read_fd, selectors.EVENT_READ)
+                for key, _ in selector.select():
+                    chunk = os.read(key.fd, 1 << 16)
+                    if chunk:
+                        running[key.fd][2].append(chunk)
+                        continue
+                    selector.unregister(key.fd)  # EOF: the child is gone (or closing)
+                    os.close(key.fd)
+                    index, pid, chunks = running.pop(key.fd)
+                    _, status = os.waitpid(pid, 0)
+                    results[index] = (b"".join(chunks), status)
+                    if done is not None and done(index, results[index]):
+                        pending = []
+    finally:
+        for read_fd, (_, pid, _) in running.items():  # only after an exception
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            os.close(read_fd)
+    return results
