@@ -154,11 +154,12 @@ def test_verify_reads_every_input_and_records_them_again(batch, reads, inputs):
 
 def test_a_stat_taken_within_the_writes_clock_tick_is_not_recorded(batch, reads, inputs,
                                                                    monkeypatch):
-    """Fault: racy git: the first run's read starts within the clock tick of the inputs'
-    last write (simulated by the clock the reader consults). Property: no stat is
+    """Fault: racy git: the first run's reads start within the clock tick of the inputs'
+    last writes (the clock the reader consults reads the earliest of their ctimes: each
+    write may have landed after the read began). Property: no stat is
     recorded, so the rerun reads every input again; the next one, whose reads were not
     racy, reads none."""
-    monkeypatch.setattr(keying, "now_ns", lambda: max(os.stat(p).st_ctime_ns for p in inputs))
+    monkeypatch.setattr(keying, "now_ns", lambda: min(os.stat(p).st_ctime_ns for p in inputs))
     batch()
     monkeypatch.setattr(keying, "now_ns", inputindex.now_ns)
     reads.clear()

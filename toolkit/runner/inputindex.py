@@ -127,7 +127,7 @@ class InputIndex:
             self._new = open(fd, "w", encoding="utf-8", errors="surrogateescape",
                              newline="\n")
             self._temp = temp
-            self._new.write(HEADER)
+            self._put(HEADER)
 
     def _advance(self):
         """The next recorded entry (None at the end): the merge's one line ahead."""
@@ -162,8 +162,7 @@ class InputIndex:
                 info.st_ctime_ns) != entry[1]:
             return None
         self.vouched += 1
-        if self._new is not None:
-            self._new.write(entry[3])  # the recorded line, as it was
+        self._put(entry[3])  # the recorded line, as it was
         return entry[2]
 
     def note(self, path, info: os.stat_result, started_ns: int, digest: str) -> None:
@@ -174,8 +173,16 @@ class InputIndex:
             self._write(order(path), stamp(info), digest)
 
     def _write(self, name, stamp_, digest) -> None:
+        self._put(_line(name, stamp_, digest))
+
+    def _put(self, line: str) -> None:
+        """Write one line of the new index; a failed write (a full disk) drops the new
+        index, never the run: it is a cache, and the recorded one stays."""
         if self._new is not None:
-            self._new.write(_line(name, stamp_, digest))
+            try:
+                self._new.write(line)
+            except OSError:
+                self._drop_new()
 
     def commit(self) -> None:
         """The new index, durable, in place of the recorded one (a failure keeps the old)."""
@@ -189,15 +196,21 @@ class InputIndex:
             new.close()
             os.replace(self._temp, self.path)
         except OSError:
-            new.close()
+            with contextlib.suppress(OSError):
+                new.close()
             with contextlib.suppress(OSError):
                 os.unlink(self._temp)
 
     def discard(self) -> None:
+        """Drop the new index; the recorded one stays as it was."""
         self._close_old()
+        self._drop_new()
+
+    def _drop_new(self) -> None:
         if self._new is not None:
-            self._new.close()
-            self._new = None
+            new, self._new = self._new, None
+            with contextlib.suppress(OSError):
+                new.close()  # a close that flushes onto a full disk fails: still closed
             with contextlib.suppress(OSError):
                 os.unlink(self._temp)
 
