@@ -234,3 +234,23 @@ def test_cli_rerun_opens_no_input_file_under_strace(tmp_path, inputs):
                 (path.name for path in inputs) if f'/inputs/{name}"' in line}
     assert opened() == set()
     assert opened(["--verify"]) == {path.name for path in inputs}
+
+
+@pytest.mark.slow
+def test_workers_count_reads_no_input_the_index_vouches_for(tmp_path, inputs, monkeypatch):
+    """Fault: none (``run --workers 2`` twice). Property: after the workers of the rerun
+    exit, the parent counts the batch from the input index (no input read, no MuPDF look):
+    4 done and the poison, as the workers left them."""
+    from toolkit.runner import workers
+
+    wait_until_settled(inputs)
+    ledger, provider_db = tmp_path / "l.sqlite", tmp_path / "p.db"
+    workers.run_workers(ledger, provider_db, inputs, tmp_path / "out", 2)
+    seen = []
+    real_stat, real_key = keying.read_stat, workers._input_key
+    monkeypatch.setattr(keying, "read_stat", lambda path, limit=None: seen.append(path) or
+                        real_stat(path, limit))
+    monkeypatch.setattr(workers, "_input_key", lambda path, *args: seen.append(path) or
+                        real_key(path, *args))
+    result = workers.run_workers(ledger, provider_db, inputs, tmp_path / "out", 2)
+    assert seen == [] and result.counts["done"] == 4 and result.counts["failed"] == 1

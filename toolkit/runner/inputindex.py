@@ -106,8 +106,9 @@ class InputIndex:
     written as they are keyed. ``commit()`` replaces the recorded index; ``discard()``
     keeps it (a run that stopped midway)."""
 
-    def __init__(self, ledger_path, trust: bool = True):
-        """``trust=False`` (``--verify``): vouch for nothing, record what is read."""
+    def __init__(self, ledger_path, trust: bool = True, record: bool = True):
+        """``trust=False`` (``--verify``): vouch for nothing, record what is read;
+        ``record=False``: read the recorded index only (a count after the run)."""
         self.path = index_file(ledger_path)
         self._old = self._new = self._next = self._lines = None
         self.vouched = 0  # inputs taken on their stat
@@ -121,6 +122,8 @@ class InputIndex:
                 if next(self._lines, "") != HEADER:
                     self._close_old()
         self._advance()
+        if not record:
+            return
         with contextlib.suppress(OSError):  # a read-only folder: nothing is recorded
             fd, temp = tempfile.mkstemp(prefix=f"{self.path.name}.", suffix=".tmp",
                                         dir=self.path.parent)
