@@ -3,9 +3,9 @@
 ``resume_fixture`` builds, fast and without the runner, what a batch looks
 like after an earlier run finished 99% of it: one input file per item, the
 done items' artifacts, a SQLite ledger holding each item's history
-(add, claim, intent, submitted, done, release) and the inputs' stat index. ``InstantProvider`` answers
-at once with the input itself as the artifact, so a 10,000-item run measures
-the runner and the ledger, not PDF rendering.
+(add, claim, intent, submitted, done, release) and the inputs' stat index.
+``InstantProvider`` answers at once with the input itself as the artifact, so
+a 10,000-item run measures the runner and the ledger, not PDF rendering.
 """
 
 import hashlib
