@@ -254,3 +254,18 @@ def test_workers_count_reads_no_input_the_index_vouches_for(tmp_path, inputs, mo
                         real_key(path, *args))
     result = workers.run_workers(ledger, provider_db, inputs, tmp_path / "out", 2)
     assert seen == [] and result.counts["done"] == 4 and result.counts["failed"] == 1
+
+
+def test_new_index_left_by_a_killed_run_is_removed_by_the_next(batch, tmp_path):
+    """Fault: a run killed before its end leaves its new index (a ``.tmp`` named by its pid
+    and start time). Property: the next run deletes the one whose process is gone and
+    keeps the one of a live process (this test's own)."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    dead = tmp_path / f"ledger.sqlite.inputs.{gone.pid}-1.abc.tmp"
+    live = tmp_path / f"ledger.sqlite.inputs.{inputindex._owner()}.abc.tmp"
+    for leftover in (dead, live):
+        leftover.write_text(inputindex.HEADER)
+    batch()
+    assert not dead.exists() and live.exists() and batch.index.is_file()
+    assert sorted(p.name for p in tmp_path.glob("ledger.sqlite.inputs.*")) == [live.name]

@@ -29,10 +29,13 @@ of it, not the batch's.
 """
 
 import contextlib
+import glob
 import os
 import tempfile
 import time
 from pathlib import Path
+
+from toolkit import liveness
 
 SUFFIX = ".inputs"
 HEADER = "toolkit-inputs 1\n"
@@ -101,6 +104,24 @@ def _parse(line: str):
         return None
 
 
+def _owner() -> str:
+    return f"{os.getpid()}-{liveness.my_start()}"
+
+
+def _remove_orphans(path: Path) -> None:
+    """Delete the new indexes that runs killed midway left (``<index>.<pid>-<start>.*.tmp``
+    of a process that is gone); a live run's stays."""
+    for temp in glob.glob(f"{glob.escape(str(path))}.*-*.*.tmp"):
+        pid, _, start = temp[len(str(path)) + 1:].partition(".")[0].partition("-")
+        try:
+            owner_alive = liveness.alive(None, int(pid), None if start == "None" else int(start))
+        except ValueError:
+            continue  # not one of ours
+        if not owner_alive:
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+
+
 class InputIndex:
     """One run's index: the recorded one read alongside the sorted inputs, the new one
     written as they are keyed. ``commit()`` replaces the recorded index; ``discard()``
@@ -124,8 +145,9 @@ class InputIndex:
         self._advance()
         if not record:
             return
+        _remove_orphans(self.path)
         with contextlib.suppress(OSError):  # a read-only folder: nothing is recorded
-            fd, temp = tempfile.mkstemp(prefix=f"{self.path.name}.", suffix=".tmp",
+            fd, temp = tempfile.mkstemp(prefix=f"{self.path.name}.{_owner()}.", suffix=".tmp",
                                         dir=self.path.parent)
             self._new = open(fd, "w", encoding="utf-8", errors="surrogateescape",
                              newline="\n")
