@@ -2,10 +2,10 @@
 
 ``resume_fixture`` builds, fast and without the runner, what a batch looks
 like after an earlier run finished 99% of it: one input file per item, the
-done items' artifacts, and a SQLite ledger holding each item's history
-(add, claim, intent, submitted, done, release). ``InstantProvider`` answers
-at once with the input itself as the artifact, so a 10,000-item run measures
-the runner and the ledger, not PDF rendering.
+done items' artifacts, a SQLite ledger holding each item's history
+(add, claim, intent, submitted, done, release) and the inputs' stat index.
+``InstantProvider`` answers at once with the input itself as the artifact, so
+a 10,000-item run measures the runner and the ledger, not PDF rendering.
 """
 
 import hashlib
@@ -20,6 +20,7 @@ from toolkit.errors import PermanentError
 from toolkit.identity import task_key
 from toolkit.ledger.sqlite import ITEM_COLUMNS, SCHEMA
 from toolkit.provider import Contract, Job, JobStatus
+from toolkit.runner import inputindex
 from toolkit.runner.artifacts import stat_fields
 
 PERMANENT_REASON = "poison: not-pdf: no %PDF- header"
@@ -39,7 +40,7 @@ def resume_fixture(folder: Path, items: int, done_share: float = 0.99) -> tuple[
     inputs_dir.mkdir(parents=True)
     out_dir.mkdir()
     done_count = round(items * done_share)
-    item_rows, event_rows, paths = [], [], []
+    item_rows, event_rows, paths, index_lines = [], [], [], [inputindex.HEADER]
     ts = 1_700_000_000.0
     for number in range(items):
         data = _content(number)
@@ -47,6 +48,8 @@ def resume_fixture(folder: Path, items: int, done_share: float = 0.99) -> tuple[
         path.write_bytes(data)
         paths.append(path)
         digest = hashlib.sha256(data).hexdigest()
+        index_lines.append(inputindex._line(inputindex.order(path),  # as the run that read it
+                                            inputindex.stamp(os.stat(path)), digest))
         key = task_key(digest, {})
         source = path.name
         row = dict.fromkeys(ITEM_COLUMNS)
@@ -87,6 +90,7 @@ def resume_fixture(folder: Path, items: int, done_share: float = 0.99) -> tuple[
     db.execute("COMMIT")
     db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     db.close()
+    Path(f"{ledger}{inputindex.SUFFIX}").write_text("".join(index_lines), encoding="utf-8")
     return ledger, paths
 
 

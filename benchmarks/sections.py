@@ -157,6 +157,7 @@ def resume(cfg, folder: Path) -> list[Row]:
                 for suffix in ("-wal", "-shm"):
                     Path(f"{ledger}{suffix}").unlink(missing_ok=True)
                 shutil.copyfile(pristine, ledger)
+                shutil.copyfile(f"{pristine}.inputs", f"{ledger}.inputs")  # the stat index
 
             def read_all():
                 fresh_copy()
@@ -193,7 +194,7 @@ def resume(cfg, folder: Path) -> list[Row]:
                             "~ 1"))
     finally:
         shutil.rmtree(files, ignore_errors=True)
-        for suffix in ("", "-wal", "-shm"):
+        for suffix in ("", "-wal", "-shm", ".inputs", ".roots.json", ".roots.json.lock"):
             Path(f"{folder / 'resume.sqlite'}{suffix}").unlink(missing_ok=True)
     return rows
 

@@ -58,6 +58,12 @@ def read_input(path, limit: int | None = None) -> bytes:
     Raises:
         Odd: a dangling or looping symlink, a directory, FIFO, device, or an unreadable file.
     """
+    return read_stat(path, limit)[0]
+
+
+def read_stat(path, limit: int | None = None) -> tuple[bytes, os.stat_result]:
+    """``read_input``, with the ``fstat`` of the open file taken before its bytes were read
+    (what the input index records: ``inputindex``)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
@@ -86,7 +92,7 @@ def read_input(path, limit: int | None = None) -> bytes:
                 left -= len(chunk)
             if len(chunk) < asked:
                 break  # a short read of a regular file is its end: no read just to see EOF
-        return b"".join(chunks)
+        return b"".join(chunks), info
     except Odd:
         raise
     except OSError as exc:  # EISDIR on some systems, EIO, ...

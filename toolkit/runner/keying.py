@@ -6,13 +6,16 @@ file. Bytes keyed by an earlier run were routed then, and the ledger holds the
 key they got: of the keys a digest can have (``keyers``), the one the ledger
 holds is theirs. An input whose key names one item at rest (done, parked,
 poison) needs nothing else: no MuPDF, no snapshot, no write (``vouched``).
+An input whose stat is the one the input index recorded is not even read: its
+recorded digest stands for its bytes (``inputindex``, git's index).
 Anything else (a new input, two candidate items, an item still in flight) is
 keyed in full, from a fresh read: the bytes keyed are the bytes sent.
 """
 
 from toolkit import documents
 from toolkit.identity import content_digest, task_keyer
-from toolkit.runner.inputs import Odd, read_input
+from toolkit.runner.inputindex import now_ns
+from toolkit.runner.inputs import Odd, read_stat
 
 
 def keyers(options: dict) -> list:
@@ -21,15 +24,22 @@ def keyers(options: dict) -> list:
     return [task_keyer(route) for route in ((plain,) if scanned == plain else (plain, scanned))]
 
 
-def vouched(ledger, paths, keyers_) -> dict:
+def vouched(ledger, paths, keyers_, index=None) -> dict:
     """``{path: item}`` for the ``paths`` whose bytes the ledger keyed into one item at rest
-    (one read of each input, one ledger query for them all)."""
+    (one ``stat`` of each input the ``index`` vouches for, one read of each other input;
+    one ledger query for them all). ``paths`` come in ``inputindex.order``."""
     candidates = {}
     for path in paths:
-        try:
-            digest = content_digest(read_input(path))
-        except Odd:
-            continue  # the full keying quarantines it
+        digest = index.digest(path) if index is not None else None
+        if digest is None:
+            started = now_ns()  # before the read: what ``index.note`` may vouch for
+            try:
+                data, info = read_stat(path)
+            except Odd:
+                continue  # the full keying quarantines it
+            digest = content_digest(data)
+            if index is not None:
+                index.note(path, info, started, digest)
         candidates[path] = [keyer(digest) for keyer in keyers_]
     known = ledger.get_many(key for keys in candidates.values() for key in keys)
     found = {}

@@ -22,6 +22,7 @@ from toolkit.identity import canonical_json, content_digest, task_key
 from toolkit.ledger import PERMANENT, Item, State
 from toolkit.provider import Contract
 from toolkit.runner import artifacts, keying, outroot
+from toolkit.runner.inputindex import InputIndex, order
 from toolkit.runner.inputs import Odd, entry_name, read_input
 from toolkit.runner.ops import mark_unhealthy, recover_abandoned, require_healthy
 
@@ -146,7 +147,8 @@ class Pipeline:
         self._paths: dict[str, Path] = {}
         self._pages: dict[str, int] = {}  # page count of each document routed page by page
         self._known: dict[str, Item] = {}  # items read by enqueue, for process's first look
-        self._seen: dict[str, str] = {}  # every key of this run -> its first input's name
+        self._seen: dict[str, Path] = {}  # every key of this run -> its first input
+        self._index: InputIndex | None = None  # the inputs' stat index, during run()
         self._routes = None  # digest -> key, per option set an input can have (``keying``)
         self._snapshots = None  # tempfile.TemporaryDirectory of this run's input snapshots
         self.other_roots: list[Path] = []  # the recorded outputs root, when --out is another
@@ -183,7 +185,7 @@ class Pipeline:
         ledger already keyed into an item at rest (done, parked, poison) is taken by that
         key from its digest alone (``keying``): no MuPDF, no snapshot, no write.
         """
-        paths = sorted(p if isinstance(p, Path) else Path(p) for p in inputs)
+        paths = sorted((p if isinstance(p, Path) else Path(p) for p in inputs), key=order)
         vouched, keys = self._vouched(paths), []
         for path in paths:
             item = vouched.get(path)
@@ -201,14 +203,14 @@ class Pipeline:
             return {}
         if self._routes is None:
             self._routes = keying.keyers(self.options)
-        return keying.vouched(self.ledger, paths, self._routes)
+        return keying.vouched(self.ledger, paths, self._routes, self._index)
 
     def _admit(self, path, key: str, keys: list) -> bool:
         """Note ``key`` as this run's item for ``path``; False for an alias (said, not silent)."""
         if key in self._seen:  # same content twice in one batch is one unit of work
-            self.aliases.append((entry_name(path), self._seen[key]))
+            self.aliases.append((entry_name(path), entry_name(self._seen[key])))
             return False
-        self._seen[key] = entry_name(path)
+        self._seen[key] = path  # its name is made only for an alias: a resume's cost is per item
         keys.append(key)
         return True
 
@@ -254,7 +256,7 @@ class Pipeline:
         key = odd_key(name, self.options)
         if key in self._seen:
             return
-        self._seen[key] = name
+        self._seen[key] = odd.path
         keys.append(key)
         self.ledger.add(key, source=name, digest=None)
         item = self.ledger.get(key)
@@ -307,9 +309,11 @@ class Pipeline:
         self._seen = {}
         counts = {state.value: 0 for state in State}
         restless: set[str] = set()  # keys of this batch not at rest when their chunk ended
+        if self.page_by_page_from is None:  # page-by-page keying reads every input anyway
+            self._index = InputIndex(getattr(self.ledger, "path", None), trust=not self.verify_all)
         try:
             self.recovered = recover_abandoned(self.ledger, self.worker)
-            paths = sorted(p if isinstance(p, Path) else Path(p) for p in inputs)
+            paths = sorted((p if isinstance(p, Path) else Path(p) for p in inputs), key=order)
             self._record_roots(paths)
             if self.progress:
                 from tqdm.auto import tqdm
@@ -332,6 +336,12 @@ class Pipeline:
             with contextlib.suppress(LedgerError, OSError):  # what the halted chunk holds
                 self._tally(chunk, counts, restless)
             self._let_go()
+        finally:  # what it vouched for and read is recorded only by a run that went through
+            index, self._index = self._index, None
+            if index is not None and (self.halted or sys.exc_info()[0] is not None):
+                index.discard()  # stopped midway: the recorded index stays as it was
+            elif index is not None:
+                index.commit()
         if bar is not None:
             bar.close()
         self._current = self._stage = None
@@ -384,9 +394,9 @@ class Pipeline:
         recorded = roots.recorded(where).get("out")
         if recorded is not None and recorded.resolve() != self.out_dir.resolve():
             self.other_roots = [recorded]
-        folders = {os.path.dirname(path) for path in inputs}  # no Path per input: a resume's
-        if roots.recorded(where):  # cost is per item
+        if roots.recorded(where):
             return  # recorded once: only a run's end replaces ``out`` (``outroot.settle``)
+        folders = {os.path.dirname(path) for path in inputs}  # no Path per input
         with roots.locked(where):  # two first runs at once: one writes, the other sees it
             roots.record(where, out=self.out_dir,
                          inputs=Path(folders.pop()) if len(folders) == 1 else None)

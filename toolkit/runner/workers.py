@@ -31,7 +31,8 @@ from toolkit.identity import content_digest, task_key
 from toolkit.ledger import State, open_ledger
 from toolkit.ledger import postgres_health as pg_health
 from toolkit.ledger.postgres import postgres_url
-from toolkit.runner import RetryPolicy, Runner, default_worker
+from toolkit.runner import RetryPolicy, Runner, default_worker, keying
+from toolkit.runner.inputindex import InputIndex, order
 from toolkit.runner.inputs import Odd, read_input
 from toolkit.runner.naive import RewriteState
 from toolkit.runner.ops import health_marker, recover_abandoned, require_healthy
@@ -263,12 +264,29 @@ def _input_key(path, options, page_by_page_from):
     return task_key(content_digest(data), options)
 
 
+def _batch_keys(ledger, location, inputs, options, page_by_page_from) -> set:
+    """The batch's keys: an input the ledger already keyed into an item at rest by that key
+    (read only if the workers' input index cannot vouch for it: ``keying``), any other in
+    full (MuPDF routes it)."""
+    vouched = {}
+    if page_by_page_from is None:
+        paths = sorted((Path(path) for path in inputs), key=order)
+        index = InputIndex(location, record=False)
+        try:
+            vouched = keying.vouched(ledger, paths, keying.keyers(options), index)
+        finally:
+            index.discard()
+    return {item.key for item in vouched.values()} | {
+        _input_key(path, options, page_by_page_from) for path in inputs
+        if Path(path) not in vouched}
+
+
 def _batch_counts(location, inputs, options, page_by_page_from=None):
-    keys = {_input_key(path, options, page_by_page_from) for path in inputs}
     counts = {state.value: 0 for state in State}
     unsettled = 0
     try:
         with open_ledger(location) as ledger:
+            keys = _batch_keys(ledger, location, inputs, options, page_by_page_from)
             for item in ledger.get_many(keys).values():  # the batch's, not the whole ledger
                 counts[item.state.value] += 1
                 unsettled += not item.resting

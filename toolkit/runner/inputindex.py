@@ -1,0 +1,245 @@
+"""The inputs' stat index: an unchanged input is vouched for by its stat, never re-read.
+
+Like git's index. A run that reads an input to key it records, beside a file
+ledger in ``<ledger>.inputs``, the input's path, its stat (device, inode,
+size, ``mtime_ns``, ``ctime_ns``) and the SHA-256 of the bytes it read. A
+later run stats the path (one system call): all five equal, the recorded
+digest is the content's, and keying goes on from it (``keying.vouched``:
+which item, if any, the ledger holds for it) without opening the file. Any
+difference, a path not recorded, or ``run --verify``: the file is read and
+hashed in full, and its new stat and digest are recorded.
+
+The index is a cache of facts about files, not state: which items exist and
+where they are is the ledger's alone (every input vouched for here is still
+looked up there). A missing, stale, foreign or damaged index costs reads,
+never a wrong key: a line that does not parse is skipped; a new index is
+written beside the old one, fsynced and renamed over it at the run's end.
+
+Racy git: a write that lands within the same clock tick as the stat recorded
+keeps every field the same. So a stat is recorded only when its ``ctime`` is
+older than the moment its read began by more than the file system's tick
+(``settled``): any later write then has a later ``ctime``. ``ctime`` cannot be
+set from user space (``touch -d`` sets ``mtime`` and moves ``ctime``). What the
+stat cannot see: a file written through ``mmap`` whose ``mtime`` is updated late,
+or a network file system whose server clock lags; ``--verify`` is the answer.
+
+The run's inputs come sorted by path (``order``); the index is written in that
+order and read alongside them, one line ahead (a merge): a run holds one line
+of it, not the batch's.
+"""
+
+import contextlib
+import glob
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from toolkit import liveness
+
+SUFFIX = ".inputs"
+HEADER = "toolkit-inputs 1\n"
+# ctime granularity, by what a ctime looks like: whole seconds (FAT keeps 2 s,
+# ext3 1 s) or finer (a kernel clock tick, at most 10 ms at HZ=100; margin x2).
+_COARSE_NS, _FINE_NS = 2_000_000_000, 20_000_000
+_CLOCK = getattr(time, "CLOCK_REALTIME_COARSE", time.CLOCK_REALTIME)
+
+
+def order(path) -> str:
+    """The sort key of a run's inputs, and of the index's lines: the path's text."""
+    return os.fspath(path)
+
+
+def now_ns() -> int:
+    """The clock file times are taken from (the kernel's coarse clock), before a read."""
+    return time.clock_gettime_ns(_CLOCK)
+
+
+def stamp(info: os.stat_result) -> tuple:
+    """The stat that vouches for a file's bytes: device, inode, size, mtime, ctime."""
+    return info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns
+
+
+def settled(info: os.stat_result, started_ns: int) -> bool:
+    """True when no write after ``started_ns`` (taken before the read) can keep ``ctime``."""
+    ctime = info.st_ctime_ns
+    return ctime + (_COARSE_NS if ctime % 1_000_000_000 == 0 else _FINE_NS) < started_ns
+
+
+def index_file(ledger_path) -> Path | None:
+    """Where a file ledger's input index lives (None for a URL or an in-memory ledger)."""
+    if ledger_path is None or str(ledger_path).startswith(("postgres:", "postgresql:")) \
+            or str(ledger_path) == ":memory:":
+        return None
+    return Path(f"{ledger_path}{SUFFIX}")
+
+
+def _escape(name: str) -> str:
+    return name.replace("\\", "\\\\").replace("\n", "\\n") if "\\" in name or "\n" in name \
+        else name
+
+
+def _unescape(text: str) -> str:
+    if "\\" not in text:
+        return text
+    out, chars = [], iter(text)
+    for char in chars:
+        out.append({"n": "\n"}.get(next(chars, ""), "\\") if char == "\\" else char)
+    return "".join(out)
+
+
+def _line(name: str, stamp_: tuple, digest: str) -> str:
+    return f"{' '.join(map(str, stamp_))} {digest} {_escape(name)}\n"
+
+
+def _parse(line: str):
+    """``(name, stamp, digest, line)`` of one line; None if it is not one (damaged, foreign)."""
+    parts = line.split(" ", 6)
+    if len(parts) != 7 or len(parts[5]) != 64 or line[-1] != "\n":
+        return None
+    try:
+        return (_unescape(parts[6][:-1]), (int(parts[0]), int(parts[1]), int(parts[2]),
+                                          int(parts[3]), int(parts[4])), parts[5], line)
+    except ValueError:
+        return None
+
+
+def _owner() -> str:
+    return f"{os.getpid()}-{liveness.my_start()}"
+
+
+def _remove_orphans(path: Path) -> None:
+    """Delete the new indexes that runs killed midway left (``<index>.<pid>-<start>.*.tmp``
+    of a process that is gone); a live run's stays."""
+    for temp in glob.glob(f"{glob.escape(str(path))}.*-*.*.tmp"):
+        pid, _, start = temp[len(str(path)) + 1:].partition(".")[0].partition("-")
+        try:
+            owner_alive = liveness.alive(None, int(pid), None if start == "None" else int(start))
+        except ValueError:
+            continue  # not one of ours
+        if not owner_alive:
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+
+
+class InputIndex:
+    """One run's index: the recorded one read alongside the sorted inputs, the new one
+    written as they are keyed. ``commit()`` replaces the recorded index; ``discard()``
+    keeps it (a run that stopped midway)."""
+
+    def __init__(self, ledger_path, trust: bool = True, record: bool = True):
+        """``trust=False`` (``--verify``): vouch for nothing, record what is read;
+        ``record=False``: read the recorded index only (a count after the run)."""
+        self.path = index_file(ledger_path)
+        self._old = self._new = self._next = self._lines = None
+        self.vouched = 0  # inputs taken on their stat
+        if self.path is None:
+            return
+        if trust:
+            with contextlib.suppress(OSError, UnicodeError):
+                self._old = open(self.path, encoding="utf-8", errors="surrogateescape",
+                                 newline="\n")
+                self._lines = iter(self._old)
+                if next(self._lines, "") != HEADER:
+                    self._close_old()
+        self._advance()
+        if not record:
+            return
+        _remove_orphans(self.path)
+        with contextlib.suppress(OSError):  # a read-only folder: nothing is recorded
+            fd, temp = tempfile.mkstemp(prefix=f"{self.path.name}.{_owner()}.", suffix=".tmp",
+                                        dir=self.path.parent)
+            self._new = open(fd, "w", encoding="utf-8", errors="surrogateescape",
+                             newline="\n")
+            self._temp = temp
+            self._put(HEADER)
+
+    def _advance(self):
+        """The next recorded entry (None at the end): the merge's one line ahead."""
+        self._next = None
+        while self._lines is not None:
+            try:
+                line = next(self._lines, "")
+            except (OSError, UnicodeError):
+                line = ""
+            if not line:
+                self._close_old()
+            elif (entry := _parse(line)) is not None:
+                self._next = entry
+                break
+        return self._next
+
+    def digest(self, path) -> str | None:
+        """The recorded digest of ``path`` when its stat is the one recorded (one ``stat``,
+        no read); else None: read it and ``note`` what was read. Paths are asked in
+        ascending ``order`` (the recorded lines are in it: a merge)."""
+        name, entry = os.fspath(path), self._next
+        while entry is not None and entry[0] < name:
+            entry = self._advance()
+        if entry is None or entry[0] != name:
+            return None
+        self._advance()
+        try:
+            info = os.stat(name)
+        except OSError:
+            return None
+        if (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns,
+                info.st_ctime_ns) != entry[1]:
+            return None
+        self.vouched += 1
+        self._put(entry[3])  # the recorded line, as it was
+        return entry[2]
+
+    def note(self, path, info: os.stat_result, started_ns: int, digest: str) -> None:
+        """Record that ``path``, with the stat ``info`` taken before its bytes were read
+        (a read that began at ``started_ns``), holds content ``digest``; a stat that a
+        write could still keep (``settled``) is not recorded."""
+        if settled(info, started_ns):
+            self._write(order(path), stamp(info), digest)
+
+    def _write(self, name, stamp_, digest) -> None:
+        self._put(_line(name, stamp_, digest))
+
+    def _put(self, line: str) -> None:
+        """Write one line of the new index; a failed write (a full disk) drops the new
+        index, never the run: it is a cache, and the recorded one stays."""
+        if self._new is not None:
+            try:
+                self._new.write(line)
+            except OSError:
+                self._drop_new()
+
+    def commit(self) -> None:
+        """The new index, durable, in place of the recorded one (a failure keeps the old)."""
+        self._close_old()
+        if self._new is None:
+            return
+        new, self._new = self._new, None
+        try:
+            new.flush()
+            os.fsync(new.fileno())  # the bytes before the name: never a torn index
+            new.close()
+            os.replace(self._temp, self.path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                new.close()
+            with contextlib.suppress(OSError):
+                os.unlink(self._temp)
+
+    def discard(self) -> None:
+        """Drop the new index; the recorded one stays as it was."""
+        self._close_old()
+        self._drop_new()
+
+    def _drop_new(self) -> None:
+        if self._new is not None:
+            new, self._new = self._new, None
+            with contextlib.suppress(OSError):
+                new.close()  # a close that flushes onto a full disk fails: still closed
+            with contextlib.suppress(OSError):
+                os.unlink(self._temp)
+
+    def _close_old(self) -> None:
+        if self._old is not None:
+            self._old.close()
+        self._old = self._lines = None
