@@ -96,7 +96,12 @@ class History:
         self.raw = raw
         self.items = raw.items
         self.columns = _Columns(numbered)
-        self.apply = self._make_apply()
+        self.workers: dict = {}  # one string object per worker name, shared by its events
+        self.orphaned: set = set()  # keys seen only in events before any add
+        self.apply = self._make_apply(self.columns)
+        # ``apply`` without the push: returns the event's vocabulary code (an int) when it
+        # was applied, else why not; the caller pushes a whole batch (``push_many``)
+        self.fold = self._make_apply(None)
         self.check = self._make_check(self.apply)
         self.event = self._make_event(self.check)
 
@@ -136,15 +141,15 @@ class History:
 
         return check
 
-    def _make_apply(self):
+    def _make_apply(self, columns):
         # The hot loop of a million-line audit, so a closure over locals (no
         # attribute lookups) and no object per event beyond what the file holds.
-        items, illegal, columns = self.items, self._illegal, self.columns
+        # ``columns`` None: the fold alone (``fold``), its events pushed by the caller.
+        items, illegal = self.items, self._illegal
         finding, get = self.raw.finding, self.items.get
-        orphaned = set()  # keys seen only in events before any add
+        orphaned, workers = self.orphaned, self.workers
         _type, _str = type, str
         code_of, words, fields, plain = CODES.get, VOCABULARY, DETAIL_FIELDS, PLAIN_MOVES
-        workers: dict = {}  # one string object per worker name, shared by its events
 
         def apply(seq, ts, op, key, frm, to, attempt, worker, token, detail, line):
             """Fields already of the right types; their values are checked here."""
@@ -198,6 +203,8 @@ class History:
                     for name in detail:
                         if name in fields:
                             setattr(item, name, detail[name])
+            if columns is None:
+                return code
             if worker is not None:
                 worker = workers.setdefault(worker, worker)
             columns.push(seq, ts, code, item.key, attempt, worker, token, line)
@@ -260,6 +267,26 @@ class _Columns:
             keys(key), workers(worker)
 
         self.push = push
+
+    def push_many(self, seqs, times, codes, keys, attempts, workers, tokens, lines):
+        """``push`` for each row of these columns (lists of one batch, in file order), in a
+        few C loops. Any value ``push`` would not pack (an integer ts, an integer beyond 64
+        bits) sends the whole batch through ``push``, row by row: the exact way."""
+        if self.lists is None and (not times or set(map(type, times)) == {float}):
+            block = array("q", bytes(40 * len(keys)))  # the batch's rows, five int64 each
+            try:
+                for index, values in enumerate((seqs, attempts, tokens, lines, codes)):
+                    block[index::5] = array("q", values)
+            except OverflowError:
+                pass
+            else:
+                self.numbers.extend(block)
+                self.times.extend(times)
+                self.keys.extend(keys)
+                self.workers.extend(workers)
+                return
+        for row in zip(seqs, times, codes, keys, attempts, workers, tokens, lines):
+            self.push(*row)
 
     def _demote(self):
         self.lists = {name: list(values) for name, values in self.finish().items()}
