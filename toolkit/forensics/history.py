@@ -239,7 +239,8 @@ class _Columns:
 
     Per event, the integers (seq, attempt, token, line, and op/from/to as one code
     over the small vocabulary) go to one ``array`` of int64, ts to one of double;
-    key and worker are references to strings shared with the items. A value no
+    key and worker are references to strings shared with the items (no worker list at
+    all while no event names one). A value no
     array holds exactly (an integer beyond 64 bits, an integer ts) turns the whole table into plain per-column lists for good, so every
     value is kept exactly as read.
     """
@@ -247,10 +248,10 @@ class _Columns:
     def __init__(self, numbered: bool = True):
         self.numbered = numbered
         self.numbers, self.times = array("q"), array("d")
-        self.keys, self.workers = [], []
+        self.keys = []
+        self.workers = None  # no worker named yet: no list (8 bytes a row, 8 MB a million)
         self.lists = None  # {name: list}: the exact fallback
-        extend, times, keys, workers = self.numbers.extend, self.times.append, \
-            self.keys.append, self.workers.append
+        extend, times, keys = self.numbers.extend, self.times.append, self.keys.append
         _float = float
 
         def push(seq, ts, code, key, attempt, worker, token, line):
@@ -264,9 +265,18 @@ class _Columns:
                 self._demote()
                 self.push(seq, ts, code, key, attempt, worker, token, line)
                 return
-            keys(key), workers(worker)
+            keys(key)
+            if worker is not None or self.workers is not None:
+                self._named([worker])
 
         self.push = push
+
+    def _named(self, workers: list) -> None:
+        """Append the workers of the rows just pushed; the first named one makes the list
+        (None for every row before it)."""
+        if self.workers is None:
+            self.workers = [None] * (len(self.keys) - len(workers))
+        self.workers.extend(workers)
 
     def push_many(self, seqs, times, codes, keys, attempts, workers, tokens, lines):
         """``push`` for each row of these columns (lists of one batch, in file order), in a
@@ -283,7 +293,8 @@ class _Columns:
                 self.numbers.extend(block)
                 self.times.extend(times)
                 self.keys.extend(keys)
-                self.workers.extend(workers)
+                if self.workers is not None or workers.count(None) != len(workers):
+                    self._named(workers)
                 return
         for row in zip(seqs, times, codes, keys, attempts, workers, tokens, lines):
             self.push(*row)
@@ -308,8 +319,29 @@ class _Columns:
         numbers = self.numbers
         return {"seq": Field(numbers, 0), "ts": self.times, "op": Field(numbers, 4, 0),
                 "key": self.keys, "frm": Field(numbers, 4, 1), "to": Field(numbers, 4, 2),
-                "attempt": Field(numbers, 1), "worker": self.workers, "token": Field(numbers, 2),
+                "attempt": Field(numbers, 1),
+                "worker": _Nones(len(self.keys)) if self.workers is None else self.workers,
+                "token": Field(numbers, 2),
                 "line": Field(numbers, 3) if self.numbered else [None] * len(self.keys)}
+
+
+class _Nones:
+    """The worker column of a table whose events name no worker: ``n`` Nones, as values
+    by iteration and as a numpy object array when a frame asks, none of them stored."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __iter__(self):
+        return itertools.repeat(None, self.n)
+
+    def __array__(self, dtype=None, copy=None):
+        import numpy as np
+
+        return np.full(self.n, None, dtype=object)
 
 
 class Field:
