@@ -45,6 +45,20 @@ def _reference(scan, line, number, use):
     return why
 
 
+# Lines per ``batch`` call: small enough that a batch's decoded events are still in the
+# CPU cache when they are folded, large enough to amortize the call.
+# (Measured at 200k lines, CPU time, interleaved: per line 1.52 s median, 256 lines 1.44 s,
+# 2 MiB of lines (~7,000) 1.7 s: decoding a whole chunk before folding it loses the cache.)
+BATCH = 256
+
+
+def _slices(batches):
+    """The reader's (first line number, lines) batches cut to at most ``BATCH`` lines."""
+    for start, block in batches:
+        for at in range(0, len(block), BATCH):
+            yield start + at, block[at:at + BATCH]
+
+
 def _corrupt(raw: Raw, number: int, why: str) -> None:
     raw.finding(None, "corrupt_line", f"line {number}: {why}", line=number)
 
@@ -67,7 +81,7 @@ def _read_lines(path, raw: Raw, use, fast=None, batch=None):
     decode, failed = msgspec.json.Decoder().decode, msgspec.DecodeError
     reader = LineReader(path)
     only_reference = not reading.FAST
-    for first, lines in reader.batches(decode=False):
+    for first, lines in _slices(reader.batches(decode=False)):
         if batch is not None and not only_reference and batch(lines, first):
             continue
         for number, line in enumerate(lines, first):
