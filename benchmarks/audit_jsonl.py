@@ -178,9 +178,9 @@ def _task(task: str, path: Path) -> dict:
     return {"seconds": time.perf_counter() - start, "rows": rows}
 
 
-def _run(argv: list, env=None, keep: bool = True) -> tuple[float, float, str]:
-    """(wall seconds, peak RSS in MB, stdout) of one child process, alone (wait4);
-    ``keep=False`` sends its stdout to /dev/null."""
+def _run(argv: list, env=None, keep: bool = True) -> tuple[float, float, str, float]:
+    """(wall seconds, peak RSS in MB, stdout, CPU seconds) of one child process, alone
+    (wait4); ``keep=False`` sends its stdout to /dev/null."""
     with tempfile.TemporaryFile() as err:
         start = time.perf_counter()
         child = subprocess.Popen(argv, stdout=subprocess.PIPE if keep else subprocess.DEVNULL,
@@ -193,20 +193,22 @@ def _run(argv: list, env=None, keep: bool = True) -> tuple[float, float, str]:
             err.seek(0)
             raise RuntimeError(f"{argv[2:]} failed ({child.returncode}): "
                                f"{err.read().decode(errors='replace')[-2000:]}")
-    return seconds, usage.ru_maxrss / 1024, out.decode()
+    return seconds, usage.ru_maxrss / 1024, out.decode(), usage.ru_utime + usage.ru_stime
 
 
 def measure(task: str, path: Path) -> dict:
-    """One sample of ``task`` in a fresh interpreter: its JSON plus ``peak_mb``."""
+    """One sample of ``task`` in a fresh interpreter: its JSON plus ``peak_mb`` and
+    ``cpu`` (user + system seconds of the whole process, imports included: what a loaded
+    machine distorts least)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     if task == "cli":  # the command itself, output thrown away
-        seconds, peak, _ = _run([sys.executable, "-m", "toolkit", "audit", str(path), "--json"],
-                                env, keep=False)
-        return {"seconds": seconds, "peak_mb": peak}
-    _, peak, out = _run([sys.executable, str(Path(__file__).resolve()), "--child", task,
-                         str(path)], env)
-    return {**json.loads(out), "peak_mb": peak}
+        seconds, peak, _, cpu = _run([sys.executable, "-m", "toolkit", "audit", str(path),
+                                      "--json"], env, keep=False)
+        return {"seconds": seconds, "peak_mb": peak, "cpu": cpu}
+    _, peak, out, cpu = _run([sys.executable, str(Path(__file__).resolve()), "--child", task,
+                              str(path)], env)
+    return {**json.loads(out), "peak_mb": peak, "cpu": cpu}
 
 
 def section(cfg, folder: Path):
@@ -230,6 +232,7 @@ def section(cfg, folder: Path):
         name.unlink(missing_ok=True)
     s = {name: [x["seconds"] for x in samples] for name, samples in {**r, **q}.items()}
     cli_arrow, cli_pandas = ratio(s["cli"], s["pyarrow"]), ratio(s["cli"], s["pandas"])
+    cpu = {name: [x["cpu"] for x in r[name]] for name in ("cli", "pyarrow", "pandas")}
     sql = ratio(s["audit_sqlite"], s["select"])
     peak = Figure([x["peak_mb"] for x in r["cli"]], "MB")
     rows = [Row("4", f"audit --json > /dev/null, JSONL ledger ({size}), process wall",
@@ -240,6 +243,10 @@ def section(cfg, folder: Path):
             Row("4", "pandas.read_json(lines=True) of the same file", Figure(s["pandas"], "s")),
             Row("4", "  ratio audit --json / pyarrow", cli_arrow, *check(cli_arrow, "<=", 1.5)),
             Row("4", "  ratio audit --json / pandas", cli_pandas, *check(cli_pandas, "<=", 0.25)),
+            Row("4", "  CPU ratio audit --json / pyarrow (whole processes, user + system)",
+                ratio(cpu["cli"], cpu["pyarrow"])),
+            Row("4", "  CPU ratio audit --json / pandas (whole processes, user + system)",
+                ratio(cpu["cli"], cpu["pandas"])),
             Row("4", "audit() of the same history as a SQLite ledger", Figure(s["audit_sqlite"], "s")),
             Row("4", "bare SELECT * FROM events of that ledger", Figure(s["select"], "s")),
             Row("4", "  ratio SQLite audit / bare SELECT", sql, *check(sql, "<=", 2.0))]

@@ -96,7 +96,12 @@ class History:
         self.raw = raw
         self.items = raw.items
         self.columns = _Columns(numbered)
-        self.apply = self._make_apply()
+        self.workers: dict = {}  # one string object per worker name, shared by its events
+        self.orphaned: set = set()  # keys seen only in events before any add
+        self.apply = self._make_apply(self.columns)
+        # ``apply`` without the push: returns the event's vocabulary code (an int) when it
+        # was applied, else why not; the caller pushes a whole batch (``push_many``)
+        self.fold = self._make_apply(None)
         self.check = self._make_check(self.apply)
         self.event = self._make_event(self.check)
 
@@ -136,15 +141,15 @@ class History:
 
         return check
 
-    def _make_apply(self):
+    def _make_apply(self, columns):
         # The hot loop of a million-line audit, so a closure over locals (no
         # attribute lookups) and no object per event beyond what the file holds.
-        items, illegal, columns = self.items, self._illegal, self.columns
+        # ``columns`` None: the fold alone (``fold``), its events pushed by the caller.
+        items, illegal = self.items, self._illegal
         finding, get = self.raw.finding, self.items.get
-        orphaned = set()  # keys seen only in events before any add
+        orphaned, workers = self.orphaned, self.workers
         _type, _str = type, str
         code_of, words, fields, plain = CODES.get, VOCABULARY, DETAIL_FIELDS, PLAIN_MOVES
-        workers: dict = {}  # one string object per worker name, shared by its events
 
         def apply(seq, ts, op, key, frm, to, attempt, worker, token, detail, line):
             """Fields already of the right types; their values are checked here."""
@@ -198,6 +203,8 @@ class History:
                     for name in detail:
                         if name in fields:
                             setattr(item, name, detail[name])
+            if columns is None:
+                return code
             if worker is not None:
                 worker = workers.setdefault(worker, worker)
             columns.push(seq, ts, code, item.key, attempt, worker, token, line)
@@ -232,7 +239,8 @@ class _Columns:
 
     Per event, the integers (seq, attempt, token, line, and op/from/to as one code
     over the small vocabulary) go to one ``array`` of int64, ts to one of double;
-    key and worker are references to strings shared with the items. A value no
+    key and worker are references to strings shared with the items (no worker list at
+    all while no event names one). A value no
     array holds exactly (an integer beyond 64 bits, an integer ts) turns the whole table into plain per-column lists for good, so every
     value is kept exactly as read.
     """
@@ -240,10 +248,10 @@ class _Columns:
     def __init__(self, numbered: bool = True):
         self.numbered = numbered
         self.numbers, self.times = array("q"), array("d")
-        self.keys, self.workers = [], []
+        self.keys = []
+        self.workers = None  # no worker named yet: no list (8 bytes a row, 8 MB a million)
         self.lists = None  # {name: list}: the exact fallback
-        extend, times, keys, workers = self.numbers.extend, self.times.append, \
-            self.keys.append, self.workers.append
+        extend, times, keys = self.numbers.extend, self.times.append, self.keys.append
         _float = float
 
         def push(seq, ts, code, key, attempt, worker, token, line):
@@ -257,9 +265,39 @@ class _Columns:
                 self._demote()
                 self.push(seq, ts, code, key, attempt, worker, token, line)
                 return
-            keys(key), workers(worker)
+            keys(key)
+            if worker is not None or self.workers is not None:
+                self._named([worker])
 
         self.push = push
+
+    def _named(self, workers: list) -> None:
+        """Append the workers of the rows just pushed; the first named one makes the list
+        (None for every row before it)."""
+        if self.workers is None:
+            self.workers = [None] * (len(self.keys) - len(workers))
+        self.workers.extend(workers)
+
+    def push_many(self, seqs, times, codes, keys, attempts, workers, tokens, lines):
+        """``push`` for each row of these columns (lists of one batch, in file order), in a
+        few C loops. Any value ``push`` would not pack (an integer ts, an integer beyond 64
+        bits) sends the whole batch through ``push``, row by row: the exact way."""
+        if self.lists is None and (not times or set(map(type, times)) == {float}):
+            block = array("q", bytes(40 * len(keys)))  # the batch's rows, five int64 each
+            try:
+                for index, values in enumerate((seqs, attempts, tokens, lines, codes)):
+                    block[index::5] = array("q", values)
+            except OverflowError:
+                pass
+            else:
+                self.numbers.extend(block)
+                self.times.extend(times)
+                self.keys.extend(keys)
+                if self.workers is not None or workers.count(None) != len(workers):
+                    self._named(workers)
+                return
+        for row in zip(seqs, times, codes, keys, attempts, workers, tokens, lines):
+            self.push(*row)
 
     def _demote(self):
         self.lists = {name: list(values) for name, values in self.finish().items()}
@@ -281,8 +319,29 @@ class _Columns:
         numbers = self.numbers
         return {"seq": Field(numbers, 0), "ts": self.times, "op": Field(numbers, 4, 0),
                 "key": self.keys, "frm": Field(numbers, 4, 1), "to": Field(numbers, 4, 2),
-                "attempt": Field(numbers, 1), "worker": self.workers, "token": Field(numbers, 2),
+                "attempt": Field(numbers, 1),
+                "worker": _Nones(len(self.keys)) if self.workers is None else self.workers,
+                "token": Field(numbers, 2),
                 "line": Field(numbers, 3) if self.numbered else [None] * len(self.keys)}
+
+
+class _Nones:
+    """The worker column of a table whose events name no worker: ``n`` Nones, as values
+    by iteration and as a numpy object array when a frame asks, none of them stored."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __iter__(self):
+        return itertools.repeat(None, self.n)
+
+    def __array__(self, dtype=None, copy=None):
+        import numpy as np
+
+        return np.full(self.n, None, dtype=object)
 
 
 class Field:

@@ -3,6 +3,7 @@
 import json
 import json.scanner
 import typing
+from functools import partial
 
 from toolkit.forensics.foreign import StateFile
 from toolkit.forensics.history import SNAPSHOT, History
@@ -44,11 +45,31 @@ def _reference(scan, line, number, use):
     return why
 
 
-def _read_lines(path, raw: Raw, use, fast=None):
+# Lines per ``batch`` call: small enough that a batch's decoded events are still in the
+# CPU cache when they are folded, large enough to amortize the call.
+# (Measured at 200k lines, CPU time, interleaved: per line 1.52 s median, 256 lines 1.44 s,
+# 2 MiB of lines (~7,000) 1.7 s: decoding a whole chunk before folding it loses the cache.)
+BATCH = 256
+
+
+def _slices(batches):
+    """The reader's (first line number, lines) batches cut to at most ``BATCH`` lines."""
+    for start, block in batches:
+        for at in range(0, len(block), BATCH):
+            yield start + at, block[at:at + BATCH]
+
+
+def _corrupt(raw: Raw, number: int, why: str) -> None:
+    raw.finding(None, "corrupt_line", f"line {number}: {why}", line=number)
+
+
+def _read_lines(path, raw: Raw, use, fast=None, batch=None):
     """Parse every complete line; ``use(obj, line)`` returns None or why it is invalid.
 
-    ``fast(line_bytes, number)`` (optional) tries a line first and returns
-    ``NOT_MINE`` for any line it does not take whole; those, and every line when
+    ``batch(lines, first)`` (optional) tries a whole batch of lines first and returns
+    False, having used none of them, when it does not take every one; then each line
+    goes its own way. ``fast(line_bytes, number)`` (optional) tries a line first and
+    returns ``NOT_MINE`` for any line it does not take whole; those, and every line when
     ``fast`` is None, are parsed as JSON into a dict for ``use``: msgspec's
     decoder when it accepts the line (it agrees with json.loads on what it
     accepts: last duplicate wins, exact integers), else json (``_reference``),
@@ -60,7 +81,9 @@ def _read_lines(path, raw: Raw, use, fast=None):
     decode, failed = msgspec.json.Decoder().decode, msgspec.DecodeError
     reader = LineReader(path)
     only_reference = not reading.FAST
-    for first, lines in reader.batches(decode=False):
+    for first, lines in _slices(reader.batches(decode=False)):
+        if batch is not None and not only_reference and batch(lines, first):
+            continue
         for number, line in enumerate(lines, first):
             if only_reference:
                 why = _reference(scan, line, number, use)
@@ -77,7 +100,7 @@ def _read_lines(path, raw: Raw, use, fast=None):
             else:
                 why = _reference(scan, line, number, use)
             if why is not None:
-                raw.finding(None, "corrupt_line", f"line {number}: {why}", line=number)
+                _corrupt(raw, number, why)
     if reader.torn is not None:
         number, size = reader.torn
         raw.finding(None, "torn_line",
@@ -88,9 +111,9 @@ def _read_lines(path, raw: Raw, use, fast=None):
 NOT_MINE = object()
 
 
-def _event_reader(apply, headed: bool):
-    """``fast`` for the toolkit's events: msgspec decodes a line straight into typed
-    fields (a struct, no dict per event) and ``History.apply`` folds them. Anything it
+def _event_reader(history: History, headed: bool, report):
+    """(``fast``, ``batch``) for the toolkit's events: msgspec decodes a line straight into
+    typed fields (a struct, no dict per event) and ``History`` folds them. Anything it
     does not take (a wrong type, a missing field, a snapshot, the header, a deep or
     non-UTF-8 line) is ``NOT_MINE``: the reference path reads it."""
     import msgspec
@@ -110,7 +133,9 @@ def _event_reader(apply, headed: bool):
 
     decode, failed, unset, mine = msgspec.json.Decoder(Event).decode, msgspec.DecodeError, \
         msgspec.UNSET, NOT_MINE
-    _bytes = bytes
+    apply, fold, push_many = history.apply, history.fold, history.columns.push_many
+    items, workers = history.items, history.workers
+    _bytes, _int = bytes, int
 
     def fast(line, number):
         if type(line) is not _bytes or (headed and number == 1):
@@ -124,7 +149,47 @@ def _event_reader(apply, headed: bool):
         return apply(e.seq, e.ts, e.op, e.key, e.frm, e.to, e.attempt, e.worker, e.token,
                      e.detail, number)
 
-    return fast
+    def batch(lines, first):
+        """Every line of the batch an event the typed decoder takes, or none used (False).
+
+        Each line is decoded alone (``map``: one C loop, no Python call per line), so a
+        line's meaning cannot depend on its neighbours; a batch with any line the decoder
+        refuses (or a snapshot, the header, an over-long line) goes line by line, where
+        each line finds its own way. The events are then folded in file order, exactly
+        as ``fast`` would, and the applied ones pushed to the event table in one go
+        (order: a key's later events see its earlier ones; the table is in file order)."""
+        if headed and first == 1:
+            return False
+        try:
+            events = list(map(decode, lines))
+        except (failed, TypeError):  # TypeError: a Bad marker, not bytes
+            return False
+        if [e.snapshot for e in events].count(unset) != len(events):
+            return False
+        codes, dropped = [], []
+        applied = codes.append
+        for number, e in enumerate(events, first):
+            code = fold(e.seq, e.ts, e.op, e.key, e.frm, e.to, e.attempt, e.worker, e.token,
+                        e.detail, number)
+            if code.__class__ is _int:
+                applied(code)
+            else:  # why not: a corrupt line, kept out of the event table
+                report(number, code)
+                dropped.append(number)
+        numbers = range(first, first + len(lines))
+        if dropped:
+            dropped = set(dropped)
+            events = [e for number, e in zip(numbers, events) if number not in dropped]
+            numbers = [number for number in numbers if number not in dropped]
+        push_many([e.seq for e in events], [e.ts for e in events], codes,
+                  [items[e.key].key for e in events],  # the item's string, shared
+                  [e.attempt for e in events],
+                  [None if e.worker is None else workers.setdefault(e.worker, e.worker)
+                   for e in events],
+                  [e.token for e in events], numbers)
+        return True
+
+    return fast, batch
 
 
 def _is_event(obj):
@@ -143,7 +208,8 @@ def read_toolkit_jsonl(path) -> Raw:
     if headed:  # line 1 is the header, not an event; the hot loop stays a plain call
         def event(obj, line, _event=history.event):
             return None if line == 1 else _event(obj, line)
-    _read_lines(path, raw, event, _event_reader(history.apply, headed))
+    fast, batch = _event_reader(history, headed, partial(_corrupt, raw))
+    _read_lines(path, raw, event, fast, batch)
     history.finish()
     return raw
 
