@@ -21,7 +21,7 @@ S = State
 # -- 1, 11: --csv never writes onto the audited ledger, never leaves half a file --------------
 
 @pytest.mark.parametrize("target", ["{L}", "link.csv", "{L}-wal", "{L}-shm", "{L}-journal",
-                                    "{L}.roots.json", "{L}.lock", "hard.csv"])
+                                    "{L}.roots.json", "{L}.lock", "{L}.inputs", "hard.csv"])
 def test_csv_onto_the_audited_ledger_or_a_companion_is_refused_exit_2_nothing_written(
         parked, tmp_path, capsys, target):
     """What breaks: ``--csv`` names the ledger itself, a symlink or hard link to it, or one

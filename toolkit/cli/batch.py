@@ -69,8 +69,9 @@ def _run(parser):
                         help="documents with at least PAGES pages are sent page by page, "
                              "checkpointed after each page and resumed at the next one")
     parser.add_argument("--verify", action="store_true",
-                        help="hash every done item's artifact (SHA-256), even one whose size, "
-                             "mtime, ctime and inode are those recorded at done")
+                        help="hash every done item's artifact and read every input in full "
+                             "(SHA-256), even those whose size, mtime, ctime and inode are the "
+                             "ones recorded")
 
     def run(args):
         try:

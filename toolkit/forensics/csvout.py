@@ -13,7 +13,7 @@ import tempfile
 
 from toolkit.errors import ToolkitError
 
-COMPANIONS = ("", "-wal", "-shm", "-journal", ".roots.json", ".lock")
+COMPANIONS = ("", "-wal", "-shm", "-journal", ".roots.json", ".lock", ".inputs")
 
 
 def _same(a: str, b: str) -> bool:
