@@ -19,7 +19,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from toolkit.ledger import Ledger, State, open_ledger, with_seq
+from toolkit.ledger import Event, Ledger, State, open_ledger
 
 S = State
 LIFECYCLE = 6  # transitions per item in ``lifecycle``
@@ -221,8 +221,8 @@ class MemoryLedger(Ledger):
     def _load(self, key):
         return self._state.get(key)
 
-    def _write(self, old, new, event):
-        event = with_seq(event, len(self._history) + 1)
+    def _write(self, old, new, parts):
+        event = Event(len(self._history) + 1, *parts)
         self._state[new.key] = new
         self._history.append(event)
         return event

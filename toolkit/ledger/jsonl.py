@@ -17,7 +17,7 @@ import re
 
 from toolkit.documents import fsync_dir
 from toolkit.errors import LedgerError, StorageError
-from toolkit.ledger import Event, Item, Ledger, State, apply_event, with_seq
+from toolkit.ledger import Event, Item, Ledger, State, apply_event
 from toolkit.ledger.group import GroupCommit
 
 SNAPSHOT = "snapshot"
@@ -27,6 +27,7 @@ SNAPSHOT = "snapshot"
 FORMAT, VERSION = "resume-toolkit-ledger-jsonl", 1
 HEADER_LINE = json.dumps({"format": FORMAT, "version": VERSION}, sort_keys=True).encode() + b"\n"
 _LINE = json.JSONEncoder(sort_keys=True).encode  # one encoder, not one per event
+_TEXT = json.encoder.encode_basestring_ascii  # the C function behind _LINE's strings
 KEY_PATTERN = re.compile(rb'"key": "([^"\\]{1,200})"')
 
 
@@ -47,6 +48,27 @@ def item_to_json(item: Item) -> dict:
 
 def item_from_json(obj: dict) -> Item:
     return Item(**{**obj, "state": State(obj["state"])})
+
+
+def event_line(seq, ts, op, key, frm, to, attempt, worker, token, detail) -> bytes:
+    """The event's line: ``_LINE(event.to_json())`` and a newline, byte for byte.
+
+    The keys, in sorted order, and their separators are constants; the values are
+    encoded as ``_LINE`` encodes them (the same C string escaper, ``repr`` of ints
+    and finite floats, ``_LINE`` itself for the detail), which saves building the
+    event's dict and sorting it per transition. Values of any other type (a NaN,
+    a bool, an int subclass) take ``_LINE`` whole.
+    """
+    if (type(seq) is int and type(attempt) is int and type(token) is int and type(op) is str
+            and type(key) is str and (worker is None or type(worker) is str)
+            and (type(ts) is int or (type(ts) is float and ts - ts == 0))):
+        return (f'{{"attempt": {attempt}, "detail": {_LINE(detail)}, "from": '
+                f'{"null" if frm is None else _TEXT(frm)}, "key": {_TEXT(key)}, '
+                f'"op": {_TEXT(op)}, "seq": {seq}, "to": {_TEXT(to)}, "token": {token}, '
+                f'"ts": {ts!r}, "worker": {"null" if worker is None else _TEXT(worker)}}}\n'
+                ).encode()
+    return (_LINE(Event(seq, ts, op, key, frm, to, attempt, worker, token, detail).to_json())
+            + "\n").encode()
 
 
 def parse_line(raw: bytes) -> tuple[Event | None, Item | None, int]:
@@ -251,16 +273,17 @@ class JsonlLedger(Ledger):
             raise StorageError(f"cannot append to {str(self.path)!r}: {exc}") from exc
         self._end = start + len(line)
 
-    def _write(self, old, new, event):
+    def _write(self, old, new, parts):
         if self.view:
             raise LedgerError(f"JSONL ledger {str(self.path)!r} is open as a read-only view")
         if self.corrupt_lines:  # writing on would build on a history we cannot read whole
             raise LedgerError(self.corruption())
-        event = with_seq(event, self._seq + 1)
-        self._append(_LINE(event.to_json()).encode() + b"\n")
+        seq = self._seq + 1
+        self._append(event_line(seq, *parts))  # one write: the line, encoded once
+        event = Event(seq, *parts)
         # Memory changes only after the line is written (and fsynced, unless group commit
         # fsyncs it before this call's caller is answered: see group.py).
-        self._seq = event.seq
+        self._seq = seq
         self._state[new.key] = new
         self._history.append(event)
         return event
