@@ -19,7 +19,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from toolkit.ledger import Event, Ledger, State, open_ledger
+from toolkit.ledger import Event, Item, Ledger, State, open_ledger
 
 S = State
 LIFECYCLE = 6  # transitions per item in ``lifecycle``
@@ -223,9 +223,9 @@ class MemoryLedger(Ledger):
 
     def _write(self, old, new, parts):
         event = Event(len(self._history) + 1, *parts)
-        self._state[new.key] = new
+        self._state[new.key] = Item(*new)
         self._history.append(event)
-        return event
+        return event.seq
 
     def _items(self):
         return list(self._state.values())

@@ -115,9 +115,9 @@ def terminate_connection_after(ledger, admin, to: State, nth: int) -> list[str]:
     write, seen = ledger._write, []
 
     def write_then_lose_connection(old, new, parts):
-        written = write(old, new, parts)  # the event, numbered
-        if written.to is to:
-            seen.append(written.key)
+        written = write(old, new, parts)  # the event's seq
+        if parts[4] is to:  # ts, op, key, frm, to, ...
+            seen.append(parts[2])
             if len(seen) == nth:
                 admin.execute("SELECT pg_terminate_backend(%s, 5000)",
                               [ledger._conn.info.backend_pid])

@@ -31,7 +31,7 @@ from toolkit.liveness import alive, host_id, my_start, start_ticks
 # The records (items, events, their fold) and the transition policy live in their own
 # modules (records.py, transitions.py); both are re-exported from here.
 from toolkit.ledger.records import (ITEM_FIELDS, LEASE_FIELDS, MUTABLE_FIELDS, Event, Item,
-                                    apply_event, fold, with_seq)
+                                    apply_event, with_seq)
 from toolkit.ledger.transitions import (ARTIFACT_FIELDS, PERMANENT, TERMINAL, TRANSIENT,
                                         TRANSITIONS, State, bad_artifact,
                                         why_illegal)
@@ -94,13 +94,19 @@ class Ledger:
     def _load(self, key: str) -> Item | None:
         raise NotImplementedError
 
-    def _write(self, old: Item | None, new: Item, parts: tuple) -> Event:
-        """Persist ``new`` and the event of ``parts`` (guarded on ``old``); return the event.
+    def _write(self, old: Item | None, new: Item, parts: tuple) -> int:
+        """Persist ``new`` and the event of ``parts`` (guarded on ``old``); return its seq.
 
         ``parts`` are the event's fields after ``seq`` (ts, op, key, frm, to, attempt,
-        worker, token, detail): the backend numbers it and builds ``Event(seq, *parts)``.
+        worker, token, detail): ``Event(seq, *parts)`` is the event, built only where
+        it is kept (JSONL's history) or announced (``on_event``).
         """
         raise NotImplementedError
+
+    def _current(self, key: str):
+        """The item as the transaction reads it: an ``Item``, or anything with its fields
+        as attributes (SQLite: an ``ItemRow``, cheaper to build); never returned to a caller."""
+        return self._load(key)
 
     def _items(self) -> list[Item]:
         raise NotImplementedError
@@ -165,7 +171,7 @@ class Ledger:
         """
         detail = {"source": source} if digest is None else {"source": source, "digest": digest}
         with self._commit(sync) as commit:
-            if self._load(key) is not None:
+            if self._current(key) is not None:
                 return False
             commit(None, "add", key, None, S.PENDING, 0, None, 0, detail)
             return True
@@ -205,7 +211,7 @@ class Ledger:
                 fields = {"failure": None, "reason": None, **fields}
             if note is not None:
                 fields["note"] = note
-            return commit(item, "move", key, frm, to, attempt, worker, token, fields)
+            return Item(*commit(item, "move", key, frm, to, attempt, worker, token, fields))
 
     def claim(self, key: str, worker: str, ttl: float, *, pid: int | None = None,
               host: str | None = None, respect_live_owner: bool = True,
@@ -230,7 +236,7 @@ class Ledger:
         """
         pid = os.getpid() if pid is None else pid
         with self._commit(sync) as commit:
-            item = self._load(key)
+            item = self._current(key)
             if item is None:
                 raise StateConflictError(key, "any", None)
             now = self.clock()
@@ -279,7 +285,7 @@ class Ledger:
 
     # -- the one place where changes are made ----------------------------------
     def _guard(self, key: str, frm: State | None, token: int) -> Item:
-        item = self._load(key)
+        item = self._current(key)
         if item is None or (frm is not None and item.state is not frm):
             raise StateConflictError(key, frm, item and item.state)
         if token != item.token:
@@ -294,14 +300,10 @@ class Ledger:
 
     def _commit(self, sync: bool = True) -> Commit:
         """``with self._commit() as commit:`` -- the one place where changes are made
-        (``group.Commit``: lock, transaction, group-commit wait, then ``on_event``)."""
+        (``group.Commit``: lock, transaction, fold and write, group-commit wait, then
+        ``on_event``)."""
         return Commit(self, sync or not self.defers_sync)
 
-    def _record(self, old, op, key, frm, to, attempt, worker, token, detail) -> tuple:
-        """Fold the new item, write it with its event; return (new item, written event)."""
-        ts = self.clock()
-        new = fold(old, op, key, to, attempt, token, ts, detail)
-        return new, self._write(old, new, (ts, op, key, frm, to, attempt, worker, token, detail))
 
 
 def canonical_path(path) -> Path:

@@ -55,6 +55,7 @@ import struct
 import threading
 
 from toolkit.errors import StorageError
+from toolkit.ledger.records import Event, fold
 
 COUNTERS = struct.Struct("<QQ")  # started, done
 # Two independent locks on one file: open-file-description byte locks (F_OFD_SETLKW), so a
@@ -107,8 +108,12 @@ class Commit:
         return self.commit
 
     def commit(self, old, op, key, frm, to, attempt, worker, token, detail):
-        new, event = self.ledger._record(old, op, key, frm, to, attempt, worker, token, detail)
-        self.written.append(event)
+        """Fold the new item, write it with its event; return the new item."""
+        ledger = self.ledger
+        ts = ledger.clock()
+        new = fold(old, op, key, to, attempt, token, ts, detail)
+        parts = (ts, op, key, frm, to, attempt, worker, token, detail)
+        self.written.append((ledger._write(old, new, parts), parts))
         return new
 
     def __exit__(self, kind, exc, tb) -> bool:
@@ -131,8 +136,8 @@ class Commit:
             # Only after the transaction is durable -- or, deferred, committed:
             # ``event_synced`` tells a listener which (Ledger "DEFERRED SYNC").
             ledger.event_synced = self.sync
-            for event in self.written:
-                ledger.on_event(event)
+            for seq, parts in self.written:
+                ledger.on_event(Event(seq, *parts))  # built here: only a listener needs it
         return False
 
 

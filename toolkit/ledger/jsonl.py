@@ -244,6 +244,8 @@ class JsonlLedger(Ledger):
     def _load(self, key):
         return self._state.get(key)
 
+    _current = _load  # the Items held in memory: nothing to build
+
     def _append(self, line: bytes):
         """Append one whole line; fsync it unless group commit syncs it later.
 
@@ -284,9 +286,9 @@ class JsonlLedger(Ledger):
         # Memory changes only after the line is written (and fsynced, unless group commit
         # fsyncs it before this call's caller is answered: see group.py).
         self._seq = seq
-        self._state[new.key] = new
+        self._state[new.key] = Item(*new)  # held: an Item
         self._history.append(event)
-        return event
+        return seq
 
     def _items(self):
         return list(self._state.values())

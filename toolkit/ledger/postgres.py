@@ -330,7 +330,7 @@ class PostgresLedger(Ledger):
             raise LedgerError(f"cannot record {op} of {key}: {_first_line(exc)}") from exc
         if row is None:  # cannot happen under the row lock of _load; guard anyway
             raise StateConflictError(key, old and old.state, "changed concurrently")
-        return Event(row[0], *parts)
+        return row[0]
 
     def _items(self):
         return [_item(row) for row in self._read(SELECT_ITEM)]

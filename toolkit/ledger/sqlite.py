@@ -8,7 +8,6 @@ guarded on the from-state and token it read (``rowcount == 1`` or an error).
 import contextlib
 import dataclasses
 import json
-import operator
 import os
 import sqlite3
 
@@ -16,7 +15,7 @@ from toolkit.documents import fsync_dir
 from toolkit.errors import LedgerError, StateConflictError, StorageError
 from toolkit.ledger import PERMANENT, TERMINAL, Event, Item, Ledger, State
 from toolkit.ledger.group import GroupCommit, SharedFlushes
-from toolkit.ledger.records import detail_json
+from toolkit.ledger.records import ItemRow, detail_json
 from toolkit.storage import sqlite_read, sqlite_txn, storage_error
 
 FORMAT = "resume-toolkit-ledger/1"
@@ -50,7 +49,7 @@ UPDATE_ITEM = (f"UPDATE items SET {', '.join(f'{name}=?' for name in ITEM_COLUMN
 INSERT_EVENT = ('INSERT INTO events (ts, op, key, frm, "to", attempt, worker, token, detail)'
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
 assert ITEM_COLUMNS[:2] == ("key", "state")
-_REST = operator.attrgetter(*ITEM_COLUMNS[2:])  # one C call for the columns after the state
+_ROW = tuple.__new__  # an ItemRow in one C call
 _STATE_OF = {state.value: state for state in State}  # a dict lookup, not an Enum() call
 # Bound as plain text: sqlite3 binds a str subclass (a State) only after its adapter
 # lookup and a failed __conform__ attribute lookup, which cost more than the statement.
@@ -164,21 +163,30 @@ class SqliteLedger(Ledger):
             raise storage_error(self._what, exc) from exc
         return _item(row) if row is not None else None
 
+    def _current(self, key):
+        try:
+            row = self._db.execute(SELECT_ITEM, (key,)).fetchone()
+        except sqlite3.Error as exc:
+            raise storage_error(self._what, exc) from exc
+        if row is None:
+            return None
+        return _ROW(ItemRow, (row[0], _STATE_OF.get(row[1]) or State(row[1]), *row[2:]))
+
     def _write(self, old, new, parts):
         ts, op, key, frm, to, attempt, worker, token, detail = parts
         db = self._db
         try:
+            # ``new`` is an ItemRow: its values in column order (ITEM_COLUMNS).
             if old is None:
-                db.execute(INSERT_ITEM, (key, _TEXT[new.state]) + _REST(new))
-            elif db.execute(UPDATE_ITEM, (_TEXT[new.state],) + _REST(new) + (
+                db.execute(INSERT_ITEM, (key, _TEXT[new[1]]) + new[2:])
+            elif db.execute(UPDATE_ITEM, (_TEXT[new[1]],) + new[2:] + (
                     key, _TEXT[old.state], old.token)).rowcount != 1:
                 # cannot happen under BEGIN IMMEDIATE; guard anyway
                 raise StateConflictError(key, old.state, "changed concurrently")
-            seq = db.execute(INSERT_EVENT, (ts, op, key, _TEXT[frm], _TEXT[to], attempt, worker,
+            return db.execute(INSERT_EVENT, (ts, op, key, _TEXT[frm], _TEXT[to], attempt, worker,
                                             token, detail_json(detail))).lastrowid
         except sqlite3.Error as exc:
             raise StorageError(f"cannot record {op} of {key}: {exc}") from exc
-        return Event(seq, *parts)
 
     def _load_many(self, keys):
         found = {}
