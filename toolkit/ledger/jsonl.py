@@ -131,7 +131,7 @@ class JsonlLedger(Ledger):
         with open(self._fd, "rb", closefd=False) as handle:
             data = handle.read()
         self._state: dict[str, Item] = {}
-        self._history: list[Event] = []
+        self._history: list = []  # Events, and (seq, parts) of our writes (see _events)
         self._seq = 0
         self._size = len(data)
         self.version: int | None = None  # the header's; None: no header (yet)
@@ -282,19 +282,22 @@ class JsonlLedger(Ledger):
             raise LedgerError(self.corruption())
         seq = self._seq + 1
         self._append(event_line(seq, *parts))  # one write: the line, encoded once
-        event = Event(seq, *parts)
         # Memory changes only after the line is written (and fsynced, unless group commit
         # fsyncs it before this call's caller is answered: see group.py).
         self._seq = seq
         self._state[new.key] = Item(*new)  # held: an Item
-        self._history.append(event)
+        self._history.append((seq, parts))  # its Event is built when the history is read
         return seq
 
     def _items(self):
         return list(self._state.values())
 
     def _events(self):
-        return list(self._history)
+        history = self._history  # Events read from the file, (seq, parts) of our writes
+        for index, entry in enumerate(history):
+            if type(entry) is tuple:
+                history[index] = Event(entry[0], *entry[1])  # once: kept as built
+        return list(history)
 
     def compact(self) -> int:
         """Replace the history by one snapshot line per item; return the item count.
