@@ -108,6 +108,10 @@ class Ledger:
         as attributes (SQLite: an ``ItemRow``, cheaper to build); never returned to a caller."""
         return self._load(key)
 
+    def _as_item(self, row) -> Item:
+        """The Item of a folded row (``records.ItemRow``), as handed to a caller."""
+        return Item(*row)
+
     def _items(self) -> list[Item]:
         raise NotImplementedError
 
@@ -211,7 +215,7 @@ class Ledger:
                 fields = {"failure": None, "reason": None, **fields}
             if note is not None:
                 fields["note"] = note
-            return Item(*commit(item, "move", key, frm, to, attempt, worker, token, fields))
+            return self._as_item(commit(item, "move", key, frm, to, attempt, worker, token, fields))
 
     def claim(self, key: str, worker: str, ttl: float, *, pid: int | None = None,
               host: str | None = None, respect_live_owner: bool = True,

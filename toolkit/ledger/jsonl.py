@@ -28,6 +28,25 @@ FORMAT, VERSION = "resume-toolkit-ledger-jsonl", 1
 HEADER_LINE = json.dumps({"format": FORMAT, "version": VERSION}, sort_keys=True).encode() + b"\n"
 _LINE = json.JSONEncoder(sort_keys=True).encode  # one encoder, not one per event
 _TEXT = json.encoder.encode_basestring_ascii  # the C function behind _LINE's strings
+
+
+def _detail_encoder():
+    """``_LINE`` for a detail dict without its per-call Python: the C encoder that
+    ``JSONEncoder.iterencode`` builds on every call, built once here with _LINE's own
+    settings (sorted keys, ASCII, NaN allowed, circular check). Only the writer calls
+    it, under the ledger's lock (the circular check's dict is shared). Without the C
+    speedups, ``_LINE`` itself."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return _LINE
+    reference = json.JSONEncoder(sort_keys=True)
+    encode = make({}, reference.default, _TEXT, None, reference.key_separator,
+                  reference.item_separator, True, False, True)
+    return lambda detail: "".join(encode(detail, 0))
+
+
+_DETAIL = _detail_encoder()
+_NO_TXN = contextlib.nullcontext()  # stateless: one for every transaction
 KEY_PATTERN = re.compile(rb'"key": "([^"\\]{1,200})"')
 
 
@@ -62,7 +81,7 @@ def event_line(seq, ts, op, key, frm, to, attempt, worker, token, detail) -> byt
     if (type(seq) is int and type(attempt) is int and type(token) is int and type(op) is str
             and type(key) is str and (worker is None or type(worker) is str)
             and (type(ts) is int or (type(ts) is float and ts - ts == 0))):
-        return (f'{{"attempt": {attempt}, "detail": {_LINE(detail)}, "from": '
+        return (f'{{"attempt": {attempt}, "detail": {_DETAIL(detail)}, "from": '
                 f'{"null" if frm is None else _TEXT(frm)}, "key": {_TEXT(key)}, '
                 f'"op": {_TEXT(op)}, "seq": {seq}, "to": {_TEXT(to)}, "token": {token}, '
                 f'"ts": {ts!r}, "worker": {"null" if worker is None else _TEXT(worker)}}}\n'
@@ -235,11 +254,13 @@ class JsonlLedger(Ledger):
                 f"{keys}); refusing to write on it: run 'python -m toolkit audit {self.path}', "
                 f"then 'python -m toolkit ledger {self.path} --salvage NEW.jsonl'")
 
-    @contextlib.contextmanager
     def _txn(self):
         # The in-process lock (held by the caller) and the file lock make this
         # process the only writer; the single append in _write is the commit.
-        yield
+        return _NO_TXN
+
+    def _as_item(self, row):
+        return self._state[row[0]]  # the Item _write just stored from this row
 
     def _load(self, key):
         return self._state.get(key)
