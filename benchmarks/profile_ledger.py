@@ -3,10 +3,16 @@
     python benchmarks/profile_ledger.py [--backend sqlite|jsonl] [--durable] [--group-commit]
                                         [--items 500]
 
-Records ``--items`` lifecycles (6 transitions each, as the safe runner does)
-twice: once with every SQLite statement (or JSONL system call) timed, giving
-microseconds per transition by statement and the Python rest; once under
-cProfile, printing the functions with the most time of their own.
+First, CPU and wall microseconds per transition of the ledger and of the bare
+loops that bound it (``workloads``: the one-INSERT loop, the same SQL without
+Python, the append(+fsync) loop, the in-memory policy), in interleaved blocks
+in this one process: CPU time (``time.process_time``) is what a loaded machine
+distorts least, and "ledger CPU - same SQL CPU" is the Python a transition
+costs. Then ``--items`` lifecycles (6 transitions each, as the safe runner
+does) twice: once with every SQLite statement (or JSONL system call) timed,
+giving microseconds per transition by statement and the Python rest (the
+timing wrappers' own cost included); once under cProfile, printing the
+functions with the most time of their own.
 """
 
 import argparse
@@ -72,6 +78,49 @@ def _timed_os(spent, module):
     return lambda: setattr(jsonl, "os", real)
 
 
+def cpu_pass(backend: str, durable: bool, items: int, blocks: int) -> dict[str, tuple]:
+    """name -> (CPU µs, wall µs) per transition, subjects alternating block by block."""
+    with tempfile.TemporaryDirectory(prefix="rt-cpu-") as tmp:
+        folder = Path(tmp)
+        sync = "FULL" if durable else "NORMAL"
+        factories = {"ledger": lambda: workloads.LedgerSubject(folder, f".{backend}", durable),
+                     "memory": workloads.LedgerSubject.memory}
+        if backend == "sqlite":
+            factories["bare one-INSERT loop"] = lambda: workloads.BareSqlite(folder, sync)
+            factories["same SQL, no Python"] = lambda: workloads.SqlFloor(folder, sync)
+        else:
+            factories["bare append loop"] = lambda: workloads.BareAppend(folder, fsync=durable)
+        subjects = {name: make() for name, make in factories.items()}
+        cpu, wall = collections.Counter(), collections.Counter()
+        try:
+            for subject in subjects.values():
+                subject.step(1)  # warm-up outside the clocks
+            names = list(subjects)
+            for block in range(blocks):
+                shift = block % len(names)
+                for name in names[shift:] + names[:shift]:
+                    start = time.process_time()
+                    wall[name] += subjects[name].step(items)
+                    cpu[name] += time.process_time() - start
+        finally:
+            for subject in subjects.values():
+                subject.close()
+    count = blocks * items * workloads.LIFECYCLE
+    return {name: (cpu[name] / count * 1e6, wall[name] / count * 1e6) for name in subjects}
+
+
+def print_cpu(backend: str, durable: bool, items: int, blocks: int) -> None:
+    figures = cpu_pass(backend, durable, items, blocks)
+    print(f"{backend}, durable={durable}: µs per transition, {blocks} interleaved blocks of "
+          f"{items * workloads.LIFECYCLE} transitions each")
+    print(f"  {'subject':<24} {'CPU':>8} {'wall':>8}")
+    for name, (cpu, wall) in figures.items():
+        print(f"  {name:<24} {cpu:8.1f} {wall:8.1f}")
+    floor = figures.get("same SQL, no Python", figures.get("bare append loop"))
+    print(f"  {'ledger CPU - baseline':<24} {figures['ledger'][0] - floor[0]:8.1f}"
+          "   (the Python a transition pays beyond its baseline)\n")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", choices=("sqlite", "jsonl"), default="sqlite")
@@ -80,7 +129,12 @@ def main(argv=None) -> int:
                         help="group_commit=True (with --durable: the shared-fsync path)")
     parser.add_argument("--items", type=int, default=500, help="lifecycles per pass")
     parser.add_argument("--top", type=int, default=20)
+    parser.add_argument("--blocks", type=int, default=6, help="interleaved blocks (CPU pass)")
+    parser.add_argument("--cpu-only", action="store_true", help="only the CPU pass")
     args = parser.parse_args(argv)
+    print_cpu(args.backend, args.durable, max(1, args.items // args.blocks), args.blocks)
+    if args.cpu_only:
+        return 0
     transitions = args.items * workloads.LIFECYCLE
     with tempfile.TemporaryDirectory(prefix="rt-profile-") as tmp:
         path = Path(tmp) / f"ledger.{args.backend}"

@@ -19,7 +19,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from toolkit.ledger import Ledger, State, open_ledger, with_seq
+from toolkit.ledger import Event, Item, Ledger, State, open_ledger
 
 S = State
 LIFECYCLE = 6  # transitions per item in ``lifecycle``
@@ -221,11 +221,11 @@ class MemoryLedger(Ledger):
     def _load(self, key):
         return self._state.get(key)
 
-    def _write(self, old, new, event):
-        event = with_seq(event, len(self._history) + 1)
-        self._state[new.key] = new
+    def _write(self, old, new, parts):
+        event = Event(len(self._history) + 1, *parts)
+        self._state[new.key] = Item(*new)
         self._history.append(event)
-        return event
+        return event.seq
 
     def _items(self):
         return list(self._state.values())

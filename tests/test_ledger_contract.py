@@ -165,6 +165,27 @@ def test_on_event_hook_sees_each_committed_event_once(ledger):
     assert seen == ledger.events()
 
 
+def test_items_handed_out_are_frozen_items_equal_to_what_a_reopen_reads(ledger, ledger_path,
+                                                                         clock):
+    """The transaction reads and folds an item as a cheap named tuple (``ItemRow``);
+    what leaves the ledger -- move's return, get, items -- must still be a frozen
+    ``Item``, equal to the fold of the events and to what a fresh open reads."""
+    ledger.add("k1", source="a.pdf")
+    token = ledger.claim("k1", "w", 60.0)
+    moved = ledger.move("k1", S.PENDING, S.UNKNOWN, token=token, worker="w", note="intent")
+    ledger.release("k1", token, "w")
+    for item in (moved, ledger.get("k1"), *ledger.items(), *ledger.get_many(["k1"]).values()):
+        assert type(item) is Item and type(item.state) is State
+    with pytest.raises(AttributeError):
+        moved.state = S.DONE
+    assert (moved.state, moved.attempt, moved.token, moved.lease_owner) == (S.UNKNOWN, 1, 1, "w")
+    before = ledger.items()
+    assert before == fold(ledger.events())
+    ledger.close()
+    with open_ledger(ledger_path, clock=clock) as reopened:
+        assert reopened.items() == before
+
+
 def test_counts_name_every_state(ledger):
     ledger.add("a")
     ledger.add("b")

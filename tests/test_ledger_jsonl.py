@@ -98,3 +98,60 @@ def test_compact_keeps_every_item_and_drops_damage(tmp_path, clock):
         assert reopened.torn_tail is None and reopened.corrupt_lines == []
         assert reopened.get("b").state is S.UNKNOWN and reopened.get("a").state is S.UNKNOWN
         assert [event.seq for event in reopened.events()] == [5]
+
+
+# -- the line encoder: its pre-encoded parts against the reference encoding ---------------
+
+def _reference_line(event) -> bytes:
+    return (json.dumps(event.to_json(), sort_keys=True) + "\n").encode()
+
+
+def test_event_line_is_byte_for_byte_the_reference_json_of_the_event():
+    """The fast line encoder (constant keys pre-encoded, values escaped one by one) must
+    write exactly what ``json.dumps(event.to_json(), sort_keys=True)`` writes, for every
+    kind of value a transition carries -- escapes, non-ASCII, a lone surrogate of an
+    undecodable file name, NaN and infinity, bools and big ints in the detail, an int
+    clock and a float one: a byte of difference would change what readers and the
+    forensic tools see."""
+    import math
+    import random
+
+    from toolkit.ledger import Event
+    from toolkit.ledger.jsonl import event_line
+
+    rng = random.Random(23)
+    texts = ["", "a", 'q"uote', "back\\slash", "new\nline", "\x00\x7f", "caf\u00e9",
+             "\u2028", "\U0001f600", "bad-\udcff-name.pdf", "k" * 64]
+    scalars = [None, True, False, 0, -1, 2**70, 1.5, 1e16, -0.0, math.nan, math.inf, *texts]
+    for _ in range(1000):
+        seq, token = rng.randrange(2**40), rng.randrange(2**40)
+        ts = rng.choice([rng.random() * 2e9, rng.randrange(2**40), math.nan, -math.inf, 1e-7])
+        frm, to = rng.choice([None, *State]), rng.choice(list(State))
+        attempt = rng.choice([0, 1, 99, True])
+        op, key, worker = rng.choice(texts), rng.choice(texts), rng.choice([None, *texts])
+        detail = {rng.choice(texts): rng.choice(scalars) for _ in range(rng.randrange(5))}
+        event = Event(seq, ts, op, key, frm, to, attempt, worker, token, detail)
+        assert event_line(seq, ts, op, key, frm, to, attempt, worker, token, detail) == \
+            _reference_line(event), event
+
+
+def test_detail_column_text_decodes_to_the_same_values_as_the_reference_encoder():
+    """``detail_json`` (orjson, with the standard library for what orjson refuses or
+    would alter) must store every detail so that it reads back exactly: a lone
+    surrogate, a 70-bit integer, NaN and infinity included (orjson writes NaN as null)."""
+    import math
+
+    from toolkit.ledger.records import detail_json
+
+    details = [{}, {"source": "a.pdf", "digest": "d" * 64}, {"source": "caf\u00e9.pdf"},
+               {"source": "bad-\udcff-name.pdf"}, {"artifact_size": 2**70},
+               {"lease_expires": math.inf}, {"x": math.nan, "y": None},
+               {"note": "intent", "nested": {"a": [1, None]}}]
+    for detail in details:
+        back = json.loads(detail_json(detail))
+        assert list(back) == sorted(detail)  # keys sorted
+        for name, value in detail.items():
+            if isinstance(value, float) and math.isnan(value):
+                assert math.isnan(back[name])
+            else:
+                assert back[name] == value, (detail, text)

@@ -70,8 +70,8 @@ ledger = open_ledger(sys.argv[1])
 token = ledger.claim("k1", "child", ttl=3600)
 ledger.move("k1", State.PENDING, State.UNKNOWN, token=token, worker="child")
 write = ledger._write
-def write_then_hang(old, new, event):
-    written = write(old, new, event)  # item row and event row, not committed
+def write_then_hang(old, new, parts):
+    written = write(old, new, parts)  # item row and event row, not committed
     print(ledger._conn.info.backend_pid, flush=True)
     time.sleep(3600)
 ledger._write = write_then_hang
@@ -114,10 +114,10 @@ def terminate_connection_after(ledger, admin, to: State, nth: int) -> list[str]:
     """After the ``nth`` write into ``to`` (before its COMMIT), the server ends the session."""
     write, seen = ledger._write, []
 
-    def write_then_lose_connection(old, new, event):
-        written = write(old, new, event)
-        if event.to is to:
-            seen.append(event.key)
+    def write_then_lose_connection(old, new, parts):
+        written = write(old, new, parts)  # the event's seq
+        if parts[4] is to:  # ts, op, key, frm, to, ...
+            seen.append(parts[2])
             if len(seen) == nth:
                 admin.execute("SELECT pg_terminate_backend(%s, 5000)",
                               [ledger._conn.info.backend_pid])

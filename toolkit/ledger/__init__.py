@@ -4,11 +4,15 @@ The policy lives here, once: the transition table (``transitions.py``), the
 from-state guard, the fencing-token check, the attempt counter and event emission. Backends supply
 five primitives inside one transaction (``_txn``, ``_load``, ``_write``,
 ``_items``, ``_events``) plus ``close``. Every change is one event, and an
-item is exactly the fold of its events (``apply_event``): the JSONL backend
-replays them, the SQLite backend stores both and must agree.
+item is exactly the fold of its events (``apply_event``, in records.py): the
+JSONL backend replays them, the SQLite backend stores both and must agree.
+
+Every transition pays this module's Python on top of its SQL and fsync, so
+the path a transition takes is kept short: states compared by identity, no
+Enum() call for a State already given, the new item folded once and the event
+built once (by the backend, when its ``seq`` is known).
 """
 
-import dataclasses
 import operator
 import os
 import threading
@@ -22,121 +26,24 @@ from toolkit.errors import (
     StaleTokenError,
     StateConflictError,
 )
-from toolkit.identity import idem_key, page_key
 from toolkit.ledger.group import Commit
 from toolkit.liveness import alive, host_id, my_start, start_ticks
-# The transition policy lives in one module (transitions.py); re-exported from here.
+# The records (items, events, their fold) and the transition policy live in their own
+# modules (records.py, transitions.py); both are re-exported from here.
+from toolkit.ledger.records import (ITEM_FIELDS, LEASE_FIELDS, MUTABLE_FIELDS, Event, Item,
+                                    apply_event, with_seq)
 from toolkit.ledger.transitions import (ARTIFACT_FIELDS, PERMANENT, TERMINAL, TRANSIENT,
                                         TRANSITIONS, State, bad_artifact,
                                         why_illegal)
 
 S = State
-
-# Item fields a transition may set; everything else is owned by the base.
-MUTABLE_FIELDS = ("job_id", "failure", "reason", "artifact_path", "artifact_size",
-                  "artifact_sha256", "pages_done", "artifact_mtime_ns", "artifact_ctime_ns",
-                  "artifact_ino")
-LEASE_FIELDS = ("lease_owner", "lease_host", "lease_pid", "lease_started", "lease_expires")
 _MUTABLE = frozenset(MUTABLE_FIELDS)
+_FAILURES = (TRANSIENT, PERMANENT)
+_NEW_ATTEMPT = frozenset({S.PENDING, S.FAILED})  # entering unknown from these starts one
+_AFTER = ("failure", *ARTIFACT_FIELDS)  # what the policy reads of an item after a move
+_AFTER_VALUES = operator.attrgetter(*_AFTER)
+_RELEASED = dict.fromkeys(LEASE_FIELDS)
 HOST = host_id()  # where this process runs, in this boot: a lease names its owner's host
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Item:
-    key: str
-    state: State = S.PENDING
-    source: str | None = None
-    attempt: int = 0
-    token: int = 0
-    job_id: str | None = None
-    failure: str | None = None
-    reason: str | None = None
-    artifact_path: str | None = None
-    artifact_size: int | None = None
-    artifact_sha256: str | None = None
-    pages_done: int | None = None  # None: the document is one request; n: pages 1..n checkpointed
-    lease_owner: str | None = None
-    lease_host: str | None = None  # None: recorded before hosts were (taken as this host)
-    lease_pid: int | None = None
-    lease_started: float | None = None
-    lease_expires: float | None = None
-    # The artifact's stat when ``done`` was recorded (with artifact_size: git's index):
-    # unchanged, the runner trusts the recorded SHA-256; None (older ledgers): it hashes.
-    artifact_mtime_ns: int | None = None
-    artifact_ctime_ns: int | None = None
-    artifact_ino: int | None = None
-    updated: float = 0.0  # last: benchmarks/workloads.py builds rows by position
-
-    @property
-    def resting(self) -> bool:
-        """True when no automation will move the item again."""
-        return self.state in TERMINAL or (self.state is S.FAILED and self.failure == PERMANENT)
-
-    @property
-    def request_key(self) -> str:
-        """The idempotency key of the request in flight: the document's, or its next page's."""
-        unit = self.key if self.pages_done is None else page_key(self.key, self.pages_done + 1)
-        return idem_key(unit, self.attempt)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Event:
-    """One change: ``op`` is add, move, claim or release."""
-
-    seq: int
-    ts: float
-    op: str
-    key: str
-    frm: State | None
-    to: State
-    attempt: int
-    worker: str | None
-    token: int
-    detail: dict
-
-    def to_json(self) -> dict:
-        return {"seq": self.seq, "ts": self.ts, "op": self.op, "key": self.key,
-                "from": self.frm and self.frm.value, "to": self.to.value,
-                "attempt": self.attempt, "worker": self.worker, "token": self.token,
-                "detail": self.detail}
-
-    @classmethod
-    def from_json(cls, obj: dict) -> "Event":
-        """Rebuild an event; raises KeyError/ValueError/TypeError on a malformed record."""
-        frm = obj["from"]
-        return cls(int(obj["seq"]), float(obj["ts"]), str(obj["op"]), str(obj["key"]),
-                   State(frm) if frm is not None else None, State(obj["to"]),
-                   int(obj["attempt"]), obj["worker"], int(obj["token"]), dict(obj["detail"]))
-
-
-ITEM_FIELDS = tuple(field.name for field in dataclasses.fields(Item))
-_ITEM_VALUES = operator.attrgetter(*ITEM_FIELDS)  # one C call instead of 18 getattr
-_FOLDED = {name: ITEM_FIELDS.index(name) for name in (*MUTABLE_FIELDS, *LEASE_FIELDS)}
-_STATE, _ATTEMPT, _TOKEN, _UPDATED = (ITEM_FIELDS.index(name) for name in
-                                      ("state", "attempt", "token", "updated"))
-
-
-def apply_event(item: Item | None, event: Event) -> Item:
-    """Fold one event into an item (``None`` before its ``add``)."""
-    if event.op == "add":
-        return Item(key=event.key, source=event.detail.get("source"), updated=event.ts)
-    assert item is not None, f"event {event.seq} for unknown item {event.key}"
-    # dataclasses.replace() re-reads the field list on every call; this is the same
-    # construction (positional, all fields) without it.
-    values = list(_ITEM_VALUES(item))
-    values[_STATE], values[_ATTEMPT], values[_TOKEN], values[_UPDATED] = \
-        event.to, event.attempt, event.token, event.ts
-    for name, value in event.detail.items():
-        index = _FOLDED.get(name)
-        if index is not None:
-            values[index] = value
-    return Item(*values)
-
-
-def with_seq(event: Event, seq: int) -> Event:
-    """``event`` numbered ``seq`` (what ``dataclasses.replace`` does, without its overhead)."""
-    return Event(seq, event.ts, event.op, event.key, event.frm, event.to, event.attempt,
-                 event.worker, event.token, event.detail)
 
 
 def _process_start_time(pid: int) -> int | None:
@@ -187,9 +94,23 @@ class Ledger:
     def _load(self, key: str) -> Item | None:
         raise NotImplementedError
 
-    def _write(self, old: Item | None, new: Item, event: Event) -> Event:
-        """Persist ``new`` and ``event`` (guarded on ``old``); return the event with its seq."""
+    def _write(self, old: Item | None, new: Item, parts: tuple) -> int:
+        """Persist ``new`` and the event of ``parts`` (guarded on ``old``); return its seq.
+
+        ``parts`` are the event's fields after ``seq`` (ts, op, key, frm, to, attempt,
+        worker, token, detail): ``Event(seq, *parts)`` is the event, built only where
+        it is kept (JSONL's history) or announced (``on_event``).
+        """
         raise NotImplementedError
+
+    def _current(self, key: str):
+        """The item as the transaction reads it: an ``Item``, or anything with its fields
+        as attributes (SQLite: an ``ItemRow``, cheaper to build); never returned to a caller."""
+        return self._load(key)
+
+    def _as_item(self, row) -> Item:
+        """The Item of a folded row (``records.ItemRow``), as handed to a caller."""
+        return Item(*row)
 
     def _items(self) -> list[Item]:
         raise NotImplementedError
@@ -254,7 +175,7 @@ class Ledger:
         """
         detail = {"source": source} if digest is None else {"source": source, "digest": digest}
         with self._commit(sync) as commit:
-            if self._load(key) is not None:
+            if self._current(key) is not None:
                 return False
             commit(None, "add", key, None, S.PENDING, 0, None, 0, detail)
             return True
@@ -267,31 +188,34 @@ class Ledger:
         ``fields`` may set job_id, failure, reason and artifact_*. Entering
         ``unknown`` from ``pending`` or ``failed`` starts a new attempt.
         """
-        frm, to = State(frm), State(to)
+        # Coerce only what is not a State already: an Enum() call per argument adds up.
+        if frm.__class__ is not State:
+            frm = State(frm)
+        if to.__class__ is not State:
+            to = State(to)
         if to not in TRANSITIONS[frm]:
             raise IllegalTransitionError(frm, to)
-        unknown_fields = fields.keys() - _MUTABLE
-        if unknown_fields:
-            raise TypeError(f"move() cannot set {sorted(unknown_fields)}")
-        if (to is S.FAILED) != (fields.get("failure") in (TRANSIENT, PERMANENT)):
+        if fields and not _MUTABLE.issuperset(fields):
+            raise TypeError(f"move() cannot set {sorted(fields.keys() - _MUTABLE)}")
+        if (to is S.FAILED) != (fields.get("failure") in _FAILURES):
             raise IllegalTransitionError(frm, to, "failure='transient' or 'permanent' goes "
                                          "with a move to failed, only")
         with self._commit(sync) as commit:
             item = self._guard(key, frm, token)
-            after = {name: fields.get(name, getattr(item, name)) for name in
-                     ("failure", *ARTIFACT_FIELDS)}
+            after = dict(zip(_AFTER, _AFTER_VALUES(item)))
+            after.update(fields)  # why_illegal and bad_artifact read the _AFTER names only
             why = why_illegal(frm, to, item.failure, after)
             if why is None and to is S.DONE:
                 why = bad_artifact(after)
             if why is not None:
                 raise IllegalTransitionError(frm if frm is not S.FAILED
                                              else f"failed({item.failure})", to, why)
-            attempt = item.attempt + 1 if to is S.UNKNOWN and frm in (S.PENDING, S.FAILED) else item.attempt
+            attempt = item.attempt + 1 if to is S.UNKNOWN and frm in _NEW_ATTEMPT else item.attempt
             if frm is S.FAILED:  # the old failure belongs to the old attempt
                 fields = {"failure": None, "reason": None, **fields}
             if note is not None:
                 fields["note"] = note
-            return commit(item, "move", key, frm, to, attempt, worker, token, fields)
+            return self._as_item(commit(item, "move", key, frm, to, attempt, worker, token, fields))
 
     def claim(self, key: str, worker: str, ttl: float, *, pid: int | None = None,
               host: str | None = None, respect_live_owner: bool = True,
@@ -316,7 +240,7 @@ class Ledger:
         """
         pid = os.getpid() if pid is None else pid
         with self._commit(sync) as commit:
-            item = self._load(key)
+            item = self._current(key)
             if item is None:
                 raise StateConflictError(key, "any", None)
             now = self.clock()
@@ -361,11 +285,11 @@ class Ledger:
         with self._commit(sync) as commit:
             item = self._guard(key, None, token)
             commit(item, "release", key, item.state, item.state, item.attempt, worker, token,
-                   dict.fromkeys(LEASE_FIELDS))
+                   _RELEASED.copy())
 
     # -- the one place where changes are made ----------------------------------
     def _guard(self, key: str, frm: State | None, token: int) -> Item:
-        item = self._load(key)
+        item = self._current(key)
         if item is None or (frm is not None and item.state is not frm):
             raise StateConflictError(key, frm, item and item.state)
         if token != item.token:
@@ -380,14 +304,10 @@ class Ledger:
 
     def _commit(self, sync: bool = True) -> Commit:
         """``with self._commit() as commit:`` -- the one place where changes are made
-        (``group.Commit``: lock, transaction, group-commit wait, then ``on_event``)."""
+        (``group.Commit``: lock, transaction, fold and write, group-commit wait, then
+        ``on_event``)."""
         return Commit(self, sync or not self.defers_sync)
 
-    def _record(self, old, op, key, frm, to, attempt, worker, token, detail) -> tuple:
-        """Build the event and the new item, write both; return (new item, written event)."""
-        event = Event(0, self.clock(), op, key, frm, to, attempt, worker, token, detail)
-        new = apply_event(old, event)
-        return new, self._write(old, new, event)
 
 
 def canonical_path(path) -> Path:
@@ -444,4 +364,5 @@ def open_ledger(path, **options) -> Ledger:
 
 
 __all__ = ["canonical_path", "State", "TRANSITIONS", "TERMINAL", "TRANSIENT", "PERMANENT", "ARTIFACT_FIELDS",
-           "Item", "Event", "Ledger", "apply_event", "open_ledger", "why_illegal"]
+           "Item", "Event", "Ledger", "apply_event", "open_ledger", "why_illegal", "with_seq",
+           "ITEM_FIELDS", "LEASE_FIELDS", "MUTABLE_FIELDS"]

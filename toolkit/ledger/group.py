@@ -55,6 +55,7 @@ import struct
 import threading
 
 from toolkit.errors import StorageError
+from toolkit.ledger.records import Event, fold
 
 COUNTERS = struct.Struct("<QQ")  # started, done
 # Two independent locks on one file: open-file-description byte locks (F_OFD_SETLKW), so a
@@ -94,8 +95,9 @@ class Commit:
 
     def __enter__(self):
         ledger = self.ledger
-        if ledger._group is not None:
-            ledger._group.check()  # after a failed fsync, write nothing more
+        group = ledger._group
+        if group is not None and group._broken is not None:
+            group.check()  # after a failed fsync, write nothing more
         ledger._lock.acquire()
         try:
             self.txn = ledger._txn()
@@ -106,31 +108,36 @@ class Commit:
         return self.commit
 
     def commit(self, old, op, key, frm, to, attempt, worker, token, detail):
-        new, event = self.ledger._record(old, op, key, frm, to, attempt, worker, token, detail)
-        self.written.append(event)
+        """Fold the new item, write it with its event; return the new item."""
+        ledger = self.ledger
+        ts = ledger.clock()
+        new = fold(old, op, key, to, attempt, token, ts, detail)
+        parts = (ts, op, key, frm, to, attempt, worker, token, detail)
+        self.written.append((ledger._write(old, new, parts), parts))
         return new
 
     def __exit__(self, kind, exc, tb) -> bool:
         ledger, ticket = self.ledger, None
+        group = ledger._group
         try:
             suppressed = self.txn.__exit__(kind, exc, tb)
             if kind is not None:  # rolled back: nothing to wait for, nothing to announce
                 return bool(suppressed)
-            if self.written and ledger._group is not None:
+            if self.written and group is not None:
                 if self.sync:
-                    ticket = ledger._group.ticket()
+                    ticket = group.ticket()
                 else:  # deferred (Ledger.defers_sync): the next flush covers it
-                    ledger._group.defer()
+                    group.defer()
         finally:
             ledger._lock.release()
         if ticket is not None:
-            ledger._group.wait(ticket)
+            group.wait(ticket)
         if ledger.on_event is not None:
             # Only after the transaction is durable -- or, deferred, committed:
             # ``event_synced`` tells a listener which (Ledger "DEFERRED SYNC").
             ledger.event_synced = self.sync
-            for event in self.written:
-                ledger.on_event(event)
+            for seq, parts in self.written:
+                ledger.on_event(Event(seq, *parts))  # built here: only a listener needs it
         return False
 
 
@@ -147,7 +154,11 @@ class GroupCommit:
     def __init__(self, flush, what: str):
         self._flush = flush
         self._what = what
-        self._cond = threading.Condition(threading.Lock())
+        # A plain lock for the counters (its ``with`` is one C call) and a condition on
+        # it for the followers; a leader notifies only when someone waits.
+        self._mutex = threading.Lock()
+        self._cond = threading.Condition(self._mutex)
+        self._waiting = 0  # followers inside _cond.wait()
         self._started = 0  # flushes begun in this process
         self._done = 0  # the newest flush completed
         self._leading = False
@@ -157,32 +168,40 @@ class GroupCommit:
 
     def defer(self) -> None:
         """A write that returns without waiting: ``barrier()`` will cover it."""
-        with self._cond:
+        with self._mutex:
             self.check()
             self._deferred = self._started
 
     def barrier(self) -> None:
         """Wait until every write so far, the deferred ones included, is durable."""
-        with self._cond:
+        with self._mutex:
             ticket = self._deferred
         if ticket >= 0:
             self.wait(ticket)  # returns at once if a later flush already covered it
 
     def ticket(self) -> int:
-        with self._cond:
+        """Taken after the caller's write. No lock: ``_started`` only grows, and a value
+        read after the write means every flush numbered above it starts after the write;
+        a flush already counted in it may have started before, so it is not waited on."""
+        if self._broken is not None:
             self.check()
-            return self._started
+        return self._started
 
     def wait(self, ticket: int) -> None:
         """Return once flush number ``ticket + 1`` (or a later one) has completed."""
-        with self._cond:
+        with self._mutex:
             while True:
-                self.check()
+                if self._broken is not None:
+                    self.check()
                 if self._done > ticket:
                     return
                 if not self._leading:
                     break
-                self._cond.wait()
+                self._waiting += 1
+                try:
+                    self._cond.wait()
+                finally:
+                    self._waiting -= 1
             # Leader: this flush starts after every write whose ticket is < number.
             self._leading = True
             self._started += 1
@@ -191,27 +210,32 @@ class GroupCommit:
             self._flush()
             self.flushes += 1
         except BaseException as exc:
-            with self._cond:
+            with self._mutex:
                 self._broken = exc
                 self._leading = False
                 self._cond.notify_all()
             raise StorageError(f"{self._what}: the group's fsync failed: {exc}") from exc
-        with self._cond:
+        with self._mutex:
             self._done = number
             self._leading = False
-            self._cond.notify_all()
+            if self._waiting:  # alone (one thread), there is no one to wake
+                self._cond.notify_all()
 
     @contextlib.contextmanager
     def paused(self):
         """No flush runs inside (e.g. while the file it syncs is being replaced)."""
-        with self._cond:
+        with self._mutex:
             while self._leading:
-                self._cond.wait()
+                self._waiting += 1
+                try:
+                    self._cond.wait()
+                finally:
+                    self._waiting -= 1
             self._leading = True
         try:
             yield
         finally:
-            with self._cond:
+            with self._mutex:
                 self._leading = False
                 self._cond.notify_all()
 

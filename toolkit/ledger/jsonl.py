@@ -17,7 +17,7 @@ import re
 
 from toolkit.documents import fsync_dir
 from toolkit.errors import LedgerError, StorageError
-from toolkit.ledger import Event, Item, Ledger, State, apply_event, with_seq
+from toolkit.ledger import Event, Item, Ledger, State, apply_event
 from toolkit.ledger.group import GroupCommit
 
 SNAPSHOT = "snapshot"
@@ -27,6 +27,26 @@ SNAPSHOT = "snapshot"
 FORMAT, VERSION = "resume-toolkit-ledger-jsonl", 1
 HEADER_LINE = json.dumps({"format": FORMAT, "version": VERSION}, sort_keys=True).encode() + b"\n"
 _LINE = json.JSONEncoder(sort_keys=True).encode  # one encoder, not one per event
+_TEXT = json.encoder.encode_basestring_ascii  # the C function behind _LINE's strings
+
+
+def _detail_encoder():
+    """``_LINE`` for a detail dict without its per-call Python: the C encoder that
+    ``JSONEncoder.iterencode`` builds on every call, built once here with _LINE's own
+    settings (sorted keys, ASCII, NaN allowed, circular check). Only the writer calls
+    it, under the ledger's lock (the circular check's dict is shared). Without the C
+    speedups, ``_LINE`` itself."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return _LINE
+    reference = json.JSONEncoder(sort_keys=True)
+    encode = make({}, reference.default, _TEXT, None, reference.key_separator,
+                  reference.item_separator, True, False, True)
+    return lambda detail: "".join(encode(detail, 0))
+
+
+_DETAIL = _detail_encoder()
+_NO_TXN = contextlib.nullcontext()  # stateless: one for every transaction
 KEY_PATTERN = re.compile(rb'"key": "([^"\\]{1,200})"')
 
 
@@ -47,6 +67,27 @@ def item_to_json(item: Item) -> dict:
 
 def item_from_json(obj: dict) -> Item:
     return Item(**{**obj, "state": State(obj["state"])})
+
+
+def event_line(seq, ts, op, key, frm, to, attempt, worker, token, detail) -> bytes:
+    """The event's line: ``_LINE(event.to_json())`` and a newline, byte for byte.
+
+    The keys, in sorted order, and their separators are constants; the values are
+    encoded as ``_LINE`` encodes them (the same C string escaper, ``repr`` of ints
+    and finite floats, ``_LINE`` itself for the detail), which saves building the
+    event's dict and sorting it per transition. Values of any other type (a NaN,
+    a bool, an int subclass) take ``_LINE`` whole.
+    """
+    if (type(seq) is int and type(attempt) is int and type(token) is int and type(op) is str
+            and type(key) is str and (worker is None or type(worker) is str)
+            and (type(ts) is int or (type(ts) is float and ts - ts == 0))):
+        return (f'{{"attempt": {attempt}, "detail": {_DETAIL(detail)}, "from": '
+                f'{"null" if frm is None else _TEXT(frm)}, "key": {_TEXT(key)}, '
+                f'"op": {_TEXT(op)}, "seq": {seq}, "to": {_TEXT(to)}, "token": {token}, '
+                f'"ts": {ts!r}, "worker": {"null" if worker is None else _TEXT(worker)}}}\n'
+                ).encode()
+    return (_LINE(Event(seq, ts, op, key, frm, to, attempt, worker, token, detail).to_json())
+            + "\n").encode()
 
 
 def parse_line(raw: bytes) -> tuple[Event | None, Item | None, int]:
@@ -109,7 +150,7 @@ class JsonlLedger(Ledger):
         with open(self._fd, "rb", closefd=False) as handle:
             data = handle.read()
         self._state: dict[str, Item] = {}
-        self._history: list[Event] = []
+        self._history: list = []  # Events, and (seq, parts) of our writes (see _events)
         self._seq = 0
         self._size = len(data)
         self.version: int | None = None  # the header's; None: no header (yet)
@@ -213,14 +254,18 @@ class JsonlLedger(Ledger):
                 f"{keys}); refusing to write on it: run 'python -m toolkit audit {self.path}', "
                 f"then 'python -m toolkit ledger {self.path} --salvage NEW.jsonl'")
 
-    @contextlib.contextmanager
     def _txn(self):
         # The in-process lock (held by the caller) and the file lock make this
         # process the only writer; the single append in _write is the commit.
-        yield
+        return _NO_TXN
+
+    def _as_item(self, row):
+        return self._state[row[0]]  # the Item _write just stored from this row
 
     def _load(self, key):
         return self._state.get(key)
+
+    _current = _load  # the Items held in memory: nothing to build
 
     def _append(self, line: bytes):
         """Append one whole line; fsync it unless group commit syncs it later.
@@ -251,25 +296,29 @@ class JsonlLedger(Ledger):
             raise StorageError(f"cannot append to {str(self.path)!r}: {exc}") from exc
         self._end = start + len(line)
 
-    def _write(self, old, new, event):
+    def _write(self, old, new, parts):
         if self.view:
             raise LedgerError(f"JSONL ledger {str(self.path)!r} is open as a read-only view")
         if self.corrupt_lines:  # writing on would build on a history we cannot read whole
             raise LedgerError(self.corruption())
-        event = with_seq(event, self._seq + 1)
-        self._append(_LINE(event.to_json()).encode() + b"\n")
+        seq = self._seq + 1
+        self._append(event_line(seq, *parts))  # one write: the line, encoded once
         # Memory changes only after the line is written (and fsynced, unless group commit
         # fsyncs it before this call's caller is answered: see group.py).
-        self._seq = event.seq
-        self._state[new.key] = new
-        self._history.append(event)
-        return event
+        self._seq = seq
+        self._state[new.key] = Item(*new)  # held: an Item
+        self._history.append((seq, parts))  # its Event is built when the history is read
+        return seq
 
     def _items(self):
         return list(self._state.values())
 
     def _events(self):
-        return list(self._history)
+        history = self._history  # Events read from the file, (seq, parts) of our writes
+        for index, entry in enumerate(history):
+            if type(entry) is tuple:
+                history[index] = Event(entry[0], *entry[1])  # once: kept as built
+        return list(history)
 
     def compact(self) -> int:
         """Replace the history by one snapshot line per item; return the item count.

@@ -31,14 +31,13 @@ Health (``DESIGN.md`` rule 8) cannot be a file beside a URL: it is a one-row
 """
 
 import contextlib
-import dataclasses
-import json
 import os
 import urllib.parse
 from pathlib import Path, PurePath
 
 from toolkit.errors import LedgerError, StateConflictError
 from toolkit.ledger import Event, Ledger
+from toolkit.ledger.records import detail_json
 from toolkit.ledger.sqlite import FORMAT, ITEM_COLUMNS, _event, _item
 
 SCHEMES = ("postgresql", "postgres")
@@ -312,14 +311,14 @@ class PostgresLedger(Ledger):
             raise LedgerError(f"cannot read item {key}: {_first_line(exc)}") from exc
         return row and _item(row)
 
-    def _write(self, old, new, event):
+    def _write(self, old, new, parts):
         import psycopg
 
+        ts, op, key, frm, to, attempt, worker, token, detail = parts
         values = [getattr(new, name) for name in ITEM_COLUMNS]
         values[ITEM_COLUMNS.index("state")] = new.state.value
-        event_values = [event.ts, event.op, event.key, event.frm and event.frm.value,
-                        event.to.value, event.attempt, event.worker, event.token,
-                        json.dumps(event.detail, sort_keys=True)]
+        event_values = [ts, op, key, frm and frm.value, to.value, attempt, worker, token,
+                        detail_json(detail)]
         if old is None:
             query, params = INSERT_ITEM, values + event_values
         else:
@@ -328,11 +327,10 @@ class PostgresLedger(Ledger):
         try:
             row = self._conn.execute(query, params).fetchone()
         except psycopg.Error as exc:
-            raise LedgerError(f"cannot record {event.op} of {event.key}: {_first_line(exc)}") \
-                from exc
+            raise LedgerError(f"cannot record {op} of {key}: {_first_line(exc)}") from exc
         if row is None:  # cannot happen under the row lock of _load; guard anyway
-            raise StateConflictError(event.key, old and old.state, "changed concurrently")
-        return dataclasses.replace(event, seq=row[0])
+            raise StateConflictError(key, old and old.state, "changed concurrently")
+        return row[0]
 
     def _items(self):
         return [_item(row) for row in self._read(SELECT_ITEM)]

@@ -37,7 +37,7 @@ def salvage(path, new_path) -> dict:
         items = {**old.orphans, **{item.key: item for item in old.items()}}
         affected, lines, seq = sorted(old.affected_keys), list(old.corrupt_lines), old._seq
         unattributed = list(old.unattributed_lines)
-        gaps = seq_gaps(old._history)
+        gaps = seq_gaps(old._events())
     finally:
         old.close()
     reason = (f"salvaged from {path.name}: corrupt lines {', '.join(map(str, lines))} may hold "

@@ -8,14 +8,14 @@ guarded on the from-state and token it read (``rowcount == 1`` or an error).
 import contextlib
 import dataclasses
 import json
-import operator
 import os
 import sqlite3
 
 from toolkit.documents import fsync_dir
 from toolkit.errors import LedgerError, StateConflictError, StorageError
-from toolkit.ledger import PERMANENT, TERMINAL, Event, Item, Ledger, State, with_seq
+from toolkit.ledger import PERMANENT, TERMINAL, Event, Item, Ledger, State
 from toolkit.ledger.group import GroupCommit, SharedFlushes
+from toolkit.ledger.records import ItemRow, detail_json
 from toolkit.storage import sqlite_read, sqlite_txn, storage_error
 
 FORMAT = "resume-toolkit-ledger/1"
@@ -48,14 +48,18 @@ UPDATE_ITEM = (f"UPDATE items SET {', '.join(f'{name}=?' for name in ITEM_COLUMN
                "WHERE key=? AND state=? AND token=?")
 INSERT_EVENT = ('INSERT INTO events (ts, op, key, frm, "to", attempt, worker, token, detail)'
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
-_VALUES = operator.attrgetter(*ITEM_COLUMNS)
-# One encoder: json.dumps(sort_keys=True) would build a new one per event.
-_DETAIL = json.JSONEncoder(sort_keys=True).encode
+assert ITEM_COLUMNS[:2] == ("key", "state")
+_ROW = tuple.__new__  # an ItemRow in one C call
+_STATE_OF = {state.value: state for state in State}  # a dict lookup, not an Enum() call
+# Bound as plain text: sqlite3 binds a str subclass (a State) only after its adapter
+# lookup and a failed __conform__ attribute lookup, which cost more than the statement.
+_TEXT = {None: None, **{state: state.value for state in State}}
 
 
 def _item(row) -> Item:
     # Columns are the dataclass fields in order (ITEM_COLUMNS): positional is exact.
-    return Item(row[0], State(row[1]), *row[2:])
+    state = _STATE_OF.get(row[1]) or State(row[1])  # State() names a bad value
+    return Item(row[0], state, *row[2:])
 
 
 def _event(row) -> Event:
@@ -74,6 +78,7 @@ class SqliteLedger(Ledger):
         threads and of other processes on the same file share their fsyncs (``group``)."""
         super().__init__(path, **options)
         self._flushes = None
+        self._what = f"SQLite ledger {str(self.path)!r}"  # built once: named by every txn
         try:
             self._db = sqlite3.connect(self.path, timeout=timeout, isolation_level=None,
                                        check_same_thread=False)
@@ -138,43 +143,50 @@ class SqliteLedger(Ledger):
 
     def _txn(self):
         if self._flushes is None:
-            return sqlite_txn(self._db, f"SQLite ledger {str(self.path)!r}")
+            return sqlite_txn(self._db, self._what)
         return self._queued_txn()
 
     @contextlib.contextmanager
     def _queued_txn(self):
         """Group commit: the processes' writers take turns on a kernel lock first."""
-        with self._flushes.writer(), sqlite_txn(self._db, f"SQLite ledger {str(self.path)!r}"):
+        with self._flushes.writer(), sqlite_txn(self._db, self._what):
             yield
 
     def _query(self, sql, args=()):
-        return sqlite_read(f"SQLite ledger {str(self.path)!r}",
+        return sqlite_read(self._what,
                            lambda: self._db.execute(sql, args).fetchall())
 
     def _load(self, key):
         try:
             row = self._db.execute(SELECT_ITEM, (key,)).fetchone()
         except sqlite3.Error as exc:
-            raise storage_error(f"SQLite ledger {str(self.path)!r}", exc) from exc
+            raise storage_error(self._what, exc) from exc
         return _item(row) if row is not None else None
 
-    def _write(self, old, new, event):
-        # State is a str enum: sqlite3 binds it as its text, no .value lookups needed.
+    def _current(self, key):
+        try:
+            row = self._db.execute(SELECT_ITEM, (key,)).fetchone()
+        except sqlite3.Error as exc:
+            raise storage_error(self._what, exc) from exc
+        if row is None:
+            return None
+        return _ROW(ItemRow, (row[0], _STATE_OF.get(row[1]) or State(row[1]), *row[2:]))
+
+    def _write(self, old, new, parts):
+        ts, op, key, frm, to, attempt, worker, token, detail = parts
         db = self._db
         try:
+            # ``new`` is an ItemRow: its values in column order (ITEM_COLUMNS).
             if old is None:
-                db.execute(INSERT_ITEM, _VALUES(new))
-            else:
-                cursor = db.execute(UPDATE_ITEM, (*_VALUES(new)[1:], old.key, old.state,
-                                                  old.token))
-                if cursor.rowcount != 1:  # cannot happen under BEGIN IMMEDIATE; guard anyway
-                    raise StateConflictError(old.key, old.state, "changed concurrently")
-            cursor = db.execute(INSERT_EVENT, (event.ts, event.op, event.key, event.frm,
-                                               event.to, event.attempt, event.worker,
-                                               event.token, _DETAIL(event.detail)))
+                db.execute(INSERT_ITEM, (key, _TEXT[new[1]]) + new[2:])
+            elif db.execute(UPDATE_ITEM, (_TEXT[new[1]],) + new[2:] + (
+                    key, _TEXT[old.state], old.token)).rowcount != 1:
+                # cannot happen under BEGIN IMMEDIATE; guard anyway
+                raise StateConflictError(key, old.state, "changed concurrently")
+            return db.execute(INSERT_EVENT, (ts, op, key, _TEXT[frm], _TEXT[to], attempt, worker,
+                                            token, detail_json(detail))).lastrowid
         except sqlite3.Error as exc:
-            raise StorageError(f"cannot record {event.op} of {event.key}: {exc}") from exc
-        return with_seq(event, cursor.lastrowid)
+            raise StorageError(f"cannot record {op} of {key}: {exc}") from exc
 
     def _load_many(self, keys):
         found = {}

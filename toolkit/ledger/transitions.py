@@ -48,6 +48,9 @@ TRANSIENT, PERMANENT = "transient", "permanent"
 ARTIFACT_FIELDS = ("artifact_path", "artifact_size", "artifact_sha256")
 # By value: the forensic replay works on the strings a file holds.
 EDGES = frozenset((frm.value, to.value) for frm, tos in TRANSITIONS.items() for to in tos)
+# The same edges by member, for the ledger's own calls (a State hashes by its name, so a
+# member pair is not found among the value pairs; str() per call would cost more).
+_MEMBER_EDGES = frozenset((frm, to) for frm, tos in TRANSITIONS.items() for to in tos)
 SHA256 = re.compile(r"[0-9a-f]{64}")
 DONE_WITHOUT_ARTIFACT = "done without its artifact fields (path, size, sha256)"
 
@@ -59,9 +62,12 @@ def why_illegal(frm, to, failure_before, after) -> str | None:
     with the item's ``failure`` and artifact fields after it. States may be
     ``State`` members or their string values.
     """
-    frm, to = str(frm), str(to)
-    if (frm, to) not in EDGES:
-        return f"no edge {frm} -> {to}"
+    if frm.__class__ is not State or to.__class__ is not State or (
+            (frm, to) not in _MEMBER_EDGES):  # values, a mix or no edge: compare as text
+        frm, to = str(frm), str(to)
+        if (frm, to) not in EDGES:
+            return f"no edge {frm} -> {to}"
+    # A State is a str: == "failed" holds for the member and for its value alike.
     if frm == "failed" and failure_before != TRANSIENT:
         return f"a {failure_before or 'unclassified'} failure was retried or released"
     if frm == "pending" and to == "failed" and after.get("failure") != PERMANENT:
