@@ -9,6 +9,7 @@ read from a private copy (``private.py``): ``mode=ro`` would create or rebuild
 its ``-shm``. Only real tables are read, never views.
 """
 
+import operator
 import os
 import shutil
 import sqlite3
@@ -24,7 +25,7 @@ from toolkit.forensics.foreign import (
     parse_json_column,
 )
 from toolkit.forensics.history import STATE_SET, History
-from toolkit.forensics import lines
+from toolkit.forensics import lines, sqlfold
 from toolkit.forensics.lines import SHALLOW
 from toolkit.forensics.private import live_wal_connection, private_copy
 from toolkit.forensics.model import Raw, Record, register
@@ -133,41 +134,74 @@ def read_toolkit_sqlite(db, schema) -> Raw:
     _require(schema, "events", EVENT_FIELDS, "toolkit-sqlite")
     raw = Raw()
     history = History(Raw(), numbered=False)  # the fold, kept apart from the items table
-    fold = history.raw
-    quoted = ", ".join(f'"{name}"' for name in EVENT_FIELDS)
-    check = history.check
     detail_of = _detail_reader() if lines.FAST else parse_json_column
-    for seq, ts, op, key, frm, to, attempt, worker, token, text in db.execute(
-            f"SELECT {quoted} FROM events ORDER BY seq"):
-        detail, problem = detail_of(text)
-        why = f"detail is {problem}" if problem else \
-            check(seq, ts, op, key, frm, to, attempt, worker, token, detail, None)
-        if why is not None:
-            raw.finding(key if type(key) is str else None, "corrupt_record",
-                        f"event seq={seq}: {why}")
-    raw.events = history.finish()
-    raw.anomalies.extend(fold.anomalies)
+    quoted = ", ".join(f'"{name}"' for name in EVENT_FIELDS)
+    if lines.FAST and sqlfold.usable(db):
+        # SQLite checks every row, Python replays only the keys it cannot vouch for
+        columns, state, digests = sqlfold.scan(db, detail_of)
+        dropped = _replay(raw, history, sqlfold.slow_rows(db, columns, state, EVENT_FIELDS),
+                          detail_of)
+        raw.events = sqlfold.without(columns, dropped)
+        replayed = history.raw.items
+        ends = {}  # key -> (state, input digest) of its events' fold
+        for key, last in state.items():
+            if last is not sqlfold.SLOW:
+                ends[key] = (last, digests.get(key))
+            elif (item := replayed.get(key)) is not None:
+                ends[key] = (item.state, item.input_digest)
+    else:  # the reference: every event through the replay
+        _replay(raw, history, db.execute(f"SELECT {quoted} FROM events ORDER BY seq"),
+                detail_of)
+        raw.events = history.finish()
+        ends = {key: (item.state, item.input_digest) for key, item in history.raw.items.items()}
+    raw.anomalies.extend(history.raw.anomalies)
     quoted = ", ".join(f'"{name}"' for name in ITEM_FIELDS)
-    for row in db.execute(f"SELECT {quoted} FROM items ORDER BY key"):
-        record = dict(zip(ITEM_FIELDS, row))
-        key, state = record.pop("key"), record["state"]
+    for row in _item_rows(db, quoted):
+        key, state = row[0], row[1]
         if type(key) is not str:
             raw.finding(None, "corrupt_record", f"items row with key {key!r}: not a string")
             continue
         if type(state) is not str or state not in STATE_SET:
             raw.finding(key, "corrupt_record", f"items row {key!r}: state {state!r} is not ours")
             continue
-        folded = fold.items.get(key)
-        raw.items[key] = Record(key, raw_state=state, **record,
-                                input_digest=folded and folded.input_digest)
+        folded = ends.get(key)
+        # Record's fields in order: key, state, raw_state, source, input_digest, then the
+        # rest of ITEM_FIELDS (attempt ... updated) as they stand
+        raw.items[key] = Record(key, state, state, row[2], folded and folded[1], *row[3:])
         if folded is None:
             raw.finding(key, "history_mismatch", "item row has no add event")
-        elif folded.state != state:
+        elif folded[0] != state:
             raw.finding(key, "history_mismatch",
-                        f"items table says {state}, its events end in {folded.state}")
-    for key in fold.items.keys() - raw.items.keys():
+                        f"items table says {state}, its events end in {folded[0]}")
+    for key in ends.keys() - raw.items.keys():
         raw.finding(key, "history_mismatch", "events for a key with no valid item row")
     return raw
+
+
+def _replay(raw, history, rows, detail_of) -> set:
+    """Fold event ``rows`` (EVENT_FIELDS, in seq order) with ``history``; a row it refuses
+    is a corrupt_record in ``raw``. Returns the seqs of the rows not applied."""
+    check, finding, dropped = history.check, raw.finding, set()
+    for seq, ts, op, key, frm, to, attempt, worker, token, text in rows:
+        detail, problem = detail_of(text)
+        why = f"detail is {problem}" if problem else \
+            check(seq, ts, op, key, frm, to, attempt, worker, token, detail, None)
+        if why is not None:
+            finding(key if type(key) is str else None, "corrupt_record", f"event seq={seq}: {why}")
+            dropped.add(seq)
+    return dropped
+
+
+def _item_rows(db, quoted):
+    """The items rows ordered by key as SQLite orders them: read in table order (a walk
+    of the key index would seek for every row) and sorted here; Python orders strings,
+    bytes or numbers as SQLite's BINARY collation does, anything mixed goes to SQLite."""
+    rows = db.execute(f"SELECT {quoted} FROM items").fetchall()
+    try:
+        rows.sort(key=operator.itemgetter(0))
+    except TypeError:
+        rows = db.execute(f"SELECT {quoted} FROM items ORDER BY key").fetchall()
+    return rows
 
 
 def _detail_reader():

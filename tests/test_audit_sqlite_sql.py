@@ -1,0 +1,171 @@
+"""The SQLite ledger's audit with SQLite doing the checking (``forensics/sqlfold.py``)
+against the reference replay of every event in Python (``lines.FAST = False``)."""
+
+import json
+import random
+import sqlite3
+from unittest import mock
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from toolkit.forensics import audit, lines, sqlfold
+from toolkit.ledger.sqlite import SCHEMA
+from toolkit.ledger.transitions import TRANSITIONS
+
+from test_forensics_fast import _same
+
+MOVES = {frm.value: sorted(to.value for to in tos) for frm, tos in TRANSITIONS.items()}
+STATES = sorted(MOVES)
+ODD_DETAILS = ["not json", "[1]", '{"n": NaN}', '{"d": [[[1]]]}', b'{"reason": "blob"}', "",
+               '{"a": 1}\x00', ' {"reason": "x"}', '{"digest": "a", "digest": "b"}',
+               '{"digest": "\\u00e9"}', '{"failure": "transient", "failure": "permanent"}']
+
+
+def _detail(rng, to):
+    """What the ledger writes with a move into ``to`` (sometimes less)."""
+    if to == "failed":
+        return {"failure": rng.choice(["transient", "permanent", None]), "reason": "HTTP 503"}
+    if to == "done" and rng.random() < 0.9:
+        return {"artifact_path": "out/a.pdf", "artifact_size": 3, "artifact_sha256": "0" * 64}
+    return {}
+
+
+def _history(rng, key):
+    """One key's events (op, frm, to, detail), a legal walk, then maybe damaged."""
+    events = [("add", None, "pending", {"source": f"{key}.pdf", "digest": f"d-{key}"})]
+    state = "pending"
+    for _ in range(rng.randrange(6)):
+        if not MOVES[state]:
+            break
+        if rng.random() < 0.1:
+            events.append((rng.choice(["claim", "release"]), state, state, {"lease_owner": "w"}))
+        to = rng.choice(MOVES[state])
+        events.append(("move", state, to, _detail(rng, to)))
+        state = to
+    damage = rng.random()
+    if damage < 0.08:
+        del events[0]  # its add is missing
+    elif damage < 0.16:
+        at = rng.randrange(len(events))
+        op, frm, _, detail = events[at]
+        events[at] = (op, frm, rng.choice(STATES), detail)  # an illegal move, maybe
+    elif damage < 0.22:
+        events.insert(rng.randrange(1, len(events) + 1), events[0])  # a second add
+    elif damage < 0.30:
+        at = rng.randrange(len(events))
+        events[at] = (*events[at][:3], rng.choice(ODD_DETAILS))  # a detail json may refuse
+    elif damage < 0.34:
+        at = rng.randrange(len(events))
+        events[at] = ("bogus", *events[at][1:])  # not an op
+    return events, state
+
+
+def write_ledger(path, seed):
+    """A toolkit SQLite ledger of a few keys with random (seeded) histories, interleaved,
+    some damaged; its items rows mostly agree with the events, some do not."""
+    rng = random.Random(seed)
+    db = sqlite3.connect(path, isolation_level=None)
+    for statement in SCHEMA.strip().split(";"):
+        if statement.strip():
+            db.execute(statement)
+    stories = {f"k{n}": _history(rng, f"k{n}") for n in range(rng.randrange(1, 7))}
+    queues = {key: list(events) for key, (events, _) in stories.items() if events}
+    rows = []
+    while queues:
+        key = rng.choice(sorted(queues))
+        op, frm, to, detail = queues[key].pop(0)
+        if not queues[key]:
+            del queues[key]
+        text = detail if not isinstance(detail, dict) else json.dumps(detail)
+        attempt = "x" if rng.random() < 0.02 else 1  # a wrong type, now and then
+        rows.append((1.0 + len(rows), op, key, frm, to, attempt, None, 0, text))
+    db.executemany('INSERT INTO events (ts, op, key, frm, "to", attempt, worker, token, '
+                   "detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    for key, (_, state) in stories.items():
+        roll = rng.random()
+        if roll < 0.1:
+            continue  # no item row
+        if roll < 0.2:
+            state = rng.choice(STATES)  # a row that may disagree with its events
+        db.execute("INSERT INTO items (key, state, source, attempt, token, updated) "
+                   "VALUES (?, ?, ?, 1, 0, 1.0)", (key, state, f"{key}.pdf"))
+    if rng.random() < 0.2:
+        db.execute("INSERT INTO items (key, state, attempt, token, updated) "
+                   "VALUES ('stray', 'done', 1, 0, 1.0)")  # an item without events
+    db.close()
+
+
+def _both(path):
+    with mock.patch.object(sqlfold, "scan", wraps=sqlfold.scan) as scan:
+        fast = audit(path, now=0.0)
+    assert scan.called  # the SQL path read it, not the fallback
+    with mock.patch.object(lines, "FAST", False):
+        reference = audit(path, now=0.0)
+    return fast, reference
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(st.integers(0, 2**32 - 1))
+def test_sql_checked_audit_equals_the_python_replay_on_damaged_histories(tmp_path, seed):
+    """Fault: seeded random histories with a missing add, an illegal move, a second add, a
+    detail json refuses or SQLite would misread (NaN, nested, NUL, duplicate names,
+    escapes, BLOB), an unknown op, a wrongly typed column, an item row that disagrees with
+    its events or is missing. Property: the report (anomalies with their words, per-item
+    actions, items and events frames) is exactly the full Python replay's."""
+    path = tmp_path / f"{seed}.sqlite"
+    write_ledger(path, seed)
+    fast, reference = _both(path)
+    _same(fast, reference)
+
+
+def test_sql_checked_audit_replays_only_the_keys_with_anomalies(tmp_path):
+    """Fault: one illegal move among a hundred clean histories (a retried transient
+    failure included). Property: the findings are the reference's, and the keys Python
+    replays are the damaged one and the one whose move the policy judges by the item (a
+    failed item's retry), not the other 98."""
+    path = tmp_path / "ledger.sqlite"
+    db = sqlite3.connect(path, isolation_level=None)
+    for statement in SCHEMA.strip().split(";"):
+        if statement.strip():
+            db.execute(statement)
+    done = {"artifact_path": "out/a.pdf", "artifact_size": 3, "artifact_sha256": "0" * 64}
+    clean = [("add", None, "pending", {"source": "a.pdf"}), ("move", "pending", "unknown", {}),
+             ("move", "unknown", "submitted", {}), ("move", "submitted", "done", done)]
+    retried = clean[:2] + [("move", "unknown", "failed", {"failure": "transient"}),
+                           ("move", "failed", "unknown", {})]
+    histories = {f"k{n:03d}": clean for n in range(99)}
+    histories["retry"] = retried
+    histories["k050"] = clean[:2] + [("move", "submitted", "done", done)]  # from the wrong state
+    for key, events in histories.items():
+        for op, frm, to, detail in events:
+            db.execute('INSERT INTO events (ts, op, key, frm, "to", attempt, worker, token, '
+                       "detail) VALUES (1.0, ?, ?, ?, ?, 1, NULL, 0, ?)",
+                       (op, key, frm, to, json.dumps(detail)))
+        db.execute("INSERT INTO items (key, state, attempt, token, updated) "
+                   "VALUES (?, ?, 1, 0, 1.0)", (key, events[-1][2]))
+    db.close()
+    fast, reference = _both(path)
+    _same(fast, reference)
+    # (items rows carry no artifact; the retried item is left unknown)
+    history = [(a.key, a.kind) for a in fast.anomalies
+               if a.kind not in ("done_without_artifact", "stuck_unknown")]
+    assert history == [("k050", "illegal_transition")]
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+        _, state, _ = sqlfold.scan(db, lambda text: (json.loads(text), None))
+    assert {key for key, last in state.items() if last is sqlfold.SLOW} == {"k050", "retry"}
+
+
+def test_quiet_moves_come_from_the_transition_policy():
+    """Fault: none; the moves SQLite lets through unreplayed. Property: they are the
+    policy's plain moves plus the moves into done (whose only complaint, a missing
+    artifact field, is the item row's done_without_artifact), and never a move out of
+    failed or pending -> failed (judged by the item's failure)."""
+    from toolkit.forensics.history import PLAIN_MOVES, VOCABULARY
+
+    extra = {VOCABULARY[code][1:] for code in sqlfold.QUIET_MOVES - PLAIN_MOVES}
+    assert extra == {(frm, "done") for frm in ("unknown", "submitted", "done", "needs_review")}
+    judged = {VOCABULARY[code][1:] for code in range(len(VOCABULARY))
+              if VOCABULARY[code][0] == "move" and code not in sqlfold.QUIET_MOVES}
+    assert {("failed", "unknown"), ("failed", "cancelled"), ("pending", "failed")} <= judged
