@@ -52,7 +52,7 @@ OURS_COMMON = [
     ("done-mismatch", "artifact_mismatch"),         # same size, other SHA-256
     ("done-missing", "artifact_missing"),
     ("done-no-artifact", "done_without_artifact"),
-    ("done-stale-input", "stale_input"),            # done: reported, still skipped
+    ("done-stale-input", "stale_input"),            # done, its input changed: review
     ("done-symlink", "unsafe_artifact_path"),       # a symlink out of artifacts/
 ]
 EXPECTED = {
@@ -71,7 +71,7 @@ EXPECTED = {
         "by_state": states(pending=4, unknown=1, submitted=1, done=10, failed=2, needs_review=1,
                            cancelled=1),
         # Corrupt lines: any unsettled key's last event may be lost, so all go to review.
-        "plan": plan(skip=4, reconcile=3, review=13),
+        "plan": plan(skip=3, reconcile=3, review=14),
     },
     "toolkit.sqlite": {
         "format": "toolkit-sqlite",
@@ -90,7 +90,7 @@ EXPECTED = {
             ("unknown", "stuck_unknown"),
         ],
         "by_state": states(pending=3, unknown=2, done=10, failed=2, needs_review=1, cancelled=1),
-        "plan": plan(skip=4, reconcile=4, retry=1, review=9, run=1),
+        "plan": plan(skip=3, reconcile=4, retry=1, review=10, run=1),
     },
     "state.jsonl": {
         "format": "jsonl-state",
@@ -157,7 +157,7 @@ ACTIONS = {
     "toolkit.jsonl": {
         "cancelled": "skip", "done-escape": "review", "done-mismatch": "reconcile",
         "done-missing": "reconcile", "done-no-artifact": "reconcile", "done-ok": "skip",
-        "done-stale-input": "skip", "done-symlink": "review", "duplicate": "review",
+        "done-stale-input": "review", "done-symlink": "review", "duplicate": "review",
         "failed-permanent": "review", "failed-transient": "review", "illegal": "review",
         "needs-review": "review", "orphan": "review", "pending": "review",
         "pending-stale": "review", "pending-unsafe-input": "review", "retried-then-done": "skip",
@@ -284,7 +284,8 @@ def test_render_text_escapes_control_characters_from_a_hostile_key(tmp_path):
     ("done", None, {"artifact_missing"}, "reconcile"),
     ("done", None, {"artifact_mismatch"}, "reconcile"),
     ("done", None, {"done_without_artifact"}, "reconcile"),
-    ("done", None, {"stale_input"}, "skip"),
+    ("done", None, {"stale_input"}, "review"),
+    ("cancelled", None, {"stale_input"}, "skip"),
     ("done", None, {"unsafe_artifact_path"}, "review"),
     ("failed", "transient", set(), "retry"),
     ("failed", "transient", {"stale_input"}, "review"),

@@ -227,6 +227,12 @@ def plan_item(item, kinds, lookup: bool = True) -> tuple[str, str]:
                 else why for kind, why in UNDECIDABLE.items() if kind in kinds]
     if blocking:
         return "review", "; ".join(blocking)
+    # Before done: a done item whose input changed holds the work of bytes the file no
+    # longer has; skip is "done and verified", and the changed input is not (a person
+    # decides). A cancelled item stays cancelled whatever its input now holds.
+    changed = [why for kind, why in INPUT_CHANGED.items() if kind in kinds]
+    if changed and state != "cancelled":
+        return "review", "; ".join(changed) + ": its key no longer names this work"
     if state == "done":
         if kinds & ARTIFACT_DAMAGE:
             if lookup:
@@ -240,9 +246,6 @@ def plan_item(item, kinds, lookup: bool = True) -> tuple[str, str]:
         return "skip", "cancelled"
     if state == "needs_review":
         return "review", "parked for an operator"
-    changed = [why for kind, why in INPUT_CHANGED.items() if kind in kinds]
-    if changed:
-        return "review", "; ".join(changed) + ": its key no longer names this work"
     if state == "partial":
         if kinds & ARTIFACT_DAMAGE:
             return "review", "checkpoint of the finished pages not verified: never resume on it"

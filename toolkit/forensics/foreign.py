@@ -90,8 +90,11 @@ _NAMED = re.compile(rb'"file"\s*:\s*("(?:[^"\\\x00-\x1f]|\\.)*")')
 
 def file_key(name: str) -> str:
     """The one identity of every spelling of a path (``./a.pdf``, ``a.pdf``, ``dir//a.pdf``,
-    ``dir/./a.pdf``): lexical only (posixpath.normpath), the filesystem is never asked."""
-    return posixpath.normpath(name)
+    ``dir/./a.pdf``, ``//a.pdf``): lexical only (posixpath.normpath), the filesystem is
+    never asked. normpath keeps a leading ``//`` (POSIX leaves its meaning to the system;
+    on Linux it is ``/``, and three or more are collapsed already): it is collapsed too."""
+    key = posixpath.normpath(name)
+    return key[1:] if key.startswith("//") else key
 
 
 def named_in(line) -> str | None:

@@ -31,6 +31,7 @@ of it, not the batch's.
 import contextlib
 import glob
 import os
+import stat
 import tempfile
 import time
 from pathlib import Path
@@ -39,6 +40,10 @@ from toolkit import liveness
 
 SUFFIX = ".inputs"
 HEADER = "toolkit-inputs 1\n"
+# The longest line read (characters): five numbers, a digest and a name as long as Linux's
+# PATH_MAX (4096 bytes), each byte escaped; a longer line (no newline within it) is damage,
+# read around, so that an index without newlines costs bounded memory, not its size.
+MAX_LINE = 16384
 # ctime granularity, by what a ctime looks like: whole seconds (FAT keeps 2 s,
 # ext3 1 s) or finer (a kernel clock tick, at most 10 ms at HZ=100; margin x2).
 _COARSE_NS, _FINE_NS = 2_000_000_000, 20_000_000
@@ -104,6 +109,24 @@ def _parse(line: str):
         return None
 
 
+def _open_regular(path: Path):
+    """The recorded index opened for reading, or None when it is not a regular file.
+
+    ``O_NONBLOCK``: a FIFO at the path (no writer) would block a plain ``open`` forever;
+    a FIFO, a device (``/dev/zero``: endless) or a socket is a damaged index, never read.
+    On a regular file the flag changes nothing."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            return None
+        return open(fd, encoding="utf-8", errors="surrogateescape", newline="\n")
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+        raise
+
+
 def _owner() -> str:
     return f"{os.getpid()}-{liveness.my_start()}"
 
@@ -137,11 +160,11 @@ class InputIndex:
             return
         if trust:
             with contextlib.suppress(OSError, UnicodeError):
-                self._old = open(self.path, encoding="utf-8", errors="surrogateescape",
-                                 newline="\n")
-                self._lines = iter(self._old)
-                if next(self._lines, "") != HEADER:
-                    self._close_old()
+                self._old = _open_regular(self.path)
+                if self._old is not None:
+                    self._lines = self._old
+                    if self._readline() != HEADER:
+                        self._close_old()
         self._advance()
         if not record:
             return
@@ -159,7 +182,7 @@ class InputIndex:
         self._next = None
         while self._lines is not None:
             try:
-                line = next(self._lines, "")
+                line = self._readline()
             except (OSError, UnicodeError):
                 line = ""
             if not line:
@@ -168,6 +191,17 @@ class InputIndex:
                 self._next = entry
                 break
         return self._next
+
+    def _readline(self) -> str:
+        """The next line of the recorded index ("" at its end), read in bounded memory: a line
+        over ``MAX_LINE`` (no newline within it: a damaged or foreign file) is read through
+        to its newline in bounded pieces and returned cut, so that ``_parse`` skips it."""
+        line = self._lines.readline(MAX_LINE)
+        if len(line) == MAX_LINE and not line.endswith("\n"):
+            while (rest := self._lines.readline(MAX_LINE)) and not rest.endswith("\n"):
+                pass
+            return line[:1]  # damage: no newline, never parsed
+        return line
 
     def digest(self, path) -> str | None:
         """The recorded digest of ``path`` when its stat is the one recorded (one ``stat``,
