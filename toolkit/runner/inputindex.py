@@ -20,8 +20,14 @@ keeps every field the same. So a stat is recorded only when its ``ctime`` is
 older than the moment its read began by more than the file system's tick
 (``settled``): any later write then has a later ``ctime``. ``ctime`` cannot be
 set from user space (``touch -d`` sets ``mtime`` and moves ``ctime``). What the
-stat cannot see: a file written through ``mmap`` whose ``mtime`` is updated late,
-or a network file system whose server clock lags; ``--verify`` is the answer.
+stat cannot see: a write through a shared ``mmap`` to a page already dirty (the
+kernel moves the times at a page's first write fault only: the stat stays as it
+was), or a network file system whose server clock lags; ``--verify`` is the
+answer (README rule 5).
+
+The recorded index is untrusted bytes: it is opened non-blocking and read only
+when it is a regular file (a FIFO would block ``open``, a device never ends),
+and a line over ``MAX_LINE`` is damage, read around in bounded pieces.
 
 The run's inputs come sorted by path (``order``); the index is written in that
 order and read alongside them, one line ahead (a merge): a run holds one line
