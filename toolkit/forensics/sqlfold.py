@@ -109,7 +109,10 @@ _CHECKED = tuple((index, frozenset(TYPES[name])) for index, name in enumerate(CO
 
 def usable(db) -> bool:
     """True when ``seq`` is the events table's rowid (an integer, unique): the replayed
-    rows are then fetched by seq. Anything else is read the reference way."""
+    rows are then fetched by seq. Anything else (a PostgreSQL ledger's connection too: its
+    SQL has no pragmas nor SQLite's JSON checks) is read the reference way."""
+    if not isinstance(db, sqlite3.Connection):
+        return False
     pk = db.execute("SELECT name, upper(type) FROM pragma_table_info('events') "
                     "WHERE pk > 0").fetchall()
     if pk != [("seq", "INTEGER")]:
