@@ -7,9 +7,7 @@ item was done. Reads are counted (the reader's calls), memory is measured with
 import json
 import mmap
 import os
-import shutil
 import threading
-import time
 import tracemalloc
 
 import pytest
@@ -17,64 +15,9 @@ import pytest
 from toolkit.cli import main
 from toolkit.forensics import audit
 from toolkit.forensics.foreign import file_key
-from toolkit.ledger import open_ledger
-from toolkit.provider import FakeProvider, provider_stats
-from toolkit.runner import RetryPolicy, Runner, inputindex, keying, pipeline
+from toolkit.runner import inputindex
 
-
-def wait_until_settled(paths):
-    """Precondition, not a timer: the coarse clock has passed every input's ctime by more
-    than the racy margin, so a read that starts now may record their stat."""
-    while not all(inputindex.settled(os.stat(path), inputindex.now_ns()) for path in paths):
-        time.sleep(0.005)
-
-
-@pytest.fixture
-def inputs(tmp_path, small_corpus):
-    """A private copy of the 4+1 document batch (the tests rewrite its files)."""
-    folder = tmp_path / "inputs"
-    folder.mkdir()
-    for path in small_corpus:
-        shutil.copy2(path, folder / path.name)
-    return sorted(folder.iterdir())
-
-
-@pytest.fixture
-def reads(monkeypatch):
-    """The names of the inputs the runner reads (keying, full keying), in order."""
-    seen = []
-    real_stat, real_input = keying.read_stat, pipeline.read_input
-
-    def read_stat(path, limit=None):
-        seen.append(os.path.basename(path))
-        return real_stat(path, limit)
-
-    def read_input(path, limit=None):
-        seen.append(os.path.basename(path))
-        return real_input(path, limit)
-    monkeypatch.setattr(keying, "read_stat", read_stat)
-    monkeypatch.setattr(pipeline, "read_input", read_input)
-    return seen
-
-
-@pytest.fixture
-def batch(tmp_path, inputs):
-    """run(**options) -> (runner, counts): the safe runner over ``inputs``."""
-    provider = FakeProvider(tmp_path / "provider.db", tmp_path / "jobs")
-
-    def run(**options):
-        runner = Runner(open_ledger(tmp_path / "ledger.sqlite"), provider, tmp_path / "out",
-                        worker="w1", policy=RetryPolicy(base_delay=0.0), sleep=lambda s: None,
-                        **options)
-        try:
-            return runner, runner.run(inputs)
-        finally:
-            runner.close()
-    run.ledger, run.index = tmp_path / "ledger.sqlite", tmp_path / "ledger.sqlite.inputs"
-    run.executions = lambda: provider_stats(tmp_path / "provider.db")["executions"]
-    wait_until_settled(inputs)
-    yield run
-    provider.close()
+from indexed_batch import batch, inputs, reads, wait_until_settled  # noqa: F401 (fixtures)
 
 
 def pdf_inputs(inputs):
