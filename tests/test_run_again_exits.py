@@ -91,6 +91,37 @@ def test_ledger_folder_out_of_inodes_exits_1_run_again_then_resumes_once_freed(
     assert status == 0 and "done=2" in out
 
 
+def test_provider_database_folder_out_of_inodes_exits_1_run_again(inode_less, tmp_path, capsys):
+    """What breaks: the fake provider's database is to be created on a filesystem with no
+    free inode. Must hold: exit 1 and one line (README: a storage error of the provider's
+    database halts the batch, failed closed: health names the cause), no ledger made;
+    with inodes freed and health cleared, the same command finishes the batch."""
+    make_corpus(tmp_path / "in", docs=2, poison=0, seed=4)
+    fillers = _fill(inode_less)
+    ledger = tmp_path / "l.sqlite"
+    command = ("run", "--inputs", tmp_path / "in", "--ledger", ledger, "--provider-db",
+               inode_less / "p.db", "--out", tmp_path / "out", "--no-progress")
+    status, _, err = cli(capsys, *command)
+    assert (status, err.count("\n")) == (1, 1) and "provider database" in err, err
+    assert not ledger.exists() and "provider database" in health_marker(ledger).read_text()
+    for filler in fillers:
+        filler.unlink()
+    assert cli(capsys, "health", "--ledger", ledger, "--clear")[0] == 0
+    status, out, _ = cli(capsys, *command)
+    assert status == 0 and "done=2" in out
+
+
+def test_an_unnamed_os_error_of_a_full_filesystem_exits_1_not_bad_input(inode_less, capsys):
+    """What breaks: a command's write meets ENOSPC where no layer names it (``fixtures``
+    writing its corpus onto a filesystem with no free inode). Must hold: one line naming
+    the file, exit 1 (the storage's, run again once freed), not the exit 2 of bad input."""
+    _fill(inode_less)
+    (inode_less / "filler0").unlink()  # one inode: the corpus folder, none for a file in it
+    status, _, err = cli(capsys, "fixtures", inode_less / "corpus", "--docs", 2, "--poison", 0)
+    assert (status, err.count("\n")) == (1, 1), err
+    assert "No space left on device" in err and "doc-000.pdf" in err
+
+
 def test_ledger_in_a_missing_folder_stays_bad_input_exit_2(tmp_path, capsys):
     """What breaks: the ledger's folder does not exist (SQLite's same "unable to open
     database file"). Must hold: that is the user's input, exit 2 and one line, nothing
