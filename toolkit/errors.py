@@ -53,6 +53,12 @@ class StorageError(LedgerError):
     """
 
 
+class LedgerBusyError(LedgerError):
+    """Another live process holds the ledger's single-writer lock (a running batch on a
+    JSONL ledger). Not bad input, and not a failing disk (health stays as it is): "run
+    again when it ends". The command line answers it with exit status 1."""
+
+
 class NotReadyError(ToolkitError):
     """The ledger is marked not ready (an earlier run failed closed): not bad input, but
     "fix the cause, clear health, run again". The command line answers it with exit 1."""

@@ -23,8 +23,7 @@ import tempfile
 from pathlib import Path
 
 from toolkit import documents
-
-SUFFIX = ".roots.json"
+from toolkit.storage import LOCK, ROOTS as SUFFIX
 
 
 def roots_file(ledger_path) -> Path | None:
@@ -109,7 +108,7 @@ def locked(ledger_path):
     fd = None
     if marker is not None and Path(ledger_path).is_file():
         with contextlib.suppress(OSError):  # a read-only folder: nothing can be recorded
-            fd = os.open(f"{marker}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(f"{marker}{LOCK}", os.O_RDWR | os.O_CREAT, 0o644)
     try:
         if fd is not None:
             fcntl.flock(fd, fcntl.LOCK_EX)

@@ -6,21 +6,75 @@ SQLite rolls a transaction back *itself* on some errors (``SQLITE_FULL``,
 rollback - no transaction is active" and hides the real error. Here the
 rollback happens only while a transaction is open, and every ``sqlite3.Error``
 becomes ``StorageError`` naming what could not be recorded.
+
+The names of the files a file ledger keeps beside itself (``<ledger><suffix>``)
+live here too, once: the code that makes each one and ``audit --csv``, which must
+never write over any of them, import them from here.
 """
 
 import contextlib
+import errno
+import os
 import sqlite3
+import tempfile
 
 from toolkit.errors import LedgerError, StorageError
 
+WAL, SHM, JOURNAL = "-wal", "-shm", "-journal"  # SQLite's own
+FLUSH = "-flush"       # group commit's counter, shared by a ledger's processes (ledger/group.py)
+LOCK = ".lock"         # the JSONL ledger's single-writer lock (ledger/jsonl.py)
+ROOTS = ".roots.json"  # the batch's roots (roots.py); held under ROOTS + LOCK
+INPUTS = ".inputs"     # the inputs' stat index (runner/inputindex.py)
+HEALTH = ".health"     # the not-ready marker of a batch that failed closed (runner/ops.py)
+COMPANIONS = (WAL, SHM, JOURNAL, FLUSH, LOCK, ROOTS, ROOTS + LOCK, INPUTS, HEALTH)
+
 # Errors that say "this path is not (and cannot be) a database": bad input, not a failing disk.
 NOT_A_DATABASE = ("SQLITE_NOTADB", "SQLITE_CANTOPEN")
+# What an operator fixes on the storage, not in the command: no free byte or inode, a quota,
+# a file-size limit, a failing device. Anything else from the OS (no such folder, no
+# permission, not a directory) is the path the user gave: bad input.
+FULL_OR_FAILING = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO})
 
 
-def storage_error(what: str, exc: sqlite3.Error) -> LedgerError:
-    """The toolkit error for ``exc``: ``StorageError`` unless the file is no database at all."""
-    bad_input = getattr(exc, "sqlite_errorname", "") in NOT_A_DATABASE
-    return (LedgerError if bad_input else StorageError)(f"{what}: {exc}")
+def storage_error(what: str, exc: sqlite3.Error, path=None) -> LedgerError:
+    """The toolkit error for ``exc``: ``StorageError`` unless the file is no database at all.
+
+    SQLite says "unable to open database file" (``SQLITE_CANTOPEN``) both for a folder
+    that does not exist and for one whose filesystem has no free inode (the database or
+    its ``-wal`` cannot be created). With ``path`` (the database file) the folder itself
+    is asked: a real file created there fails with the storage's errno or it does not.
+    """
+    name = getattr(exc, "sqlite_errorname", "")
+    full = cannot_create(path) if name == "SQLITE_CANTOPEN" and path is not None else None
+    if full is not None:  # the folder answers ENOSPC (no inode) or EDQUOT: the storage's
+        return StorageError(f"{what}: {exc} (a new file there: {full.strerror})")
+    return (LedgerError if name in NOT_A_DATABASE else StorageError)(f"{what}: {exc}")
+
+
+def os_error(what: str, exc: OSError) -> LedgerError:
+    """The toolkit error for an OS error on a ledger's file: ``StorageError`` when the
+    storage is full or failing (exit 1, run again once space is freed), else bad input."""
+    storage = exc.errno in FULL_OR_FAILING
+    return (StorageError if storage else LedgerError)(f"{what}: {exc}")
+
+
+def cannot_create(path) -> OSError | None:
+    """The error (full or failing storage only) that creating a file beside ``path`` meets now.
+
+    A real file of a fresh private name (``mkstemp``), removed at once: it asks the
+    filesystem what SQLite asked it (``statvfs`` shows neither quotas nor reserved
+    inodes). None when a file can be created, or when the folder fails for another
+    reason (missing, not writable: the caller's bad input stays bad input).
+    """
+    try:
+        fd, probe = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)),
+                                     prefix=f".{os.path.basename(path)}.", suffix=".probe")
+    except OSError as exc:
+        return exc if exc.errno in FULL_OR_FAILING else None
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.unlink(probe)
+    return None
 
 
 def rollback(db: sqlite3.Connection) -> None:
@@ -74,3 +128,28 @@ def sqlite_read(what: str, reader, *args):
         return reader(*args)
     except sqlite3.Error as exc:
         raise storage_error(what, exc) from exc
+
+
+def lock_holder(fd: int) -> int | None:
+    """The pid of the live process whose ``flock`` on ``fd``'s file kept ours out; None if
+    unknown (no ``/proc/locks``, the holder just exited, or its pid is not ours to see).
+
+    ``/proc/locks`` names a held lock by ``MAJOR:MINOR:INODE`` (hex, hex, decimal) and
+    the pid that took it; a waiter's line is marked ``->`` and is skipped. The pid is
+    checked to be alive: a lock inherited across fork outlives the process that took it.
+    """
+    info = os.fstat(fd)
+    where = f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}:{info.st_ino}"
+    try:
+        with open("/proc/locks") as locks:
+            lines = locks.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        fields = line.split()
+        if len(fields) > 5 and fields[1] == "FLOCK" and fields[4].isdigit() \
+                and fields[5] == where:
+            pid = int(fields[4])
+            if pid > 0 and os.path.exists(f"/proc/{pid}"):
+                return pid
+    return None

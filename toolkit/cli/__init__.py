@@ -5,7 +5,9 @@ subcommands with ``@command`` (``batch``: fixtures, run; ``drill``;
 ``inspect``: ledger, provider-stats).
 
 Bad input is one line on stderr and exit status 2, never a traceback; a storage
-failure (``StorageError``: disk full, I/O error) is one line and exit status 1. With
+failure (``StorageError``: disk full, no free inode, I/O error), a ledger not ready
+(``NotReadyError``) or busy in another live process (``LedgerBusyError``) is one line
+and exit status 1: "run again" once that is over. With
 ``--json`` stdout holds exactly one JSON document; progress goes to stderr.
 """
 
@@ -15,9 +17,12 @@ import math
 import os
 import sys
 
-from toolkit.errors import NotReadyError, StorageError, ToolkitError
+from toolkit.errors import LedgerBusyError, NotReadyError, StorageError, ToolkitError
+from toolkit.storage import FULL_OR_FAILING
 
 COMMANDS = {}
+# Exit status 1, "run again": the input was right, the storage or the moment was not.
+RUN_AGAIN = (StorageError, NotReadyError, LedgerBusyError)
 
 
 def command(name, help):
@@ -59,7 +64,7 @@ def main(argv=None) -> int:
         status = args.handler(args) or 0
         sys.stdout.flush()  # a reader that left fails here, inside the handling below
         return status
-    except (StorageError, NotReadyError) as exc:  # not the input: fix it and run again
+    except RUN_AGAIN as exc:  # not the input: fix it (or wait) and run again
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except ToolkitError as exc:
@@ -69,9 +74,9 @@ def main(argv=None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # the interpreter's last flush has nowhere to fail
         return 141  # as if SIGPIPE had ended us, as it ends other commands in a pipe
-    except OSError as exc:
+    except OSError as exc:  # one that no layer below named: the storage's (full) or the input's
         print(f"error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
-        return 2
+        return 1 if exc.errno in FULL_OR_FAILING else 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

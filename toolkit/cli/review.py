@@ -4,7 +4,7 @@ import sys
 from pathlib import Path
 
 from toolkit.cli import command, emit
-from toolkit.errors import LedgerError, NotReadyError, ToolkitError
+from toolkit.errors import ToolkitError
 
 
 def _existing(path) -> None:
@@ -97,13 +97,8 @@ def _resolve(parser):
         artifact = None
         if decision == "accept":  # checked before the ledger is opened: bad input writes nothing
             artifact = accepted_artifact(args.accept_artifact, args.ledger, args.out)
-        try:
-            ledger = open_ledger(args.ledger)
-        except LedgerError as exc:
-            if "another writer" in str(exc):  # a live run holds the JSONL ledger
-                raise NotReadyError(f"{exc}: a run is using it; resolve when it ends") from None
-            raise
-        with ledger:
+        # A live run holding a JSONL ledger: LedgerBusyError, exit 1 ("run again when it ends")
+        with open_ledger(args.ledger) as ledger:
             item = resolve(ledger, args.key, decision, args.note, artifact, args.worker)
         if decision == "accept" and args.out is not None:
             from toolkit import roots

@@ -2,7 +2,8 @@
 
 The target is checked before the audit reads anything: a name that is, or resolves to
 (a symlink, a hard link), the audited ledger or one of its companions (``-wal``,
-``-shm``, ``-journal``, the roots file, the lock) is refused. The table is then written
+``-shm``, ``-journal``, the roots file, the locks, the inputs index, the health
+marker: ``storage.COMPANIONS``, the one list of them) is refused. The table is then written
 to a temporary file in the target's folder and renamed over the target: a write that
 fails part-way (a full disk, ``RLIMIT_FSIZE``) leaves the previous CSV as it was and no
 partial file.
@@ -12,8 +13,7 @@ import os
 import tempfile
 
 from toolkit.errors import ToolkitError
-
-COMPANIONS = ("", "-wal", "-shm", "-journal", ".roots.json", ".lock", ".inputs")
+from toolkit.storage import COMPANIONS
 
 
 def _same(a: str, b: str) -> bool:
@@ -30,7 +30,7 @@ def check_target(target, audited) -> None:
     if "://" in str(audited):  # a server's database: no file of it here
         return
     target = os.fspath(target)
-    for suffix in COMPANIONS:
+    for suffix in ("", *COMPANIONS):
         companion = f"{os.fspath(audited)}{suffix}"
         if _same(target, companion):
             raise ToolkitError(f"--csv {target!r} is the audited ledger's file {companion!r}: "

@@ -5,7 +5,7 @@ a final line without its newline (a torn write): on open it is ignored,
 reported in ``torn_tail`` and cut off before the next append, so the next
 event never glues onto it. Interior lines that do not parse are reported in
 ``corrupt_lines`` (1-based) and skipped, never fatal. One writer process at a
-time: a second one gets ``LedgerError`` from a lock on ``<path>.lock``.
+time: a second one gets ``LedgerBusyError`` from a lock on ``<path>.lock``.
 """
 
 import contextlib
@@ -16,9 +16,10 @@ import os
 import re
 
 from toolkit.documents import fsync_dir
-from toolkit.errors import LedgerError, StorageError
+from toolkit.errors import LedgerBusyError, LedgerError, StorageError
 from toolkit.ledger import Event, Item, Ledger, State, apply_event
 from toolkit.ledger.group import GroupCommit
+from toolkit.storage import LOCK, lock_holder, os_error
 
 SNAPSHOT = "snapshot"
 # Line 1 of every ledger this toolkit writes; a file without it whose lines are all
@@ -119,15 +120,18 @@ class JsonlLedger(Ledger):
         self.torn_tail: dict | None = None  # {"line": n, "bytes": b} when the file ended mid-line
         self.corrupt_lines: list[int] = []
         try:
-            self._lock_fd = os.open(f"{self.path}.lock", os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as exc:
-            raise LedgerError(f"cannot open JSONL ledger {str(self.path)!r}: {exc}") from exc
+            self._lock_fd = os.open(f"{self.path}{LOCK}", os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:  # no free inode for the lock is the storage's, not bad input
+            raise os_error(f"cannot open JSONL ledger {str(self.path)!r}", exc) from exc
         try:
             if not view:  # a view reads whole lines only: a live writer does not stop it
                 fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            pid = lock_holder(self._lock_fd)
             os.close(self._lock_fd)
-            raise LedgerError(f"JSONL ledger {str(self.path)!r} is open in another writer") from None
+            holder = f"live process {pid}" if pid else "a live process"
+            raise LedgerBusyError(f"JSONL ledger {str(self.path)!r} is busy: open in another "
+                                  f"writer ({holder}); run again when it ends") from None
         try:
             created = not self.path.exists()
             self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)

@@ -110,7 +110,8 @@ class SqliteLedger(Ledger):
             self._db.close()
             raise
         except sqlite3.Error as exc:  # not a database at all is bad input, the rest is storage
-            raise storage_error(f"cannot open SQLite ledger {str(self.path)!r}", exc) from exc
+            raise storage_error(f"cannot open SQLite ledger {str(self.path)!r}", exc,
+                                self.path) from exc
         if fmt is None or fmt[0] != FORMAT:
             self._db.close()
             raise LedgerError(f"{str(self.path)!r} is not a resume-toolkit ledger ({fmt})")

@@ -32,7 +32,7 @@ from .. import documents
 from ..errors import KeyReuseError, PermanentError, StorageError, ToolkitError, TransientError
 from ..identity import canonical_json
 from ..liveness import alive, my_start
-from ..storage import sqlite_read, sqlite_txn
+from ..storage import sqlite_read, sqlite_txn, storage_error
 from . import records
 from .contract import ACTIVE, Contract, Job, JobStatus, ProviderConflict
 
@@ -90,7 +90,10 @@ class FakeProvider:
         self.out_dir.mkdir(parents=True, exist_ok=True)
 
     def _connect(self):
-        return sqlite_read(self._what, self._open)
+        try:
+            return self._open()
+        except sqlite3.Error as exc:  # with the path: a folder with no free inode is storage
+            raise storage_error(self._what, exc, self.db_path) from exc
 
     @property
     def _what(self) -> str:

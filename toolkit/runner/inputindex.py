@@ -43,8 +43,8 @@ import time
 from pathlib import Path
 
 from toolkit import liveness
+from toolkit.storage import INPUTS as SUFFIX
 
-SUFFIX = ".inputs"
 HEADER = "toolkit-inputs 1\n"
 # The longest line read (characters): five numbers, a digest and a name as long as Linux's
 # PATH_MAX (4096 bytes), each byte escaped; a longer line (no newline within it) is damage,
