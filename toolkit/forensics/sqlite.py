@@ -137,7 +137,7 @@ def read_toolkit_sqlite(db, schema) -> Raw:
     detail_of = _detail_reader() if lines.FAST else parse_json_column
     quoted = ", ".join(f'"{name}"' for name in EVENT_FIELDS)
     if lines.FAST and sqlfold.usable(db):
-        # SQLite checks every row, Python replays only the keys it cannot vouch for
+        # one lean pass folds every key; the replay reads again only the keys it doubts
         columns, state, digests = sqlfold.scan(db, detail_of)
         dropped = _replay(raw, history, sqlfold.slow_rows(db, columns, state, EVENT_FIELDS),
                           detail_of)
@@ -146,7 +146,7 @@ def read_toolkit_sqlite(db, schema) -> Raw:
         ends = {}  # key -> (state, input digest) of its events' fold
         for key, last in state.items():
             if last is not sqlfold.SLOW:
-                ends[key] = (last, digests.get(key))
+                ends[key] = (last[0], digests.get(key))
             elif (item := replayed.get(key)) is not None:
                 ends[key] = (item.state, item.input_digest)
     else:  # the reference: every event through the replay
