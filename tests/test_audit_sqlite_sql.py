@@ -66,6 +66,7 @@ def write_ledger(path, seed):
     some damaged; its items rows mostly agree with the events, some do not."""
     rng = random.Random(seed)
     db = sqlite3.connect(path, isolation_level=None)
+    db.execute("BEGIN")  # one commit, not one fsync per row
     for statement in SCHEMA.strip().split(";"):
         if statement.strip():
             db.execute(statement)
@@ -93,6 +94,7 @@ def write_ledger(path, seed):
     if rng.random() < 0.2:
         db.execute("INSERT INTO items (key, state, attempt, token, updated) "
                    "VALUES ('stray', 'done', 1, 0, 1.0)")  # an item without events
+    db.execute("COMMIT")
     db.close()
 
 
@@ -127,6 +129,7 @@ def test_sql_checked_audit_replays_only_the_keys_with_anomalies(tmp_path):
     tracks the failure each detail sets and asks the policy itself)."""
     path = tmp_path / "ledger.sqlite"
     db = sqlite3.connect(path, isolation_level=None)
+    db.execute("BEGIN")  # one commit, not one fsync per row
     for statement in SCHEMA.strip().split(";"):
         if statement.strip():
             db.execute(statement)
@@ -145,6 +148,7 @@ def test_sql_checked_audit_replays_only_the_keys_with_anomalies(tmp_path):
                        (op, key, frm, to, json.dumps(detail)))
         db.execute("INSERT INTO items (key, state, attempt, token, updated) "
                    "VALUES (?, ?, 1, 0, 1.0)", (key, events[-1][2]))
+    db.execute("COMMIT")
     db.close()
     fast, reference = _both(path)
     _same(fast, reference)
@@ -179,6 +183,7 @@ def write_failure_ledger(path, seed):
     ``failure`` now and then, on any op, to a word or a value of another type."""
     rng = random.Random(seed)
     db = sqlite3.connect(path, isolation_level=None)
+    db.execute("BEGIN")  # one commit, not one fsync per row
     for statement in SCHEMA.strip().split(";"):
         if statement.strip():
             db.execute(statement)
@@ -211,6 +216,7 @@ def write_failure_ledger(path, seed):
     last = {row[0]: row[3] for row in rows}
     db.executemany("INSERT INTO items (key, state, attempt, token, updated) "
                    "VALUES (?, ?, 1, 0, 1.0)", last.items())
+    db.execute("COMMIT")
     db.close()
 
 
@@ -237,6 +243,7 @@ def test_a_failure_set_by_a_claim_or_a_release_decides_the_retry(tmp_path):
     keys whose retry is illegal are replayed."""
     path = tmp_path / "ledger.sqlite"
     db = sqlite3.connect(path, isolation_level=None)
+    db.execute("BEGIN")  # one commit, not one fsync per row
     for statement in SCHEMA.strip().split(";"):
         if statement.strip():
             db.execute(statement)
@@ -255,6 +262,7 @@ def test_a_failure_set_by_a_claim_or_a_release_decides_the_retry(tmp_path):
                        (event[0], key, event[1], event[2], json.dumps(event[3])))
         db.execute("INSERT INTO items (key, state, attempt, token, updated) "
                    "VALUES (?, 'unknown', 1, 0, 1.0)", (key,))
+    db.execute("COMMIT")
     db.close()
     fast, reference = _both(path)
     _same(fast, reference)
