@@ -1,20 +1,27 @@
-"""The toolkit SQLite ledger's events, checked without replaying every one in Python.
+"""The toolkit SQLite ledger's events, folded in one lean pass; only doubtful keys replayed.
 
-SQLite judges each event row's types and detail text (``OK``); one tight pass over
-four columns per row then asks a single set lookup (``FINE``) whether the replay
-(``history.History``) would have anything to say about it. A key all of whose
-events are fine folds to the ``to`` of its last event and its add's digest, with
-every event in the history; the other keys (an illegal move, an event before its
-add, a damaged row, a move whose verdict depends on the item) are read again in
-full and replayed by ``History`` itself, so every finding keeps its exact words.
+One ``SELECT`` of the events in seq order, fetched in batches. Per batch, a set of types
+per column (C loops) vouches for the columns' types; per row, the detail is read by the
+replay's own reader (``decode``: ``{}`` costs a comparison) and the key's fold state
+(its ``to`` and its ``failure``) advances by one dict lookup in a memo of verdicts
+(``_step``), keyed by (state before, op, from, to, the failure the detail sets). A key
+all of whose events the replay would apply without a word folds to the ``to`` of its
+last event and its add's digest; the other keys (an illegal move, an event before its
+add, a damaged row, a move whose verdict needs more than the failure) are read again in
+full and replayed by ``history.History`` itself, so every finding keeps its exact words.
 
-Why not a window function (``LAG(to) OVER (PARTITION BY key ORDER BY seq)``): the
-events table has no index on key, so SQLite sorts every row first, which alone
-costs about as much CPU as the bare ``SELECT`` the audit is measured against; a
-dict lookup per row in the pass below costs a tenth of it.
+Why not SQL (``json_valid``, ``typeof``, ``LAG(to) OVER (PARTITION BY key ORDER BY
+seq)``): measured on a 200,000-event ledger (CPU, interleaved), evaluating such
+expressions in SQLite's VM costs about as much as handing Python the values themselves
+(the detail checks alone 0.5 s, the whole ``SELECT *`` 1.2 s); the window function sorts
+every row first (no index on key), about 1.0 s; the earlier pass (SQL's checks, a set
+lookup per row) took 2.2-2.8 s and left 16% of the keys to a second read and a replay,
+this one 1.8-2.4 s and none of a batch's usual keys (retries of transient failures
+included).
 
-The policy stays in ``transitions.why_illegal``: ``QUIET_MOVES`` is derived by
-asking it, as ``history.PLAIN_MOVES`` is.
+The policy stays in ``transitions.why_illegal``: ``QUIET_MOVES`` is derived by asking it,
+as ``history.PLAIN_MOVES`` is, and every other move is judged by calling it (once per
+distinct (from, to, failure before, failure after): the memo).
 """
 
 import itertools
@@ -26,6 +33,7 @@ from toolkit.forensics.model import STATES
 from toolkit.ledger.transitions import DONE_WITHOUT_ARTIFACT, PERMANENT, TRANSIENT, why_illegal
 
 assert "input_digest" not in DETAIL_FIELDS  # only an add sets it: the fold below relies on it
+assert "failure" in DETAIL_FIELDS  # any event's detail may set it: the fold tracks it
 
 
 class _Unread:
@@ -74,43 +82,66 @@ def _quiet_moves() -> frozenset:
     return frozenset(quiet)
 
 
-def _fine() -> frozenset:
-    """(state before, op, from, to) of every event the replay applies without a word:
-    the first add of a key, a claim or release that keeps the state, a quiet move."""
-    fine = {(None, "add", None, "pending")}
-    fine.update((frm, op, frm, frm) for op in ("claim", "release") for frm in STATES)
-    fine.update((frm, op, frm, to) for op, frm, to in map(VOCABULARY.__getitem__, _quiet_moves()))
-    assert all((op, frm, to) in CODES for _, op, frm, to in fine)
-    return frozenset(fine)
+
+class _Failure:
+    """The item after a judged move, as ``why_illegal`` reads it: its failure alone. Any
+    other field asked for (the artifact's) is a verdict the fold cannot give: the key is
+    replayed."""
+
+    __slots__ = ("failure",)
+
+    def __init__(self, failure):
+        self.failure = failure
+
+    def get(self, name):
+        if name != "failure":
+            raise LookupError(name)
+        return self.failure
 
 
 QUIET_MOVES = _quiet_moves()
-FINE = _fine()
-
-# 1 when json reads the detail as an object, else 0 (the row is then replayed, which says
-# why). Errs towards 0: SQLite's JSON is strict where json is lenient (NaN), and what
-# json might refuse is kept out by length: at most 1000 characters nest at most 500 deep
-# (json's recursion limit is 1000) and hold no number of 4300 digits (int's limit). Text
-# sorts below any BLOB (``< x''``), JSON text starting with ``{`` is an object, and
-# SQLite's JSON stops at a NUL where json does not. An add's detail comes to Python as
-# well, for its digest.
-DETAIL_OK = """(detail = '{}' OR (detail < x'' AND detail GLOB '{*' AND length(detail) <= 1000
-    AND json_valid(detail) AND instr(detail, char(0)) = 0) OR detail IS NULL OR detail = '')"""
+SLOW = object()  # the fold state of a key that is replayed
+ABSENT = object()  # the failure of a detail that sets none
+_PLAIN = type(None), str  # the failure values the fold judges (others: replayed)
 COLUMNS = ("seq", "ts", "op", "key", "frm", "to", "attempt", "worker", "token")
-SELECT = (f"SELECT {', '.join(map(json.dumps, COLUMNS))}, {DETAIL_OK}, "
-          "CASE WHEN op = 'add' THEN detail END FROM events ORDER BY seq")
+SELECT = f"SELECT {', '.join(map(json.dumps, COLUMNS))}, detail FROM events ORDER BY seq"
 BATCH = 1 << 16  # rows per fetch: the row tuples of one batch at a time, then columns
 # The types History.check accepts, per column (what sqlite3 hands out: int, float, str,
-# bytes, None); detail is judged by DETAIL_OK.
+# bytes, None); the detail is judged by ``decode``, the replay's own reader.
 TYPES = {"seq": {int}, "ts": {int, float}, "op": {str}, "key": {str}, "frm": {str, type(None)},
          "to": {str}, "attempt": {int}, "worker": {str, type(None)}, "token": {int}}
 _CHECKED = tuple((index, frozenset(TYPES[name])) for index, name in enumerate(COLUMNS))
 
 
+def _step(before, op, frm, to, failure):
+    """The fold state after one event whose fields have the replay's types: (to, failure)
+    when the replay applies it without a word, else SLOW. ``before``: the key's state
+    (None before its first event); ``failure``: what the detail sets (ABSENT: nothing)."""
+    code = CODES.get((op, frm, to))
+    if before is SLOW or code is None or failure.__class__ not in _PLAIN and failure is not ABSENT:
+        return SLOW
+    if op == "add":  # a key's first event, None -> pending; a second add is a finding
+        return ("pending", None) if before is None and frm is None and to == "pending" else SLOW
+    if before is None:  # an event before its add
+        return SLOW
+    state, held = before
+    after = held if failure is ABSENT else failure
+    if frm != state or (op != "move" and to != frm):
+        return SLOW
+    if op == "move" and code not in PLAIN_MOVES and code not in QUIET_MOVES:
+        try:
+            why = why_illegal(frm, to, held, _Failure(after))
+        except LookupError:
+            return SLOW
+        if why is not None and why != DONE_WITHOUT_ARTIFACT:  # the replay's own test
+            return SLOW
+    return (to, after)
+
+
 def usable(db) -> bool:
     """True when ``seq`` is the events table's rowid (an integer, unique): the replayed
     rows are then fetched by seq. Anything else (a PostgreSQL ledger's connection too: its
-    SQL has no pragmas nor SQLite's JSON checks) is read the reference way."""
+    SQL has no pragmas) is read the reference way."""
     if not isinstance(db, sqlite3.Connection):
         return False
     pk = db.execute("SELECT name, upper(type) FROM pragma_table_info('events') "
@@ -124,21 +155,19 @@ def usable(db) -> bool:
     return True
 
 
-SLOW = object()  # the state of a key that is replayed
-
-
-def _typed(batch: tuple, oks: tuple) -> tuple:
-    """``oks`` (DETAIL_OK per row), 0 too where a column holds a type the replay refuses:
-    a set of types per column, row by row only for a batch where one is off."""
+def _typed(batch: tuple) -> tuple:
+    """Per row, whether every column holds a type the replay accepts: a set of types per
+    column, row by row only for a batch where one is off."""
     if all(set(map(type, batch[index])) <= kinds for index, kinds in _CHECKED):
-        return oks
-    return tuple(ok and all(type(batch[index][row]) in kinds for index, kinds in _CHECKED)
-                 for row, ok in enumerate(oks))
+        return itertools.repeat(True, len(batch[0]))
+    return tuple(all(type(batch[index][row]) in kinds for index, kinds in _CHECKED)
+                 for row in range(len(batch[0])))
 
 
 def scan(db, decode):
-    """One pass over the events → (columns {name: list}, state {key: to or SLOW},
-    digest {key: add's digest}); ``decode`` reads a detail as ``parse_json_column``.
+    """One pass over the events → (columns {name: list}, state {key: (to, failure) or
+    SLOW}, digest {key: add's digest}); ``decode`` reads a detail as
+    ``parse_json_column`` (the replay's reader).
 
     ``state`` holds every key of a row, ``SLOW`` for each key with a row the replay
     must see; the columns hold every row in seq order, the slow keys' too (the caller
@@ -147,24 +176,40 @@ def scan(db, decode):
     extends = [columns[name].extend for name in COLUMNS]
     state: dict = {}
     digests: dict = {}
-    get, fine, _str, _type = state.get, FINE, str, type
+    memo: dict = {}  # (state before, op, from, to, failure set) -> state after
+    get, remember, step = state.get, memo.get, _step
+    slow, absent, _str, _dict, empty = SLOW, ABSENT, str, dict, "{}"
     cursor = db.execute(SELECT)
     while rows := cursor.fetchmany(BATCH):
         batch = tuple(zip(*rows))
         del rows
-        _, _, ops, keys, frms, tos, _, _, _, oks, details = batch
-        oks = _typed(batch, oks)
-        for key, op, frm, to, ok in zip(keys, ops, frms, tos, oks):
-            if ok and (get(key), op, frm, to) in fine:
-                state[key] = to
+        _, _, ops, keys, frms, tos, _, _, _, texts = batch
+        for key, op, frm, to, text, ok in zip(keys, ops, frms, tos, texts, _typed(batch)):
+            before = get(key)
+            if not ok or before is slow:
+                state[key] = slow
+                continue
+            if text == empty:
+                failure = absent
             else:
-                state[key] = SLOW
-        # an add's detail (the only ones SELECT hands out): its digest; a fine add is its
-        # key's first row. compress and filter pick the same rows: those with a true text.
-        for key, text in zip(itertools.compress(keys, details), filter(None, details)):
-            digest = decode(text)[0].get("digest")
-            if _type(digest) is _str:
-                digests[key] = digest
+                detail, problem = decode(text)
+                if problem is not None or detail.__class__ is not _dict:
+                    state[key] = slow
+                    continue
+                failure = detail.get("failure", absent)
+                if op == "add":  # its digest (a fine add is its key's first row)
+                    digest = detail.get("digest")
+                    if digest.__class__ is _str:
+                        digests[key] = digest
+            try:
+                after = remember((before, op, frm, to, failure))
+            except TypeError:  # a failure json made a list or a dict: the replay judges
+                after = slow
+            else:
+                if after is None:
+                    after = memo[(before, op, frm, to, failure)] = step(before, op, frm, to,
+                                                                        failure)
+            state[key] = after
         for extend, values in zip(extends, batch):
             extend(values)
     return columns, state, digests

@@ -136,45 +136,48 @@ def read_toolkit_sqlite(db, schema) -> Raw:
     history = History(Raw(), numbered=False)  # the fold, kept apart from the items table
     detail_of = _detail_reader() if lines.FAST else parse_json_column
     quoted = ", ".join(f'"{name}"' for name in EVENT_FIELDS)
+    slow = sqlfold.SLOW
     if lines.FAST and sqlfold.usable(db):
-        # SQLite checks every row, Python replays only the keys it cannot vouch for
-        columns, state, digests = sqlfold.scan(db, detail_of)
-        dropped = _replay(raw, history, sqlfold.slow_rows(db, columns, state, EVENT_FIELDS),
+        # one lean pass folds every key; the replay reads again only the keys it doubts
+        folds, state, digests = sqlfold.scan(db, detail_of)
+        dropped = _replay(raw, history, sqlfold.slow_rows(db, folds, state, EVENT_FIELDS),
                           detail_of)
-        raw.events = sqlfold.without(columns, dropped)
-        replayed = history.raw.items
-        ends = {}  # key -> (state, input digest) of its events' fold
-        for key, last in state.items():
-            if last is not sqlfold.SLOW:
-                ends[key] = (last, digests.get(key))
-            elif (item := replayed.get(key)) is not None:
-                ends[key] = (item.state, item.input_digest)
+        raw.events = sqlfold.without(folds, dropped)
     else:  # the reference: every event through the replay
         _replay(raw, history, db.execute(f"SELECT {quoted} FROM events ORDER BY seq"),
                 detail_of)
         raw.events = history.finish()
-        ends = {key: (item.state, item.input_digest) for key, item in history.raw.items.items()}
+        state, digests = dict.fromkeys(history.raw.items, slow), {}
+    # state: key -> (state, failure) its events fold to, or SLOW: then the replay's item
+    # holds it (a key the replay ended without an item has no fold at all)
+    replayed = history.raw.items
     raw.anomalies.extend(history.raw.anomalies)
     quoted = ", ".join(f'"{name}"' for name in ITEM_FIELDS)
     for row in _item_rows(db, quoted):
-        key, state = row[0], row[1]
+        key, now = row[0], row[1]
         if type(key) is not str:
             raw.finding(None, "corrupt_record", f"items row with key {key!r}: not a string")
             continue
-        if type(state) is not str or state not in STATE_SET:
-            raw.finding(key, "corrupt_record", f"items row {key!r}: state {state!r} is not ours")
+        if type(now) is not str or now not in STATE_SET:
+            raw.finding(key, "corrupt_record", f"items row {key!r}: state {now!r} is not ours")
             continue
-        folded = ends.get(key)
+        last, digest = state.get(key), None
+        if last is slow:
+            item = replayed.get(key)
+            last, digest = (None, None) if item is None else (item.state, item.input_digest)
+        elif last is not None:
+            last, digest = last[0], digests.get(key)
         # Record's fields in order: key, state, raw_state, source, input_digest, then the
         # rest of ITEM_FIELDS (attempt ... updated) as they stand
-        raw.items[key] = Record(key, state, state, row[2], folded and folded[1], *row[3:])
-        if folded is None:
+        raw.items[key] = Record(key, now, now, row[2], digest, *row[3:])
+        if last is None:
             raw.finding(key, "history_mismatch", "item row has no add event")
-        elif folded[0] != state:
+        elif last != now:
             raw.finding(key, "history_mismatch",
-                        f"items table says {state}, its events end in {folded[0]}")
-    for key in ends.keys() - raw.items.keys():
-        raw.finding(key, "history_mismatch", "events for a key with no valid item row")
+                        f"items table says {now}, its events end in {last}")
+    for key in state.keys() - raw.items.keys():
+        if state[key] is not slow or key in replayed:
+            raw.finding(key, "history_mismatch", "events for a key with no valid item row")
     return raw
 
 
