@@ -37,12 +37,12 @@ of it, not the batch's.
 import contextlib
 import glob
 import os
-import stat
 import tempfile
 import time
 from pathlib import Path
 
 from toolkit import liveness
+from toolkit.runner.inputs import open_regular
 
 SUFFIX = ".inputs"
 HEADER = "toolkit-inputs 1\n"
@@ -116,20 +116,13 @@ def _parse(line: str):
 
 
 def _open_regular(path: Path):
-    """The recorded index opened for reading, or None when it is not a regular file.
-
-    ``O_NONBLOCK``: a FIFO at the path (no writer) would block a plain ``open`` forever;
-    a FIFO, a device (``/dev/zero``: endless) or a socket is a damaged index, never read.
-    On a regular file the flag changes nothing."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    """The recorded index opened for reading. A FIFO, a device or a socket at its path is
+    damage, never read: ``Odd`` (an ``OSError``: no index) from ``inputs.open_regular``."""
+    fd, _ = open_regular(path)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            os.close(fd)
-            return None
         return open(fd, encoding="utf-8", errors="surrogateescape", newline="\n")
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.close(fd)
+    except BaseException:
+        os.close(fd)
         raise
 
 
@@ -166,11 +159,9 @@ class InputIndex:
             return
         if trust:
             with contextlib.suppress(OSError, UnicodeError):
-                self._old = _open_regular(self.path)
-                if self._old is not None:
-                    self._lines = self._old
-                    if self._readline() != HEADER:
-                        self._close_old()
+                self._old = self._lines = _open_regular(self.path)
+                if self._readline() != HEADER:
+                    self._close_old()
         self._advance()
         if not record:
             return
