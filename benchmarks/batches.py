@@ -3,7 +3,8 @@
 ``resume_fixture`` builds, fast and without the runner, what a batch looks
 like after an earlier run finished 99% of it: one input file per item, the
 done items' artifacts, a SQLite ledger holding each item's history
-(add, claim, intent, submitted, done, release) and the inputs' stat index.
+(add, claim, intent, submitted, done, release) and the inputs' stat index;
+``record_roots`` writes the roots file that run left beside the ledger.
 ``InstantProvider`` answers at once with the input itself as the artifact, so
 a 10,000-item run measures the runner and the ledger, not PDF rendering.
 """
@@ -16,6 +17,7 @@ import sqlite3
 import time
 from pathlib import Path
 
+from toolkit import roots
 from toolkit.errors import PermanentError
 from toolkit.identity import task_key
 from toolkit.ledger.sqlite import ITEM_COLUMNS, SCHEMA
@@ -59,7 +61,8 @@ def resume_fixture(folder: Path, items: int, done_share: float = 0.99) -> tuple[
         if number < done_count:
             artifact = out_dir / f"doc-{number:07d}.{key[:8]}.pdf"
             artifact.write_bytes(data)  # the stub provider's artifact is the input itself
-            fields = {"job_id": f"job-{number:07d}", "artifact_path": str(artifact),
+            fields = {"job_id": f"job-{number:07d}", "artifact_path": artifact.name,  # as stored:
+                      # relative to the outputs root (``roots``), recorded below
                       "artifact_size": len(data), "artifact_sha256": digest,
                       **stat_fields(artifact)}  # as the runner records them at done
             row.update(state="done", **fields)
@@ -92,6 +95,12 @@ def resume_fixture(folder: Path, items: int, done_share: float = 0.99) -> tuple[
     db.close()
     Path(f"{ledger}{inputindex.SUFFIX}").write_text("".join(index_lines), encoding="utf-8")
     return ledger, paths
+
+
+def record_roots(ledger: Path, fixture: Path) -> None:
+    """The roots the earlier run recorded beside ``ledger`` (a copy of the fixture's ledger
+    elsewhere): its outputs root, where the artifacts' relative paths lead."""
+    roots.record(ledger, out=fixture / "out", inputs=fixture / "inputs")
 
 
 class InstantProvider:

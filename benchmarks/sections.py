@@ -131,7 +131,7 @@ def audit(cfg, folder: Path) -> tuple[list[Row], list[Row]]:
 # -- 4: resume of a large, nearly done ledger ---------------------------------------
 
 def resume(cfg, folder: Path) -> list[Row]:
-    from batches import batch_seconds, resume_fixture, tmpfs
+    from batches import batch_seconds, record_roots, resume_fixture, tmpfs
 
     from toolkit.ledger import open_ledger
     from toolkit.provider import FakeProvider
@@ -158,6 +158,7 @@ def resume(cfg, folder: Path) -> list[Row]:
                     Path(f"{ledger}{suffix}").unlink(missing_ok=True)
                 shutil.copyfile(pristine, ledger)
                 shutil.copyfile(f"{pristine}.inputs", f"{ledger}.inputs")  # the stat index
+                record_roots(ledger, files / "fx")  # once: the first run's, as it left them
 
             def read_all():
                 fresh_copy()

@@ -137,3 +137,33 @@ def test_input_entry_that_is_our_own_file_by_another_name_is_refused(
         (folder / "led.pdf").unlink()
     with open_ledger(tmp_path / "l.sqlite") as ledger:
         assert ledger.items() == before
+
+
+def test_open_regular_refuses_every_odd_entry_without_blocking_or_leaking_a_descriptor(
+        tmp_path):
+    """Fault: the one opener of inputs and of the input index (``inputs.open_regular``) is
+    given a FIFO without a writer, a directory, a dangling symlink and a symlink loop.
+    Property: each is refused as ``Odd`` naming what it is, none blocks (``O_NONBLOCK``),
+    and no descriptor stays open; a regular file opens with the fstat of what was opened."""
+    from toolkit.runner.inputs import Odd, open_regular
+
+    os.mkfifo(tmp_path / "fifo.pdf")
+    (tmp_path / "dir.pdf").mkdir()
+    os.symlink(tmp_path / "gone", tmp_path / "dangling.pdf")
+    os.symlink(tmp_path / "loop.pdf", tmp_path / "loop.pdf")
+    (tmp_path / "doc.pdf").write_bytes(b"%PDF-1.4\n")
+    before = len(os.listdir("/proc/self/fd"))
+    reasons = {}
+    for name in ("fifo.pdf", "dir.pdf", "dangling.pdf", "loop.pdf"):
+        with pytest.raises(Odd) as refused:
+            open_regular(tmp_path / name)
+        reasons[name] = refused.value.reason
+    assert len(os.listdir("/proc/self/fd")) == before
+    assert reasons["fifo.pdf"] == "a FIFO" and reasons["dangling.pdf"] == "a dangling symlink"
+    assert reasons["loop.pdf"] == "a symlink loop"
+    assert reasons["dir.pdf"] in ("a directory", "Is a directory")
+    fd, info = open_regular(tmp_path / "doc.pdf")
+    try:
+        assert info.st_size == 9 and os.fstat(fd).st_ino == info.st_ino
+    finally:
+        os.close(fd)

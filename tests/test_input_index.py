@@ -140,9 +140,29 @@ def test_index_lines_keep_any_name(tmp_path):
     for name in ["a b.pdf", "new\nline.pdf", "back\\slash.pdf", "bad\udcff.pdf", "\\n.pdf"]:
         line = inputindex._line(name, (1, 2, 3, 4, 5), "f" * 64)
         assert line.count("\n") == 1 and inputindex._parse(line)[:3] == \
-            (name, (1, 2, 3, 4, 5), "f" * 64)
+            (name, "1 2 3 4 5", "f" * 64)
     assert inputindex.index_file("postgresql://h/db") is None
     assert inputindex.index_file(":memory:") is None
+
+
+def test_stamp_not_written_as_the_stat_writes_it_is_never_vouched_for(tmp_path):
+    """Fault: an index line whose stamp holds the file's numbers spelled otherwise (a
+    leading zero, a plus sign) or garbage. Property: the stamp is compared as the text a
+    stat writes, never parsed: only the exact line vouches; any other costs a read."""
+    path = tmp_path / "doc.pdf"
+    path.write_bytes(b"%PDF-1.4 bytes\n")
+    dev, ino, size, mtime, ctime = inputindex.stamp(os.stat(path))
+    ledger = tmp_path / "ledger.sqlite"
+    for stamp_text, vouched in [(f"{dev} {ino} {size} {mtime} {ctime}", True),
+                                (f"{dev} {ino} 0{size} {mtime} {ctime}", False),
+                                (f"{dev} {ino} +{size} {mtime} {ctime}", False),
+                                (f"{dev} {ino} {size} {mtime} x", False)]:
+        index_path = inputindex.index_file(ledger)
+        index_path.write_text(f"{inputindex.HEADER}{stamp_text} {'a' * 64} {path}\n")
+        index = inputindex.InputIndex(ledger, record=False)
+        assert (index.digest(path) == "a" * 64) is vouched, stamp_text
+        assert index.vouched == vouched
+        index.discard()
 
 
 def test_settled_needs_the_ctime_older_than_the_reads_start_by_a_tick():

@@ -318,7 +318,7 @@ class Runner(PageByPage, Pipeline):
         if not item.artifact_path:
             return False
         if not self.verify_all and artifacts.unchanged(
-                os.path.join(self.out_dir, item.artifact_path), item):
+                os.path.join(self._out_text, item.artifact_path), item):
             return True  # the very file recorded at done (an absolute path stays itself)
         if documents.verify(self._artifact_file(item), item.artifact_size, item.artifact_sha256):
             return True

@@ -37,12 +37,12 @@ of it, not the batch's.
 import contextlib
 import glob
 import os
-import stat
 import tempfile
 import time
 from pathlib import Path
 
 from toolkit import liveness
+from toolkit.runner.inputs import open_regular
 from toolkit.storage import INPUTS as SUFFIX
 
 HEADER = "toolkit-inputs 1\n"
@@ -56,9 +56,9 @@ _COARSE_NS, _FINE_NS = 2_000_000_000, 20_000_000
 _CLOCK = getattr(time, "CLOCK_REALTIME_COARSE", time.CLOCK_REALTIME)
 
 
-def order(path) -> str:
-    """The sort key of a run's inputs, and of the index's lines: the path's text."""
-    return os.fspath(path)
+# The sort key of a run's inputs, and of the index's lines: the path's text (a C function
+# as the key of ``sorted``: no Python frame per input).
+order = os.fspath
 
 
 def now_ns() -> int:
@@ -103,33 +103,32 @@ def _line(name: str, stamp_: tuple, digest: str) -> str:
     return f"{' '.join(map(str, stamp_))} {digest} {_escape(name)}\n"
 
 
+def _stamp_text(info: os.stat_result) -> str:
+    """``stamp(info)`` as a line writes it (``_line``): compared as text, never parsed."""
+    return f"{info.st_dev} {info.st_ino} {info.st_size} {info.st_mtime_ns} {info.st_ctime_ns}"
+
+
 def _parse(line: str):
-    """``(name, stamp, digest, line)`` of one line; None if it is not one (damaged, foreign)."""
-    parts = line.split(" ", 6)
-    if len(parts) != 7 or len(parts[5]) != 64 or line[-1] != "\n":
+    """``(name, stamp text, digest, line)`` of one line; None if it is not one (damaged,
+    foreign). The stamp stays text: a stat is compared with it as ``_stamp_text`` writes
+    it, so a stamp that is not five decimal numbers never matches (the file is read)."""
+    parts = line.split(" ", 5)
+    if len(parts) != 6 or line[-1] != "\n":
         return None
-    try:
-        return (_unescape(parts[6][:-1]), (int(parts[0]), int(parts[1]), int(parts[2]),
-                                          int(parts[3]), int(parts[4])), parts[5], line)
-    except ValueError:
+    rest = parts[5]
+    if len(rest) < 66 or rest[64] != " ":
         return None
+    return _unescape(rest[65:-1]), line[:len(line) - len(rest) - 1], rest[:64], line
 
 
 def _open_regular(path: Path):
-    """The recorded index opened for reading, or None when it is not a regular file.
-
-    ``O_NONBLOCK``: a FIFO at the path (no writer) would block a plain ``open`` forever;
-    a FIFO, a device (``/dev/zero``: endless) or a socket is a damaged index, never read.
-    On a regular file the flag changes nothing."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    """The recorded index opened for reading. A FIFO, a device or a socket at its path is
+    damage, never read: ``Odd`` (an ``OSError``: no index) from ``inputs.open_regular``."""
+    fd, _ = open_regular(path)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            os.close(fd)
-            return None
         return open(fd, encoding="utf-8", errors="surrogateescape", newline="\n")
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.close(fd)
+    except BaseException:
+        os.close(fd)
         raise
 
 
@@ -166,11 +165,9 @@ class InputIndex:
             return
         if trust:
             with contextlib.suppress(OSError, UnicodeError):
-                self._old = _open_regular(self.path)
-                if self._old is not None:
-                    self._lines = self._old
-                    if self._readline() != HEADER:
-                        self._close_old()
+                self._old = self._lines = _open_regular(self.path)
+                if self._readline() != HEADER:
+                    self._close_old()
         self._advance()
         if not record:
             return
@@ -223,8 +220,7 @@ class InputIndex:
             info = os.stat(name)
         except OSError:
             return None
-        if (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns,
-                info.st_ctime_ns) != entry[1]:
+        if _stamp_text(info) != entry[1]:
             return None
         self.vouched += 1
         self._put(entry[3])  # the recorded line, as it was

@@ -61,9 +61,19 @@ def read_input(path, limit: int | None = None) -> bytes:
     return read_stat(path, limit)[0]
 
 
-def read_stat(path, limit: int | None = None) -> tuple[bytes, os.stat_result]:
-    """``read_input``, with the ``fstat`` of the open file taken before its bytes were read
-    (what the input index records: ``inputindex``)."""
+def open_regular(path) -> tuple[int, os.stat_result]:
+    """``path`` opened for reading, with the ``fstat`` of the open descriptor, when it is a
+    regular file; the caller closes the descriptor.
+
+    ``O_NONBLOCK``: a FIFO at the path (no writer) would block a plain ``open`` forever;
+    the ``fstat`` of what was opened decides (not a stat of the name a moment earlier), and
+    a FIFO, a device (``/dev/zero``: endless) or a socket is never read. On a regular file
+    the flag changes nothing.
+
+    Raises:
+        Odd: a dangling or looping symlink, a directory, FIFO, device, or an unopenable file
+            (no descriptor is left open).
+    """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
@@ -76,6 +86,19 @@ def read_stat(path, limit: int | None = None) -> tuple[bytes, os.stat_result]:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise Odd(path, _kind(info.st_mode))
+    except BaseException as exc:
+        os.close(fd)
+        if isinstance(exc, OSError) and not isinstance(exc, Odd):
+            raise Odd(path, exc.strerror or str(exc)) from exc
+        raise
+    return fd, info
+
+
+def read_stat(path, limit: int | None = None) -> tuple[bytes, os.stat_result]:
+    """``read_input``, with the ``fstat`` of the open file taken before its bytes were read
+    (what the input index records: ``inputindex``)."""
+    fd, info = open_regular(path)
+    try:
         chunks, left, got = [], limit, 0
         while left is None or left > 0:
             # The size fstat gave, plus one byte to see the end (asking 1 MiB of a 2 KiB
@@ -93,8 +116,6 @@ def read_stat(path, limit: int | None = None) -> tuple[bytes, os.stat_result]:
             if len(chunk) < asked:
                 break  # a short read of a regular file is its end: no read just to see EOF
         return b"".join(chunks), info
-    except Odd:
-        raise
     except OSError as exc:  # EISDIR on some systems, EIO, ...
         raise Odd(path, exc.strerror or str(exc)) from exc
     finally:

@@ -24,12 +24,15 @@ def keyers(options: dict) -> list:
     return [task_keyer(route) for route in ((plain,) if scanned == plain else (plain, scanned))]
 
 
-def vouched(ledger, paths, keyers_, index=None) -> dict:
-    """``{path: item}`` for the ``paths`` whose bytes the ledger keyed into one item at rest
-    (one ``stat`` of each input the ``index`` vouches for, one read of each other input;
-    one ledger query for them all). ``paths`` come in ``inputindex.order``."""
-    candidates = {}
-    for path in paths:
+def vouched(ledger, paths, keyers_, index=None) -> list:
+    """For each of ``paths``, in order, the item at rest that the ledger keyed its bytes into,
+    else None (one ``stat`` of each input the ``index`` vouches for, one read of each other
+    input; one ledger query for them all). ``paths`` come in ``inputindex.order``.
+
+    A list aligned with ``paths``, not a dict by path: a ``Path``'s hash is Python code, and
+    a rerun of n inputs would pay it 3n times."""
+    found, candidates = [None] * len(paths), []
+    for at, path in enumerate(paths):
         digest = index.digest(path) if index is not None else None
         if digest is None:
             started = now_ns()  # before the read: what ``index.note`` may vouch for
@@ -40,11 +43,10 @@ def vouched(ledger, paths, keyers_, index=None) -> dict:
             digest = content_digest(data)
             if index is not None:
                 index.note(path, info, started, digest)
-        candidates[path] = [keyer(digest) for keyer in keyers_]
-    known = ledger.get_many(key for keys in candidates.values() for key in keys)
-    found = {}
-    for path, keys in candidates.items():
+        candidates.append((at, [keyer(digest) for keyer in keyers_]))
+    known = ledger.get_many([key for _, keys in candidates for key in keys])
+    for at, keys in candidates:
         items = [known[key] for key in keys if key in known]
         if len(items) == 1 and items[0].resting:
-            found[path] = items[0]
+            found[at] = items[0]
     return found

@@ -130,6 +130,7 @@ class Pipeline:
                  page_by_page_from: int | None = None, verify: bool = False):
         self.ledger, self.provider = ledger, provider
         self.out_dir = Path(out_dir)
+        self._out_text = os.fspath(self.out_dir)  # joined with each artifact's path at reuse
         self.options = dict(options or {})
         canonical_json(self.options)  # fail early on options that cannot be keyed
         self.contract: Contract = provider.contract
@@ -186,9 +187,8 @@ class Pipeline:
         key from its digest alone (``keying``): no MuPDF, no snapshot, no write.
         """
         paths = sorted((p if isinstance(p, Path) else Path(p) for p in inputs), key=order)
-        vouched, keys = self._vouched(paths), []
-        for path in paths:
-            item = vouched.get(path)
+        keys = []
+        for path, item in zip(paths, self._vouched(paths)):
             if item is None:
                 self._enqueue_one(path, keys)  # reads it again: the bytes keyed are the bytes sent
             elif self._admit(path, item.key, keys):
@@ -196,11 +196,11 @@ class Pipeline:
                 self._note_quarantined(item.key, item)
         return keys
 
-    def _vouched(self, paths) -> dict:
-        """The inputs the ledger already keyed into an item at rest (``keying``); none with
-        page-by-page routing, which needs each document's page count."""
+    def _vouched(self, paths) -> list:
+        """For each input, the item at rest the ledger already keyed it into, else None
+        (``keying``); none with page-by-page routing, which needs each page count."""
         if self.page_by_page_from is not None:
-            return {}
+            return [None] * len(paths)
         if self._routes is None:
             self._routes = keying.keyers(self.options)
         return keying.vouched(self.ledger, paths, self._routes, self._index)

@@ -268,17 +268,16 @@ def _batch_keys(ledger, location, inputs, options, page_by_page_from) -> set:
     """The batch's keys: an input the ledger already keyed into an item at rest by that key
     (read only if the workers' input index cannot vouch for it: ``keying``), any other in
     full (MuPDF routes it)."""
-    vouched = {}
+    paths = sorted((Path(path) for path in inputs), key=order)
+    vouched = [None] * len(paths)
     if page_by_page_from is None:
-        paths = sorted((Path(path) for path in inputs), key=order)
         index = InputIndex(location, record=False)
         try:
             vouched = keying.vouched(ledger, paths, keying.keyers(options), index)
         finally:
             index.discard()
-    return {item.key for item in vouched.values()} | {
-        _input_key(path, options, page_by_page_from) for path in inputs
-        if Path(path) not in vouched}
+    return {item.key if item is not None else _input_key(path, options, page_by_page_from)
+            for path, item in zip(paths, vouched)}
 
 
 def _batch_counts(location, inputs, options, page_by_page_from=None):
