@@ -35,6 +35,7 @@ def test_snapshot_and_real_sigkill_modes_give_the_same_verdict_at_every_crash_po
     assert snapshot.steps == real.steps
     assert same_rows(snapshot) == same_rows(real)
     assert all(row["runs"] >= 1 for row in snapshot.rows)  # a recovery ran at every point
+    assert snapshot.total()["recovered"] == len(snapshot.rows)  # and each counts in the rate
     assert sum(row["how"] == TEAR for row in snapshot.rows) == 2  # one download per document
     assert {row["verdict"] for row in snapshot.rows} == {"valid", "parked"}
 

@@ -21,8 +21,9 @@ point's reruns from its copy instead of replaying the prefix and killing it.
 
 With ``pairs``, the first rerun is killed too, at each of its own durable
 steps (bounded by ``max_pairs``). Children are forked from a parent that has
-already imported everything (PyMuPDF, SQLite, psutil), so a crash point costs
-a few forks and the batch's own work; ``jobs`` points run side by side.
+already imported everything (PyMuPDF, SQLite, psutil), with the parent's
+objects frozen in them (``pool.start``), so a crash point costs a few forks and
+the batch's own work; ``jobs`` points run side by side.
 
 Verdict of one crash point: ``valid`` (the checker found nothing and every
 item rests), ``parked`` (valid, with items left in ``needs_review`` for an
@@ -141,11 +142,13 @@ class Exploration:
 
     def total(self) -> dict:
         count = collections.Counter(row["verdict"] for row in self.rows)
-        # the rate counts only points whose recovery ran and was judged
-        judged = sum(count[verdict] for verdict in ("valid", "parked", "violation", "undecided"))
+        # the rate counts only points whose recovery really ran (no row is ever taken from
+        # another point's result) and was judged
+        recovered = sum(row["verdict"] in ("valid", "parked", "violation", "undecided")
+                        and row["runs"] >= 1 for row in self.rows)
         total = {"mode": self.mode, "points": len(self.rows), "violations": count["violation"],
-                 "parked": count["parked"],
-                 "points_per_s": round(judged / self.seconds, 2) if self.seconds else 0.0}
+                 "parked": count["parked"], "recovered": recovered,
+                 "points_per_s": round(recovered / self.seconds, 2) if self.seconds else 0.0}
         total["caused_by_crash"] = sum(bool(row["new"]) for row in self.rows)
         if self.plan.power_loss:
             total["lost_acknowledged"] = sum(row["lost_acked"] for row in self.rows)

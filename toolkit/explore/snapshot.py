@@ -32,11 +32,17 @@ real child would send itself SIGKILL, so:
 
 What differs, and is guarded or refused:
 
+* extended attributes: not copied (``copy_tree``); nothing in a batch folder
+  sets any, and no resume reads them.
 * inodes: a copy has new ones (sizes, bytes and ``mtime_ns`` are kept). A
   resume that compares inodes sees a change and verifies by SHA-256 instead
   of trusting the stat: the same verdict, a slower path.
 * time: a recovery starts seconds after the recording instead of at once, so a
-  contract whose keys expire (``retention=``) is refused.
+  contract whose keys expire (``retention=``) is refused. It cannot start
+  sooner: the copies name the recording child as lease owner and executor,
+  and a recovery must find that process gone, as after a real kill; started
+  while the recording still runs, it would find its owner alive (a live worker
+  holding the lease), which no real kill leaves: the points start after it.
 * another thread could write while the copy is taken: a step reached with a
   thread alive other than a lease heartbeat that cannot write yet raises (and
   ends the recording) instead of copying.
@@ -67,8 +73,7 @@ def copy_tree(src: Path, dst: Path, needle: bytes | None = None) -> str | None:
     its ``copystat`` lists extended attributes per file, which a batch folder on
     tmpfs does not have, and that was most of the copy's cost.
     """
-    found = _copy_dir(os.fspath(src), os.fspath(dst), needle, "")
-    return found
+    return _copy_dir(os.fspath(src), os.fspath(dst), needle, "")
 
 
 def _copy_dir(src: str, dst: str, needle, prefix: str):
@@ -82,6 +87,8 @@ def _copy_dir(src: str, dst: str, needle, prefix: str):
             os.symlink(os.readlink(entry.path), target)
         elif entry.is_dir():
             found = _copy_dir(entry.path, target, needle, f"{prefix}{entry.name}/") or found
+        elif not entry.is_file():  # a FIFO would block the read: no batch folder has one
+            raise OSError(f"{entry.path}: not a regular file, folder or symlink")
         else:
             st = entry.stat()
             with open(entry.path, "rb") as source:
