@@ -48,7 +48,7 @@ What differs, and is guarded or refused:
   ends the recording) instead of copying.
 * absolute paths: a copy is recovered in another folder than the one it was
   recorded in; if any copy names the recording's folder, the exploration
-  falls back to the real mode (``position_dependent``).
+  falls back to the real mode (``Recorder``).
 * the first rerun cannot be killed (``pairs``) nor the ledger cut to its last
   fsync (``power_loss``): those stay in the real mode, the default.
 
@@ -69,7 +69,7 @@ def copy_tree(src: Path, dst: Path, needle: bytes | None = None) -> str | None:
 
     Each file is read whole (a batch folder holds a few small files) and written
     with one ``os.write``: the bytes are in hand for the ``needle`` search, which
-    a reflink would not save (``position_dependent``). No ``shutil.copytree``:
+    a reflink would not save (``Recorder``). No ``shutil.copytree``:
     its ``copystat`` lists extended attributes per file, which a batch folder on
     tmpfs does not have, and that was most of the copy's cost.
     """
@@ -125,9 +125,14 @@ class Recorder:
 
     Only the steps explored are copied (``every``: step n when ``(n - 1) %
     every == 0``). Each copy is searched for the recording's folder as it is
-    taken (``position_dependent``): from the first copy that names it,
-    ``dependent`` says which file, and no further copy is taken (the
-    exploration falls back to the real mode).
+    taken: from the first copy that names it, ``dependent`` says which file,
+    and no further copy is taken. A copy is recovered in another folder than
+    the recording's (points run side by side); relative paths resolve alike
+    there, but an absolute path written into the batch's files (a naive
+    ledger that records where it downloaded) would name the recording's
+    folder, gone by then, where a killed run's rerun finds its own: the
+    verdicts could differ, so the exploration falls back to the real mode.
+    Every byte of every file is searched (SQLite and JSONL store text as UTF-8).
     """
 
     def __init__(self, root: Path, snapshots: Path, quiet: float, every: int = 1):
@@ -155,25 +160,6 @@ class Recorder:
             os.truncate(torn, torn.stat().st_size // 2)
         if found is not None:
             self.dependent = f"{copy.name}/{found} names the folder it was recorded in"
-
-
-def position_dependent(snapshots: Path, recorded_at: Path) -> str | None:
-    """Does any copy name the folder it was recorded in? (None: no copy does.)
-
-    A copy is recovered in another folder than the recording's (points run side
-    by side). Relative paths resolve alike there; an absolute path written into
-    the batch's files (a naive ledger that records where it downloaded) would
-    name the recording's folder, gone by then, where a killed run's rerun finds
-    its own: the verdicts could differ, so the exploration falls back to the
-    real mode. Every byte of every copy is searched (SQLite and JSONL store
-    text as UTF-8). The ``Recorder`` searches each copy as it takes it (the
-    bytes are in hand); this is the same search over a finished folder.
-    """
-    needle = os.fsencode(os.path.abspath(recorded_at))
-    for path in sorted(Path(snapshots).rglob("*")):
-        if path.is_file() and needle in path.read_bytes():
-            return f"{path.relative_to(snapshots)} names the folder it was recorded in"
-    return None
 
 
 def refusal(plan) -> str | None:
