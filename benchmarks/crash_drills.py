@@ -2,9 +2,11 @@
 
 * crash points/s: ``toolkit.explore`` on the same batch in both modes, back to
   back in each repetition (the ratio is per repetition). A point counts only
-  when its recovery ran and the checker judged it (every row does: a point
-  that did not is ``not-reached``, and none may be). The rate includes the
-  recording (snapshot mode) or the uncrashed baseline (real mode).
+  when its recovery ran and the checker judged it (``total()["recovered"]``;
+  every row must: no point takes another's result, there is no memo of
+  recoveries, and no two copies of the two-document batch are alike anyway).
+  The rate includes the recording (snapshot mode) or the uncrashed baseline
+  (real mode).
 * bare forks/s of this warm process: what one fork costs, for scale.
 * ``drill all`` wall time, in forked parallel processes (one per CPU) and one
   after the other, in this (warm) process. ``--quick`` runs a few drills.
@@ -38,12 +40,11 @@ def explore(cfg) -> list[Row]:
             before = cpu_seconds()
             result = run_explore(Plan(docs=cfg.explore_docs, every=cfg.explore_every, jobs=0,
                                       mode=mode))
-            judged = [row for row in result.rows if row["verdict"] not in ("not-reached",
-                                                                           "diverged")]
-            assert result.mode == mode and len(judged) == len(result.rows), result.total()
-            points[mode] = len(judged)
-            cpu[mode].append((cpu_seconds() - before) / len(judged) * 1000)
-            return rate(len(judged), result.seconds)
+            recovered = result.total()["recovered"]  # recovery ran and was judged
+            assert result.mode == mode and recovered == len(result.rows), result.total()
+            points[mode] = recovered
+            cpu[mode].append((cpu_seconds() - before) / recovered * 1000)
+            return rate(recovered, result.seconds)
         return run
 
     r = interleave(cfg.heavy_reps, {"snapshot": one("snapshot"), "real": one("real"),

@@ -35,6 +35,7 @@ def test_snapshot_and_real_sigkill_modes_give_the_same_verdict_at_every_crash_po
     assert snapshot.steps == real.steps
     assert same_rows(snapshot) == same_rows(real)
     assert all(row["runs"] >= 1 for row in snapshot.rows)  # a recovery ran at every point
+    assert snapshot.total()["recovered"] == len(snapshot.rows)  # and each counts in the rate
     assert sum(row["how"] == TEAR for row in snapshot.rows) == 2  # one download per document
     assert {row["verdict"] for row in snapshot.rows} == {"valid", "parked"}
 
@@ -86,6 +87,34 @@ def test_recorder_tear_copy_cuts_the_download_in_the_copy_only(tmp_path):
     assert (tmp_path / "snapshots" / "4-kill" / "out" / ".tmp-x.part").read_bytes() == \
         b"0123456789"
     assert (tmp_path / "snapshots" / "4-tear" / "out" / ".tmp-x.part").read_bytes() == b"01234"
+
+
+def test_recorder_copies_explored_steps_whole_and_stops_at_a_copy_naming_its_folder(tmp_path):
+    """Fault: a naive ledger records an absolute path; its copy, recovered in another folder,
+    would name a folder that is not the recovery's. Property: each explored step's copy
+    keeps bytes, mode and ``mtime_ns``; steps not explored (``every``) are not copied; the
+    first copy holding the recording's folder is named (``dependent``) and no copy follows."""
+    import os
+
+    batch = tmp_path / "batch"
+    (batch / "out").mkdir(parents=True)
+    ledger = batch / "ledger.json"
+    ledger.write_bytes(b'{"a": "out/a.pdf"}')
+    os.chmod(ledger, 0o640)
+    os.utime(ledger, ns=(1_000_000_123, 2_000_000_456))
+    record = Recorder(batch, tmp_path / "snapshots", quiet=60.0, every=2)
+    record(1)
+    record(2)  # (2 - 1) % 2: not explored
+    copy = tmp_path / "snapshots" / "1-kill" / "ledger.json"
+    assert copy.read_bytes() == ledger.read_bytes()
+    assert (copy.stat().st_mode & 0o777, copy.stat().st_mtime_ns) == (0o640, 2_000_000_456)
+    assert (tmp_path / "snapshots" / "1-kill" / "out").is_dir()
+    assert not (tmp_path / "snapshots" / "2-kill").exists() and record.dependent is None
+    ledger.write_text(f'{{"a": "{batch}/out/a.pdf"}}')  # an absolute path into the batch
+    record(3)
+    assert record.dependent == "3-kill/ledger.json names the folder it was recorded in"
+    record(5)
+    assert not (tmp_path / "snapshots" / "5-kill").exists()
 
 
 def test_checks_are_answered_by_content_and_torn_bytes_are_checked_for_real(tmp_path,

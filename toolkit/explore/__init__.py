@@ -21,8 +21,9 @@ point's reruns from its copy instead of replaying the prefix and killing it.
 
 With ``pairs``, the first rerun is killed too, at each of its own durable
 steps (bounded by ``max_pairs``). Children are forked from a parent that has
-already imported everything (PyMuPDF, SQLite, psutil), so a crash point costs
-a few forks and the batch's own work; ``jobs`` points run side by side.
+already imported everything (PyMuPDF, SQLite, psutil), with the parent's
+objects frozen in them (``pool.start``), so a crash point costs a few forks and
+the batch's own work; ``jobs`` points run side by side.
 
 Verdict of one crash point: ``valid`` (the checker found nothing and every
 item rests), ``parked`` (valid, with items left in ``needs_review`` for an
@@ -51,7 +52,7 @@ from toolkit.explore.child import (KILL, TEAR, Paths, fork, fork_many, killed_by
 from toolkit.explore.memo import input_checks, provider_work, same_checks
 from toolkit.explore.powerloss import (LEDGERS, drop_unsynced, lost_acknowledged, lost_deferred,
                                        synced_size)
-from toolkit.explore.snapshot import folder, position_dependent, refusal
+from toolkit.explore.snapshot import folder, refusal
 
 VERDICTS = ("valid", "parked", "violation", "undecided", "not-reached", "diverged")
 MODES = ("real", "snapshot")  # real: replay the prefix, SIGKILL at step k; snapshot: copies
@@ -141,11 +142,13 @@ class Exploration:
 
     def total(self) -> dict:
         count = collections.Counter(row["verdict"] for row in self.rows)
-        # the rate counts only points whose recovery ran and was judged
-        judged = sum(count[verdict] for verdict in ("valid", "parked", "violation", "undecided"))
+        # the rate counts only points whose recovery really ran (no row is ever taken from
+        # another point's result) and was judged
+        recovered = sum(row["verdict"] in ("valid", "parked", "violation", "undecided")
+                        and row["runs"] >= 1 for row in self.rows)
         total = {"mode": self.mode, "points": len(self.rows), "violations": count["violation"],
-                 "parked": count["parked"],
-                 "points_per_s": round(judged / self.seconds, 2) if self.seconds else 0.0}
+                 "parked": count["parked"], "recovered": recovered,
+                 "points_per_s": round(recovered / self.seconds, 2) if self.seconds else 0.0}
         total["caused_by_crash"] = sum(bool(row["new"]) for row in self.rows)
         if self.plan.power_loss:
             total["lost_acknowledged"] = sum(row["lost_acked"] for row in self.rows)
@@ -202,7 +205,7 @@ def explore(plan: Plan, workdir=None, progress=None) -> Exploration:
         raise ToolkitError(f"the recording failed: {baseline['row']['errors'][0]}")
     if baseline["row"]["verdict"] == "not-reached" or "not_at_rest" in baseline["row"]["anomalies"]:
         raise ToolkitError(f"the uncrashed batch does not rest: {baseline['row']}")
-    note = snapshots and position_dependent(snapshots, args[1])  # args[1]: its folder
+    note = baseline["position"]  # a copy names the recording's folder (``Recorder``)
     if note:  # the copies cannot be moved: every point replays and dies for real
         import shutil
 
@@ -319,6 +322,7 @@ def _explore_point(fd, plan: Plan, work: Path, inputs, names, point: Point,
         messages, status = [], 0
         row.update(step=start_step["label"], kind=start_step["kind"])
     first_steps = [m for m in messages if m["t"] == "step"]
+    position = next((m["position"] for m in messages if m["t"] == "end"), None)
     errors += [m["error"] for m in messages if m["t"] == "error"]
     if plan.power_loss and point.k is not None:  # the uncrashed baseline keeps its power
         drop_unsynced(paths.ledger, synced_size(messages) or 0)
@@ -345,7 +349,8 @@ def _explore_point(fd, plan: Plan, work: Path, inputs, names, point: Point,
     if plan.power_loss:
         row.update(acked=acked, lost_acked=len(lost), lost_deferred=deferred)
     shutil.rmtree(work, ignore_errors=True)
-    return {"row": row, "first_steps": first_steps, "recovery_steps": recovery_steps}
+    return {"row": row, "first_steps": first_steps, "recovery_steps": recovery_steps,
+            "position": position}
 
 
 def _note_kill(row, field, messages, status, kill_at) -> bool:

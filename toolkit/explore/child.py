@@ -28,7 +28,6 @@ import traceback
 from pathlib import Path
 
 from toolkit import pool
-from toolkit.explore.snapshot import Recorder
 from toolkit.identity import PAGE_MARK
 
 KILL, TEAR = "kill", "tear+kill"
@@ -215,8 +214,9 @@ def run_batch(fd: int, plan, paths: Paths, inputs, names, *, run: int, kill_at=N
               record=False, snapshots=None) -> dict:
     """One run of the batch in this (forked) process; returns how it ended.
 
-    With ``snapshots`` (a folder), the batch folder is copied there at every step
-    (``snapshot.Recorder``).
+    With ``snapshots`` (a folder), the batch folder is copied there at every
+    explored step (``snapshot.Recorder``); ``position`` in the result says if a
+    copy names the folder it was recorded in.
     """
     from toolkit.ledger import open_ledger
     from toolkit.provider import FakeProvider
@@ -241,7 +241,10 @@ def run_batch(fd: int, plan, paths: Paths, inputs, names, *, run: int, kill_at=N
         ledger = open_ledger(paths.ledger, **plan.ledger_options())
         runner = resolve_strategy(plan.strategy)(ledger, traced, paths.out, **options)
     if snapshots is not None:
-        tracer.snapshot = Recorder(paths.root, snapshots, getattr(runner, "lease_ttl", 60.0) / 2)
+        from toolkit.explore.snapshot import Recorder
+
+        tracer.snapshot = Recorder(paths.root, snapshots, getattr(runner, "lease_ttl", 60.0) / 2,
+                                   plan.every)
     if hasattr(runner.ledger, "on_event"):
         runner.ledger.on_event = tracer.on_event
         tracer.ledger = runner.ledger
@@ -251,7 +254,8 @@ def run_batch(fd: int, plan, paths: Paths, inputs, names, *, run: int, kill_at=N
         runner.close()
         provider.close()
     return {"steps": tracer.n, "unsettled": runner.unsettled,
-            "halted": getattr(runner, "halted", None), "counts": counts}
+            "halted": getattr(runner, "halted", None), "counts": counts,
+            "position": getattr(tracer.snapshot, "dependent", None)}
 
 
 def _task(body, args, kwargs):

@@ -32,17 +32,23 @@ real child would send itself SIGKILL, so:
 
 What differs, and is guarded or refused:
 
+* extended attributes: not copied (``copy_tree``); nothing in a batch folder
+  sets any, and no resume reads them.
 * inodes: a copy has new ones (sizes, bytes and ``mtime_ns`` are kept). A
   resume that compares inodes sees a change and verifies by SHA-256 instead
   of trusting the stat: the same verdict, a slower path.
 * time: a recovery starts seconds after the recording instead of at once, so a
-  contract whose keys expire (``retention=``) is refused.
+  contract whose keys expire (``retention=``) is refused. It cannot start
+  sooner: the copies name the recording child as lease owner and executor,
+  and a recovery must find that process gone, as after a real kill; started
+  while the recording still runs, it would find its owner alive (a live worker
+  holding the lease), which no real kill leaves: the points start after it.
 * another thread could write while the copy is taken: a step reached with a
   thread alive other than a lease heartbeat that cannot write yet raises (and
   ends the recording) instead of copying.
 * absolute paths: a copy is recovered in another folder than the one it was
   recorded in; if any copy names the recording's folder, the exploration
-  falls back to the real mode (``position_dependent``).
+  falls back to the real mode (``Recorder``).
 * the first rerun cannot be killed (``pairs``) nor the ledger cut to its last
   fsync (``power_loss``): those stay in the real mode, the default.
 
@@ -50,32 +56,58 @@ What differs, and is guarded or refused:
 (verdict, anomalies, executions, submits, outcome) at every point of a batch.
 """
 
-import errno
-import fcntl
 import os
-import shutil
 import threading
 import time
 from pathlib import Path
 
-FICLONE = 0x40049409  # linux/fs.h: _IOW(0x94, 9, int), a reflink where the file system has them
+
+def copy_tree(src: Path, dst: Path, needle: bytes | None = None) -> str | None:
+    """Copy the folder ``src`` to ``dst`` (new): bytes, modes, ``mtime_ns`` and ``atime_ns``
+    of every file and folder, symlinks as links; return the first file (relative path)
+    whose bytes contain ``needle``, if any.
+
+    Each file is read whole (a batch folder holds a few small files) and written
+    with one ``os.write``: the bytes are in hand for the ``needle`` search, which
+    a reflink would not save (``Recorder``). No ``shutil.copytree``:
+    its ``copystat`` lists extended attributes per file, which a batch folder on
+    tmpfs does not have, and that was most of the copy's cost.
+    """
+    return _copy_dir(os.fspath(src), os.fspath(dst), needle, "")
 
 
-def clone(src, dst) -> None:
-    """Copy one file: a reflink if the file system can (btrfs, XFS), bytes otherwise; keep stat."""
-    with open(src, "rb") as source, open(dst, "wb") as target:
-        try:
-            fcntl.ioctl(target.fileno(), FICLONE, source.fileno())
-        except OSError as exc:
-            if exc.errno not in (errno.EOPNOTSUPP, errno.EXDEV, errno.EINVAL, errno.ENOTTY,
-                                 errno.EBADF):
-                raise
-            shutil.copyfileobj(source, target, 1 << 20)
-    shutil.copystat(src, dst)  # mtime_ns too: a resume comparing stats sees the same times
-
-
-def copy_tree(src: Path, dst: Path) -> None:
-    shutil.copytree(src, dst, symlinks=True, copy_function=clone)
+def _copy_dir(src: str, dst: str, needle, prefix: str):
+    found = None
+    os.mkdir(dst)
+    with os.scandir(src) as entries:
+        entries = sorted(entries, key=lambda entry: entry.name)  # deterministic ``found``
+    for entry in entries:
+        target = os.path.join(dst, entry.name)
+        if entry.is_symlink():
+            os.symlink(os.readlink(entry.path), target)
+        elif entry.is_dir():
+            found = _copy_dir(entry.path, target, needle, f"{prefix}{entry.name}/") or found
+        elif not entry.is_file():  # a FIFO would block the read: no batch folder has one
+            raise OSError(f"{entry.path}: not a regular file, folder or symlink")
+        else:
+            st = entry.stat()
+            with open(entry.path, "rb") as source:
+                data = source.read()
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fchmod(fd, st.st_mode & 0o7777)
+            finally:
+                os.close(fd)
+            os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
+            if found is None and needle is not None and needle in data:
+                found = f"{prefix}{entry.name}"
+    st = os.stat(src)  # the folder's own times last: creating its entries changed them
+    os.chmod(dst, st.st_mode & 0o7777)
+    os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
+    return found
 
 
 def folder(snapshots: Path, n: int, torn: bool) -> Path:
@@ -90,43 +122,44 @@ class Recorder:
     spent (``quiet`` seconds after the run starts): a step reached later, or
     with any other thread alive, could be copied while something writes, so it
     raises instead.
+
+    Only the steps explored are copied (``every``: step n when ``(n - 1) %
+    every == 0``). Each copy is searched for the recording's folder as it is
+    taken: from the first copy that names it, ``dependent`` says which file,
+    and no further copy is taken. A copy is recovered in another folder than
+    the recording's (points run side by side); relative paths resolve alike
+    there, but an absolute path written into the batch's files (a naive
+    ledger that records where it downloaded) would name the recording's
+    folder, gone by then, where a killed run's rerun finds its own: the
+    verdicts could differ, so the exploration falls back to the real mode.
+    Every byte of every file is searched (SQLite and JSONL store text as UTF-8).
     """
 
-    def __init__(self, root: Path, snapshots: Path, quiet: float):
+    def __init__(self, root: Path, snapshots: Path, quiet: float, every: int = 1):
         self.root, self.snapshots = Path(root), Path(snapshots)
         self.deadline = time.monotonic() + quiet
+        self.every = every
+        self.needle = os.fsencode(os.path.abspath(self.root))
+        self.dependent = None  # the first copy that names the recording's folder
 
     def __call__(self, n: int, path=None) -> None:
+        if (n - 1) % self.every or self.dependent is not None:
+            return
         others = [t.name for t in threading.enumerate()
                   if t is not threading.current_thread() and not t.name.startswith("lease-")]
         if others or time.monotonic() > self.deadline:
             raise RuntimeError(f"step {n}: threads {others} alive or a lease heartbeat may write "
                                "now: this run cannot be copied consistently")
-        copy_tree(self.root, folder(self.snapshots, n, False))
-        if path is not None:  # the tear+kill twin: the download cut to half its bytes
-            torn = folder(self.snapshots, n, True)
-            copy_tree(self.root, torn)
-            relative = Path(os.path.abspath(path)).relative_to(os.path.abspath(self.root))
-            copy = torn / relative
-            os.truncate(copy, copy.stat().st_size // 2)
-
-
-def position_dependent(snapshots: Path, recorded_at: Path) -> str | None:
-    """Does any copy name the folder it was recorded in? (None: no copy does.)
-
-    A copy is recovered in another folder than the recording's (points run side
-    by side). Relative paths resolve alike there; an absolute path written into
-    the batch's files (a naive ledger that records where it downloaded) would
-    name the recording's folder, gone by then, where a killed run's rerun finds
-    its own: the verdicts could differ, so the exploration falls back to the
-    real mode. Every byte of every copy is searched (SQLite and JSONL store
-    text as UTF-8).
-    """
-    needle = os.fsencode(os.path.abspath(recorded_at))
-    for path in sorted(Path(snapshots).rglob("*")):
-        if path.is_file() and needle in path.read_bytes():
-            return f"{path.relative_to(snapshots)} names the folder it was recorded in"
-    return None
+        self.snapshots.mkdir(parents=True, exist_ok=True)
+        copy = folder(self.snapshots, n, False)
+        found = copy_tree(self.root, copy, self.needle)
+        if path is not None and found is None:  # the tear+kill twin: the download cut in half
+            copy = folder(self.snapshots, n, True)
+            found = copy_tree(self.root, copy, self.needle)
+            torn = copy / Path(os.path.abspath(path)).relative_to(os.path.abspath(self.root))
+            os.truncate(torn, torn.stat().st_size // 2)
+        if found is not None:
+            self.dependent = f"{copy.name}/{found} names the folder it was recorded in"
 
 
 def refusal(plan) -> str | None:
