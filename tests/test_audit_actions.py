@@ -243,3 +243,21 @@ def test_audit_json_imports_no_pandas(tmp_path):
     done = subprocess.run([sys.executable, "-c", code, *paths], capture_output=True, text=True,
                           check=True)
     assert done.stderr == "False" and done.stdout.count('"per_item"') == 3
+
+
+def test_lone_surrogate_key_is_written_by_json_and_csv_as_its_escape_not_a_traceback(
+        tmp_path, capsys):
+    """A JSONL ledger line whose key holds ``\\ud800`` (valid JSON, no UTF-8): orjson and
+    Arrow refuse that text. ``audit --json`` and ``--csv`` must still answer, writing the
+    key back as its escape, so the JSON reads back as the same key."""
+    from toolkit.ledger import open_ledger
+
+    path = tmp_path / "l.jsonl"
+    with open_ledger(path) as ledger:
+        ledger.add("kAB", source="a.pdf")
+    path.write_text(path.read_text().replace('"kAB"', '"k\\ud800"'))
+    doc = audit_json(capsys, str(path))
+    assert [(row["key"], row["action"]) for row in doc["per_item"]] == [("k\ud800", "run")]
+    csv_path = tmp_path / "items.csv"
+    assert main(["audit", str(path), "--csv", str(csv_path)]) == 0
+    assert '"k\\ud800","a.pdf","pending"' in csv_path.read_text(encoding="utf-8")

@@ -47,7 +47,9 @@ def write_atomic(table, path, **options) -> None:
     except OSError as exc:
         raise ToolkitError(f"cannot write --csv {path!r}: {exc.strerror or exc}") from None
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as stream:
+        # a lone surrogate (not UTF-8) is written as its escape, \ud800, as JSON would
+        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace",
+                       newline="") as stream:
             table.to_csv(stream, index=False, **options)
             stream.flush()
             os.fsync(stream.fileno())

@@ -95,7 +95,21 @@ def dumps(doc) -> bytes:
 
         return json.dumps(doc, indent=2, sort_keys=True, default=_plain).encode("utf-8")
     options = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
-    return orjson.dumps(doc, default=_plain, option=options)
+    return _orjson(orjson, doc, options)
+
+
+def _orjson(orjson, doc, options) -> bytes:
+    """``orjson.dumps``, or the json module's same layout where orjson refuses a text: a
+    lone surrogate (a ledger's JSON "\\ud800" decodes to one) is not UTF-8. Written back
+    as its JSON escape (``backslashreplace`` gives exactly ``\\ud800``), it reads back
+    as the same text."""
+    try:
+        return orjson.dumps(doc, default=_plain, option=options)
+    except TypeError:  # orjson.JSONEncodeError is a TypeError
+        import json
+
+        return json.dumps(doc, indent=2, sort_keys=True, default=_plain,
+                          ensure_ascii=False).encode("utf-8", "backslashreplace")
 
 
 def write_json(doc, stream) -> None:
@@ -130,7 +144,7 @@ def stream_json(report, stream, action: str | None = None) -> None:
     findings = _findings_by_key(report.anomalies)
     for start in range(0, len(rows), CHUNK):
         chunk = _no_gc(lambda: _objects(rows[start:start + CHUNK], findings))
-        data = orjson.dumps(chunk, default=_plain, option=options)  # b"[\n  {...}\n]"
+        data = _orjson(orjson, chunk, options)  # b"[\n  {...}\n]"
         write((b"," if start else b"") + data[1:-2].replace(b"\n", b"\n  "))
     write(b"\n  ]," + text[at + len(_SLOT):] + b"\n")
     getattr(stream, "buffer", stream).flush()
@@ -157,7 +171,9 @@ def write_csv(report, path, action: str | None = None) -> int:
     extra = items[["key", *keep]]
     if action is not None:
         extra = extra[items["action"] == action]
-    table = pd.DataFrame(rows, columns=[*PER_ITEM, "findings"])
+    # pandas' own string storage: a lone surrogate in a key (a JSON "\ud800") is no Arrow text
+    with pd.option_context("mode.string_storage", "python"):
+        table = pd.DataFrame(rows, columns=[*PER_ITEM, "findings"])
     table["findings"] = ["; ".join(kinds) for kinds in table["findings"]]
     for name in keep:
         table[name] = extra[name].tolist()
