@@ -7,6 +7,7 @@ guarded on the from-state and token it read (``rowcount == 1`` or an error).
 
 import dataclasses
 import json
+import operator
 import os
 import sqlite3
 
@@ -89,13 +90,15 @@ class _RowCache:
     def __init__(self):
         self.row = self.version = self.pending = None
         self.affinity = None  # until ``declare``: nothing is kept
-        self.reals = ()
+        self.reals = lambda row: ()
         self.plans = {}  # a row's tuple of value types -> its conversion plan, or False
 
     def declare(self, declared: dict) -> None:
         """The items table's declared column types (``PRAGMA table_info``), by name."""
         self.affinity = tuple(_AFFINITY.get(declared.get(name)) for name in ITEM_COLUMNS)
-        self.reals = tuple(i for i, kind in enumerate(self.affinity) if kind is float)
+        reals = [i for i, kind in enumerate(self.affinity) if kind is float]
+        # The REAL columns' values in one C call (an itemgetter of two or more: a tuple).
+        self.reals = (operator.itemgetter(*reals, *reals[:1]) if reals else lambda row: ())
         self.plans.clear()
 
     def _plan(self, types: tuple):
@@ -113,7 +116,7 @@ class _RowCache:
 
     def stored(self, new):
         """``new`` (an ItemRow) as SQLite stores it, or None when not sure."""
-        types = tuple(map(type, new))
+        types = tuple(map(type, new))  # one C call; so is the lookup
         plan = self.plans.get(types)
         if plan is None:
             plan = self._plan(types)
@@ -121,8 +124,7 @@ class _RowCache:
                 self.plans[types] = plan
         if plan is False:
             return None
-        for index in self.reals:
-            value = new[index]
+        for value in self.reals(new):
             if value != value:  # NaN: stored as NULL
                 return None
         if not plan:
@@ -139,24 +141,29 @@ DATA_VERSION = "PRAGMA data_version"
 
 class _LedgerTxn(sqlite_txn):
     """The ledger's transaction: ``sqlite_txn``, the group's writer lock first (group
-    commit), and the row cache told whether the transaction committed."""
+    commit), and the row cache told whether the transaction committed.
 
-    __slots__ = ("cache", "writer")
+    One per ledger, entered again for every transaction (never nested: the ledger's
+    lock is held around it, and SQLite refuses a BEGIN inside a transaction anyway).
+    """
 
-    def __init__(self, ledger):
-        super().__init__(ledger._db, ledger._what)
-        self.cache = ledger._cache
-        self.writer = None if ledger._flushes is None else ledger._flushes.writer()
+    __slots__ = ("cache", "flushes", "writer")
+
+    def __init__(self, db, what, cache):
+        super().__init__(db, what)
+        self.cache, self.flushes, self.writer = cache, None, None
 
     def __enter__(self):
-        if self.writer is not None:
+        if self.flushes is not None:
+            self.writer = self.flushes.writer()
             self.writer.__enter__()  # the processes' writers queue in the kernel first
         try:
             self.cache.pending = None
             return super().__enter__()
         except BaseException:
             if self.writer is not None:
-                self.writer.__exit__(None, None, None)
+                self.writer, writer = None, self.writer
+                writer.__exit__(None, None, None)
             raise
 
     def __exit__(self, kind, exc, tb) -> bool:
@@ -168,7 +175,8 @@ class _LedgerTxn(sqlite_txn):
             raise
         finally:
             if self.writer is not None:
-                self.writer.__exit__(None, None, None)
+                self.writer, writer = None, self.writer
+                writer.__exit__(None, None, None)
         if kind is not None:
             cache.row = None
         elif cache.pending is not None:
@@ -197,6 +205,7 @@ class SqliteLedger(Ledger):
         try:
             self._db = sqlite3.connect(self.path, timeout=timeout, isolation_level=None,
                                        check_same_thread=False)
+            self._ctx = _LedgerTxn(self._db, self._what, self._cache)
             # Refuse a foreign database before changing anything in it (even its journal mode).
             tables = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master")}
             if tables and "meta" not in tables:
@@ -234,7 +243,7 @@ class SqliteLedger(Ledger):
             raise LedgerError(f"{str(self.path)!r} is not a resume-toolkit ledger ({fmt})")
         if grouped:
             try:
-                self._flushes = SharedFlushes(f"{self.path}-flush")
+                self._flushes = self._ctx.flushes = SharedFlushes(f"{self.path}-flush")
             except OSError as exc:
                 self._db.close()
                 raise StorageError(f"SQLite ledger {str(self.path)!r}: cannot open its "
@@ -260,7 +269,9 @@ class SqliteLedger(Ledger):
             self._wal_named = True
 
     def _txn(self):
-        return _LedgerTxn(self)
+        ctx = self._ctx
+        ctx.db = self._db  # the connection of now (benchmarks/profile_ledger.py wraps it)
+        return ctx
 
     def _query(self, sql, args=()):
         return sqlite_read(self._what,
