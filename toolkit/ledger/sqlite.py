@@ -314,7 +314,7 @@ class SqliteLedger(Ledger):
                 db.execute(INSERT_ITEM, (key, _TEXT[new[1]]) + new[2:])
             elif db.execute(UPDATE_ITEM, (_TEXT[new[1]],) + new[2:] + (
                     key, _TEXT[old.state], old.token)).rowcount != 1:
-                # cannot happen under BEGIN IMMEDIATE; guard anyway
+                # cannot happen under BEGIN IMMEDIATE with an exact row cache; guard anyway
                 raise StateConflictError(key, old.state, "changed concurrently")
             seq = db.execute(INSERT_EVENT, (ts, op, key, _TEXT[frm], _TEXT[to], attempt, worker,
                                            token, detail_json(detail))).lastrowid
