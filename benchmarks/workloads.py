@@ -95,17 +95,21 @@ class BareAppend:
 class SqlFloor:
     """The SQL the SQLite ledger issues per lifecycle, without its Python.
 
-    Per transaction: ``BEGIN IMMEDIATE``, read the item, insert or guarded
-    update of the item row, insert the event row, ``COMMIT`` -- on the
-    ledger's own schema. The gap between this and the ledger is Python; the
-    gap between this and ``BareSqlite`` is pages written per commit.
+    Per transaction: ``BEGIN IMMEDIATE``, ``PRAGMA data_version`` (has another
+    connection committed?), read the item only where the ledger's row cache
+    cannot answer (the add: a new key), insert or guarded update of the item
+    row, insert the event row, ``COMMIT`` -- on the ledger's own schema
+    (``SCHEMA``, the statements of ``toolkit.ledger.sqlite``). The gap between
+    this and the ledger is Python; the gap between this and ``BareSqlite`` is
+    pages written per commit.
     """
 
     STEPS = (("claim", "pending"), ("move", "unknown"), ("move", "submitted"),
              ("move", "done"), ("release", "done"))
 
     def __init__(self, folder: Path, synchronous: str = "FULL", schema: str | None = None):
-        from toolkit.ledger.sqlite import ITEM_COLUMNS, SCHEMA
+        from toolkit.ledger.sqlite import (DATA_VERSION, INSERT_EVENT, INSERT_ITEM, ITEM_COLUMNS,
+                                           SCHEMA, SELECT_ITEM, UPDATE_ITEM)
 
         self.path = _fresh(folder / f"floor-{synchronous.lower()}.sqlite")
         self.db = sqlite3.connect(self.path, isolation_level=None)
@@ -114,13 +118,9 @@ class SqlFloor:
         for statement in (schema or SCHEMA).strip().split(";"):
             if statement.strip():
                 self.db.execute(statement)
-        columns, self.width = ", ".join(ITEM_COLUMNS), len(ITEM_COLUMNS)
-        self.select = f"SELECT {columns} FROM items WHERE key=?"
-        self.insert = f"INSERT INTO items ({columns}) VALUES ({', '.join('?' * self.width)})"
-        self.update = (f"UPDATE items SET {', '.join(f'{c}=?' for c in ITEM_COLUMNS[1:])} "
-                       "WHERE key=? AND state=? AND token=?")
-        self.event = ('INSERT INTO events (ts, op, key, frm, "to", attempt, worker, token, detail)'
-                      " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
+        self.width = len(ITEM_COLUMNS)
+        self.version, self.select, self.insert = DATA_VERSION, SELECT_ITEM, INSERT_ITEM
+        self.update, self.event = UPDATE_ITEM, INSERT_EVENT
         self.detail = json.dumps({"artifact_path": "out/doc.pdf", "artifact_size": 12345,
                                   "artifact_sha256": "0" * 64}, sort_keys=True)
         self.count = 0
@@ -133,6 +133,7 @@ class SqlFloor:
         for key in names:
             row = [key, "pending", "doc.pdf", 0, 0] + [None] * (self.width - 6) + [1.0]
             db.execute("BEGIN IMMEDIATE")
+            db.execute(self.version).fetchone()
             db.execute(self.select, (key,)).fetchone()
             db.execute(self.insert, row)
             db.execute(self.event, (1.0, "add", key, None, "pending", 0, None, 0, "{}"))
@@ -141,7 +142,7 @@ class SqlFloor:
                 guard = [key, row[1], row[4]]
                 row[1], row[4] = to, 1
                 db.execute("BEGIN IMMEDIATE")
-                db.execute(self.select, (key,)).fetchone()
+                db.execute(self.version).fetchone()  # unchanged: the ledger's cached row
                 if db.execute(self.update, row[1:] + guard).rowcount != 1:
                     raise AssertionError("the guarded update must hit its row")
                 db.execute(self.event, (1.0, op, key, guard[1], to, 1, "bench", 1, self.detail))

@@ -5,9 +5,9 @@ write lock, re-reads the item inside the transaction, and the ``UPDATE`` is
 guarded on the from-state and token it read (``rowcount == 1`` or an error).
 """
 
-import contextlib
 import dataclasses
 import json
+import operator
 import os
 import sqlite3
 
@@ -20,6 +20,14 @@ from toolkit.storage import sqlite_read, sqlite_txn, storage_error
 
 FORMAT = "resume-toolkit-ledger/1"
 ITEM_COLUMNS = tuple(field.name for field in dataclasses.fields(Item))
+# New ledgers: each transition's commit writes (and fsyncs) as few WAL pages as the two rows
+# need. ``items`` is WITHOUT ROWID: one b-tree keyed by ``key`` (a rowid table with a TEXT
+# primary key is two: the rows and their autoindex, both written by every add). ``events``
+# numbers ``seq`` as its rowid without AUTOINCREMENT: max(seq)+1, so no sqlite_sequence
+# page per insert; monotonic because no event row is ever deleted (nothing in the toolkit
+# deletes one: the history is append-only). Ledgers created before (AUTOINCREMENT, rowid
+# items: OLD ledgers of the same format) keep their tables: ``IF NOT EXISTS`` leaves them as
+# they are, and every statement below reads and writes both shapes alike.
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS items (
@@ -28,9 +36,9 @@ CREATE TABLE IF NOT EXISTS items (
     artifact_size INTEGER, artifact_sha256 TEXT, pages_done INTEGER, lease_owner TEXT,
     lease_host TEXT, lease_pid INTEGER, lease_started REAL, lease_expires REAL,
     artifact_mtime_ns INTEGER, artifact_ctime_ns INTEGER, artifact_ino INTEGER,
-    updated REAL NOT NULL);
+    updated REAL NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS events (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL NOT NULL, op TEXT NOT NULL,
+    seq INTEGER PRIMARY KEY, ts REAL NOT NULL, op TEXT NOT NULL,
     key TEXT NOT NULL, frm TEXT, "to" TEXT NOT NULL, attempt INTEGER NOT NULL,
     worker TEXT, token INTEGER NOT NULL, detail TEXT NOT NULL);
 INSERT OR IGNORE INTO meta VALUES ('format', '{FORMAT}');
@@ -62,6 +70,120 @@ def _item(row) -> Item:
     return Item(row[0], state, *row[2:])
 
 
+class _RowCache:
+    """The row this connection last wrote or read, so a transition needs no ``SELECT``.
+
+    Valid while ``PRAGMA data_version`` -- read inside each ``BEGIN IMMEDIATE``, where
+    our write lock holds every other writer off -- is the value read when the row was
+    kept: SQLite changes it whenever another connection (this process's or another's)
+    has committed since, and never for this connection's own commits. A miss, or any
+    doubt, is a ``SELECT`` as before; a rolled-back transaction forgets the row.
+
+    A written row is kept only as SQLite will give it back: column affinity turns an
+    int into a float in a REAL column (kept, converted) and a NaN into NULL, a float
+    into an int in an INTEGER one, a number into text in a TEXT one (not kept: those
+    items are read back, so a later transition sees exactly what a re-read would).
+    """
+
+    __slots__ = ("row", "version", "pending", "plans", "affinity", "reals")
+
+    def __init__(self):
+        self.row = self.version = self.pending = None
+        self.affinity = None  # until ``declare``: nothing is kept
+        self.reals = lambda row: ()
+        self.plans = {}  # a row's tuple of value types -> its conversion plan, or False
+
+    def declare(self, declared: dict) -> None:
+        """The items table's declared column types (``PRAGMA table_info``), by name."""
+        self.affinity = tuple(_AFFINITY.get(declared.get(name)) for name in ITEM_COLUMNS)
+        reals = [i for i, kind in enumerate(self.affinity) if kind is float]
+        # The REAL columns' values in one C call (an itemgetter of two or more: a tuple).
+        self.reals = (operator.itemgetter(*reals, *reals[:1]) if reals else lambda row: ())
+        self.plans.clear()
+
+    def _plan(self, types: tuple):
+        if self.affinity is None:
+            return False
+        to_float = []
+        for index, (kind, column) in enumerate(zip(types, self.affinity)):
+            if kind is type(None) or kind is column or (index == 1 and kind is State):
+                continue
+            if kind is int and column is float:
+                to_float.append(index)
+                continue
+            return False
+        return tuple(to_float)
+
+    def stored(self, new):
+        """``new`` (an ItemRow) as SQLite stores it, or None when not sure."""
+        types = tuple(map(type, new))  # one C call; so is the lookup
+        plan = self.plans.get(types)
+        if plan is None:
+            plan = self._plan(types)
+            if len(self.plans) < 64:  # a handful of shapes in practice; bounded anyway
+                self.plans[types] = plan
+        if plan is False:
+            return None
+        for value in self.reals(new):
+            if value != value:  # NaN: stored as NULL
+                return None
+        if not plan:
+            return new
+        values = list(new)
+        for index in plan:
+            values[index] = float(values[index])
+        return _ROW(ItemRow, values)
+
+
+_AFFINITY = {"INTEGER": int, "REAL": float, "TEXT": str}
+DATA_VERSION = "PRAGMA data_version"
+
+
+class _LedgerTxn(sqlite_txn):
+    """The ledger's transaction: ``sqlite_txn``, the group's writer lock first (group
+    commit), and the row cache told whether the transaction committed.
+
+    One per ledger, entered again for every transaction (never nested: the ledger's
+    lock is held around it, and SQLite refuses a BEGIN inside a transaction anyway).
+    """
+
+    __slots__ = ("cache", "flushes", "writer")
+
+    def __init__(self, db, what, cache):
+        super().__init__(db, what)
+        self.cache, self.flushes, self.writer = cache, None, None
+
+    def __enter__(self):
+        if self.flushes is not None:
+            self.writer = self.flushes.writer()
+            self.writer.__enter__()  # the processes' writers queue in the kernel first
+        try:
+            self.cache.pending = None
+            return super().__enter__()
+        except BaseException:
+            if self.writer is not None:
+                self.writer, writer = None, self.writer
+                writer.__exit__(None, None, None)
+            raise
+
+    def __exit__(self, kind, exc, tb) -> bool:
+        cache = self.cache
+        try:
+            suppressed = super().__exit__(kind, exc, tb)
+        except BaseException:
+            cache.row = None  # rolled back, or not known to be committed
+            raise
+        finally:
+            if self.writer is not None:
+                self.writer, writer = None, self.writer
+                writer.__exit__(None, None, None)
+        if kind is not None:
+            cache.row = None
+        elif cache.pending is not None:
+            cache.row = cache.pending
+        return suppressed
+
+
 def _event(row) -> Event:
     seq, ts, op, key, frm, to, attempt, worker, token, detail = row
     return Event(seq, ts, op, key, frm and State(frm), State(to), attempt, worker, token,
@@ -78,10 +200,12 @@ class SqliteLedger(Ledger):
         threads and of other processes on the same file share their fsyncs (``group``)."""
         super().__init__(path, **options)
         self._flushes = None
+        self._cache = _RowCache()
         self._what = f"SQLite ledger {str(self.path)!r}"  # built once: named by every txn
         try:
             self._db = sqlite3.connect(self.path, timeout=timeout, isolation_level=None,
                                        check_same_thread=False)
+            self._ctx = _LedgerTxn(self._db, self._what, self._cache)
             # Refuse a foreign database before changing anything in it (even its journal mode).
             tables = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master")}
             if tables and "meta" not in tables:
@@ -101,11 +225,14 @@ class SqliteLedger(Ledger):
                 for statement in SCHEMA.strip().split(";"):
                     if statement.strip():
                         self._db.execute(statement)
-                have = {row[1] for row in self._db.execute("PRAGMA table_info(items)")}
+                info = self._db.execute("PRAGMA table_info(items)").fetchall()
+                have = {row[1] for row in info}
                 for name, kind in ADDED_COLUMNS.items():
                     if name not in have:
                         self._db.execute(f"ALTER TABLE items ADD COLUMN {name} {kind}")
             fmt = self._db.execute("SELECT value FROM meta WHERE name='format'").fetchone()
+            self._cache.declare({row[1]: row[2].upper() for row in
+                                 self._db.execute("PRAGMA table_info(items)")})
         except StorageError:
             self._db.close()
             raise
@@ -117,7 +244,7 @@ class SqliteLedger(Ledger):
             raise LedgerError(f"{str(self.path)!r} is not a resume-toolkit ledger ({fmt})")
         if grouped:
             try:
-                self._flushes = SharedFlushes(f"{self.path}-flush")
+                self._flushes = self._ctx.flushes = SharedFlushes(f"{self.path}-flush")
             except OSError as exc:
                 self._db.close()
                 raise StorageError(f"SQLite ledger {str(self.path)!r}: cannot open its "
@@ -143,15 +270,9 @@ class SqliteLedger(Ledger):
             self._wal_named = True
 
     def _txn(self):
-        if self._flushes is None:
-            return sqlite_txn(self._db, self._what)
-        return self._queued_txn()
-
-    @contextlib.contextmanager
-    def _queued_txn(self):
-        """Group commit: the processes' writers take turns on a kernel lock first."""
-        with self._flushes.writer(), sqlite_txn(self._db, self._what):
-            yield
+        ctx = self._ctx
+        ctx.db = self._db  # the connection of now (benchmarks/profile_ledger.py wraps it)
+        return ctx
 
     def _query(self, sql, args=()):
         return sqlite_read(self._what,
@@ -165,13 +286,25 @@ class SqliteLedger(Ledger):
         return _item(row) if row is not None else None
 
     def _current(self, key):
+        # Inside the transaction (``Commit``): our write lock is held, so the version read
+        # here is the one every statement of this transaction sees.
+        cache, db = self._cache, self._db
         try:
-            row = self._db.execute(SELECT_ITEM, (key,)).fetchone()
+            version = db.execute(DATA_VERSION).fetchone()[0]
+            if version == cache.version:
+                row = cache.row
+                if row is not None and row[0] == key:
+                    return row
+            else:
+                cache.row, cache.version = None, version  # another connection committed
+            row = db.execute(SELECT_ITEM, (key,)).fetchone()
         except sqlite3.Error as exc:
             raise storage_error(self._what, exc) from exc
         if row is None:
             return None
-        return _ROW(ItemRow, (row[0], _STATE_OF.get(row[1]) or State(row[1]), *row[2:]))
+        cache.row = row = _ROW(ItemRow, (row[0], _STATE_OF.get(row[1]) or State(row[1]),
+                                         *row[2:]))
+        return row
 
     def _write(self, old, new, parts):
         ts, op, key, frm, to, attempt, worker, token, detail = parts
@@ -182,12 +315,14 @@ class SqliteLedger(Ledger):
                 db.execute(INSERT_ITEM, (key, _TEXT[new[1]]) + new[2:])
             elif db.execute(UPDATE_ITEM, (_TEXT[new[1]],) + new[2:] + (
                     key, _TEXT[old.state], old.token)).rowcount != 1:
-                # cannot happen under BEGIN IMMEDIATE; guard anyway
+                # cannot happen under BEGIN IMMEDIATE with an exact row cache; guard anyway
                 raise StateConflictError(key, old.state, "changed concurrently")
-            return db.execute(INSERT_EVENT, (ts, op, key, _TEXT[frm], _TEXT[to], attempt, worker,
-                                            token, detail_json(detail))).lastrowid
+            seq = db.execute(INSERT_EVENT, (ts, op, key, _TEXT[frm], _TEXT[to], attempt, worker,
+                                           token, detail_json(detail))).lastrowid
         except sqlite3.Error as exc:
             raise StorageError(f"cannot record {op} of {key}: {exc}") from exc
+        self._cache.pending = self._cache.stored(new)  # kept once the COMMIT succeeds
+        return seq
 
     def _load_many(self, keys):
         found = {}
