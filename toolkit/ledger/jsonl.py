@@ -19,6 +19,7 @@ from toolkit.documents import fsync_dir
 from toolkit.errors import LedgerError, StorageError
 from toolkit.ledger import Event, Item, Ledger, State, apply_event
 from toolkit.ledger.group import GroupCommit
+from toolkit.ledger.records import ItemRow
 
 SNAPSHOT = "snapshot"
 # Line 1 of every ledger this toolkit writes; a file without it whose lines are all
@@ -33,20 +34,21 @@ _TEXT = json.encoder.encode_basestring_ascii  # the C function behind _LINE's st
 def _detail_encoder():
     """``_LINE`` for a detail dict without its per-call Python: the C encoder that
     ``JSONEncoder.iterencode`` builds on every call, built once here with _LINE's own
-    settings (sorted keys, ASCII, NaN allowed, circular check). Only the writer calls
-    it, under the ledger's lock (the circular check's dict is shared). Without the C
-    speedups, ``_LINE`` itself."""
+    settings (sorted keys, ASCII, NaN allowed, circular check), called as
+    ``"".join(encode(detail, 0))``. Only the writer calls it, under the ledger's lock
+    (the circular check's dict is shared). Without the C speedups, None."""
     make = getattr(json.encoder, "c_make_encoder", None)
     if make is None:
-        return _LINE
+        return None
     reference = json.JSONEncoder(sort_keys=True)
-    encode = make({}, reference.default, _TEXT, None, reference.key_separator,
-                  reference.item_separator, True, False, True)
-    return lambda detail: "".join(encode(detail, 0))
+    return make({}, reference.default, _TEXT, None, reference.key_separator,
+                reference.item_separator, True, False, True)
 
 
-_DETAIL = _detail_encoder()
-_NO_TXN = contextlib.nullcontext()  # stateless: one for every transaction
+_ENCODE = _detail_encoder()
+# The quoted text of each state and op, looked up instead of escaped per event (a State
+# hashes by its name: a plain string is not found here and takes _TEXT).
+_QUOTED = {name: _TEXT(name) for name in (*State, "add", "move", "claim", "release")}
 KEY_PATTERN = re.compile(rb'"key": "([^"\\]{1,200})"')
 
 
@@ -80,12 +82,14 @@ def event_line(seq, ts, op, key, frm, to, attempt, worker, token, detail) -> byt
     """
     if (type(seq) is int and type(attempt) is int and type(token) is int and type(op) is str
             and type(key) is str and (worker is None or type(worker) is str)
-            and (type(ts) is int or (type(ts) is float and ts - ts == 0))):
-        return (f'{{"attempt": {attempt}, "detail": {_DETAIL(detail)}, "from": '
-                f'{"null" if frm is None else _TEXT(frm)}, "key": {_TEXT(key)}, '
-                f'"op": {_TEXT(op)}, "seq": {seq}, "to": {_TEXT(to)}, "token": {token}, '
-                f'"ts": {ts!r}, "worker": {"null" if worker is None else _TEXT(worker)}}}\n'
-                ).encode()
+            and (type(ts) is int or (type(ts) is float and ts - ts == 0))
+            and _ENCODE is not None):
+        quoted = _QUOTED.get
+        return (f'{{"attempt": {attempt}, "detail": {"".join(_ENCODE(detail, 0))}, "from": '
+                f'{"null" if frm is None else quoted(frm) or _TEXT(frm)}, "key": {_TEXT(key)}, '
+                f'"op": {quoted(op) or _TEXT(op)}, "seq": {seq}, '
+                f'"to": {quoted(to) or _TEXT(to)}, "token": {token}, "ts": {ts!r}, '
+                f'"worker": {"null" if worker is None else _TEXT(worker)}}}\n').encode()
     return (_LINE(Event(seq, ts, op, key, frm, to, attempt, worker, token, detail).to_json())
             + "\n").encode()
 
@@ -257,15 +261,23 @@ class JsonlLedger(Ledger):
     def _txn(self):
         # The in-process lock (held by the caller) and the file lock make this
         # process the only writer; the single append in _write is the commit.
-        return _NO_TXN
+        return None
 
+    # ``_state`` holds each item as an Item, or as the ItemRow a write folded (``_write``):
+    # the Item (a frozen dataclass: 21 attribute sets) is built when someone reads it, at
+    # most once per write, and kept; the transactions read either (``_current``).
     def _as_item(self, row):
-        return self._state[row[0]]  # the Item _write just stored from this row
+        item = self._state[row[0]] = Item(*row)  # the row _write just stored
+        return item
 
     def _load(self, key):
-        return self._state.get(key)
+        item = self._state.get(key)
+        if item.__class__ is ItemRow:
+            item = self._state[key] = Item(*item)
+        return item
 
-    _current = _load  # the Items held in memory: nothing to build
+    def _current(self, key):
+        return self._state.get(key)
 
     def _append(self, line: bytes):
         """Append one whole line; fsync it unless group commit syncs it later.
@@ -306,12 +318,16 @@ class JsonlLedger(Ledger):
         # Memory changes only after the line is written (and fsynced, unless group commit
         # fsyncs it before this call's caller is answered: see group.py).
         self._seq = seq
-        self._state[new.key] = Item(*new)  # held: an Item
+        self._state[new[0]] = new  # an ItemRow: its Item is built when read (_load)
         self._history.append((seq, parts))  # its Event is built when the history is read
         return seq
 
     def _items(self):
-        return list(self._state.values())
+        state = self._state
+        for key, item in state.items():  # values replaced, none added: iteration is safe
+            if item.__class__ is ItemRow:
+                state[key] = Item(*item)
+        return list(state.values())
 
     def _events(self):
         history = self._history  # Events read from the file, (seq, parts) of our writes
@@ -333,7 +349,7 @@ class JsonlLedger(Ledger):
                 raise LedgerError(self.corruption())
             tmp = self.path.with_name(self.path.name + ".compact")
             lines = [json.dumps({SNAPSHOT: item_to_json(item), "seq": self._seq}, sort_keys=True)
-                     for item in self._state.values()]
+                     for item in self._items()]
             with open(tmp, "wb") as handle:
                 handle.write(HEADER_LINE + "".join(line + "\n" for line in lines).encode())
                 handle.flush()
