@@ -92,14 +92,14 @@ def _respaced(seq, ts, op, key, frm, to, attempt, worker, token, detail) -> byte
     ``", "``), or None when the two encoders could differ.
 
     orjson writes compact UTF-8; ``_LINE`` ASCII with spaces after separators. They agree,
-    once respaced, on what this accepts: ASCII text without escapes (no backslash, no
-    DEL, which ``_LINE`` escapes), a flat detail (two ``{``, no ``[``), floats in
-    ``_plain_float``'s range, no ``:`` or ``,`` inside a string (the counts of both are
-    exactly the separators'). What orjson refuses (a lone surrogate, an int beyond 64
-    bits) or would alter (NaN, written null) takes the other path. ``event_line`` has
-    checked the types of every part but the states and the detail.
+    once respaced, on what this accepts: a flat detail of scalars (``_SCALARS``), floats
+    in ``_plain_float``'s range, ASCII text without escapes (no backslash; no DEL, which
+    ``_LINE`` escapes), no ``:`` or ``,`` inside a string (the counts of both are exactly
+    the separators': 10 + n keys, 9 + n - 1 pairs apart). What orjson refuses (a lone
+    surrogate, an int beyond 64 bits) or would alter (NaN, written null) takes the other
+    path. ``event_line`` has checked the types of every part but the states and detail.
     """
-    if type(ts) is float and not _plain_float(ts):
+    if type(ts) is float and not (ts == 0 or 1e-4 <= abs(ts) < 1e16):  # _plain_float
         return None
     kinds = set(map(type, detail.values()))
     if not (_SCALARS.issuperset(kinds) and type(to) in _TEXTS
@@ -115,9 +115,9 @@ def _respaced(seq, ts, op, key, frm, to, attempt, worker, token, detail) -> byte
     except orjson.JSONEncodeError:
         return None
     fields = len(detail)
-    if (not text.isascii() or b"\\" in text or b"\x7f" in text or b"[" in text
-            or text.count(b"{") != 2 or text.count(b":") != 10 + fields
-            or text.count(b",") != 9 + max(fields - 1, 0)):
+    if (not text.isascii() or b"\\" in text or b"\x7f" in text
+            or text.count(b":") != 10 + fields
+            or text.count(b",") != (8 + fields if fields else 9)):
         return None
     return text.replace(b":", b": ").replace(b",", b", ") + b"\n"
 
