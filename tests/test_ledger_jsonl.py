@@ -147,7 +147,7 @@ def test_respaced_orjson_line_is_the_reference_line_and_serves_ordinary_events()
     import random
 
     from toolkit.ledger import Event
-    from toolkit.ledger.jsonl import _respaced, event_line
+    from toolkit.ledger.lines import _respaced, event_line
 
     class Colour(enum.Enum):
         RED = 1
