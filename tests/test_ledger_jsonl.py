@@ -143,7 +143,6 @@ def test_respaced_orjson_line_is_the_reference_line_and_serves_ordinary_events()
     refuses. And it must not be dead: every event of an ordinary lifecycle takes it."""
     import datetime
     import enum
-    import math
     import random
 
     from toolkit.ledger import Event
