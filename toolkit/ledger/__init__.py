@@ -34,7 +34,7 @@ from toolkit.liveness import alive, host_id, my_start, start_ticks
 # The records (items, events, their fold) and the transition policy live in their own
 # modules (records.py, transitions.py); both are re-exported from here.
 from toolkit.ledger.records import (ITEM_FIELDS, LEASE_FIELDS, MUTABLE_FIELDS, Event, Item,
-                                    apply_event, with_seq)
+                                    apply_event, item_of, with_seq)
 from toolkit.ledger.transitions import (ARTIFACT_FIELDS, MOVES, PERMANENT, TERMINAL,
                                         TRANSIENT, TRANSITIONS, State, bad_artifact,
                                         why_illegal)
@@ -120,7 +120,7 @@ class Ledger:
 
     def _as_item(self, row) -> Item:
         """The Item of a folded row (``records.ItemRow``), as handed to a caller."""
-        return Item(*row)
+        return item_of(row)
 
     def _items(self) -> list[Item]:
         raise NotImplementedError

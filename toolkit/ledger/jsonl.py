@@ -21,7 +21,7 @@ from toolkit.errors import LedgerError, StorageError
 from toolkit.ledger import Event, Item, Ledger, State, apply_event
 from toolkit.ledger.group import GroupCommit
 from toolkit.ledger.lines import event_line
-from toolkit.ledger.records import ItemRow
+from toolkit.ledger.records import ItemRow, item_of
 
 SNAPSHOT = "snapshot"
 # Line 1 of every ledger this toolkit writes; a file without it whose lines are all
@@ -224,13 +224,13 @@ class JsonlLedger(Ledger):
     # the Item (a frozen dataclass: 21 attribute sets) is built when someone reads it, at
     # most once per write, and kept; the transactions read either (``_current``).
     def _as_item(self, row):
-        item = self._state[row[0]] = Item(*row)  # the row _write just stored
+        item = self._state[row[0]] = item_of(row)  # the row _write just stored
         return item
 
     def _load(self, key):
         item = self._state.get(key)
         if item.__class__ is ItemRow:
-            item = self._state[key] = Item(*item)
+            item = self._state[key] = item_of(item)
         return item
 
     def _current(self, key):
@@ -283,7 +283,7 @@ class JsonlLedger(Ledger):
         state = self._state
         for key, item in state.items():  # values replaced, none added: iteration is safe
             if item.__class__ is ItemRow:
-                state[key] = Item(*item)
+                state[key] = item_of(item)
         return list(state.values())
 
     def _events(self):
