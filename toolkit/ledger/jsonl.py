@@ -111,6 +111,7 @@ class JsonlLedger(Ledger):
         with open(self._fd, "rb", closefd=False) as handle:
             data = handle.read()
         self._state: dict[str, Item] = {}
+        self._current = self._state.get  # what a transaction reads: no Python call per read
         self._history: list = []  # Events, and (seq, parts) of our writes (see _events)
         self._seq = 0
         self._size = len(data)
@@ -222,7 +223,8 @@ class JsonlLedger(Ledger):
 
     # ``_state`` holds each item as an Item, or as the ItemRow a write folded (``_write``):
     # the Item (a frozen dataclass: 21 attribute sets) is built when someone reads it, at
-    # most once per write, and kept; the transactions read either (``_current``).
+    # most once per write, and kept; the transactions read either (``_current``, bound
+    # to ``_state.get`` in ``_replay``, the one place ``_state`` is assigned).
     def _as_item(self, row):
         item = self._state[row[0]] = item_of(row)  # the row _write just stored
         return item
@@ -232,9 +234,6 @@ class JsonlLedger(Ledger):
         if item.__class__ is ItemRow:
             item = self._state[key] = item_of(item)
         return item
-
-    def _current(self, key):
-        return self._state.get(key)
 
     def _append(self, line: bytes):
         """Append one whole line; fsync it unless group commit syncs it later.
