@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from toolkit.ledger import PERMANENT, TRANSIENT, TRANSITIONS, State, open_ledger
+from toolkit.ledger import PERMANENT, TRANSIENT, TRANSITIONS, open_ledger
 from toolkit.ledger.transitions import MOVES, why_illegal
 from toolkit.liveness import start_ticks
 
