@@ -90,6 +90,9 @@ def cpu_pass(backend: str, durable: bool, items: int, blocks: int) -> dict[str, 
             factories["same SQL, no Python"] = lambda: workloads.SqlFloor(folder, sync)
         else:
             factories["bare append loop"] = lambda: workloads.BareAppend(folder, fsync=durable)
+            if durable:  # beside the baseline, which stays fsync (the ledger's call)
+                factories["bare, fdatasync"] = lambda: workloads.BareAppend(
+                    folder, sync="fdatasync")
         subjects = {name: make() for name, make in factories.items()}
         cpu, wall = collections.Counter(), collections.Counter()
         try:
@@ -118,7 +121,25 @@ def print_cpu(backend: str, durable: bool, items: int, blocks: int) -> None:
         print(f"  {name:<24} {cpu:8.1f} {wall:8.1f}")
     floor = figures.get("same SQL, no Python", figures.get("bare append loop"))
     print(f"  {'ledger CPU - baseline':<24} {figures['ledger'][0] - floor[0]:8.1f}"
-          "   (the Python a transition pays beyond its baseline)\n")
+          "   (the Python a transition pays beyond its baseline)")
+    if "bare append loop" in figures and durable:
+        print(f"  {'bare loop / ledger, wall':<24} "
+              f"{figures['bare append loop'][1] / figures['ledger'][1]:8.2f}x   (target >= 0.9x)")
+    print(f"  {'calls/transition':<24} {calls_per_transition(backend, durable):8.1f}"
+          "   (cProfile: Python functions and the C ones they call)\n")
+
+
+def calls_per_transition(backend: str, durable: bool, items: int = 50) -> float:
+    """Function calls per transition as cProfile counts them (a figure load cannot move)."""
+    with tempfile.TemporaryDirectory(prefix="rt-calls-") as tmp:
+        with open_ledger(Path(tmp) / f"ledger.{backend}", durable=durable) as ledger:
+            workloads.lifecycle(ledger, workloads.keys(5, "warm"), first=10**6)
+            profile = cProfile.Profile()
+            profile.enable()
+            workloads.lifecycle(ledger, workloads.keys(items, "counted"))
+            profile.disable()
+    # lifecycle's own f-string and loop are in the count too: they are the caller's
+    return pstats.Stats(profile).total_calls / (items * workloads.LIFECYCLE)
 
 
 def main(argv=None) -> int:

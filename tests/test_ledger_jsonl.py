@@ -135,6 +135,55 @@ def test_event_line_is_byte_for_byte_the_reference_json_of_the_event():
             _reference_line(event), event
 
 
+def test_respaced_orjson_line_is_the_reference_line_and_serves_ordinary_events():
+    """The orjson path (``_respaced``: one C call, respaced) must write exactly the
+    reference bytes or step aside (None) -- for separators, braces and brackets inside
+    strings, nested details, floats at the edges of its range (1e-4, 1e16, where the two
+    encoders' exponents differ), an enum or a date orjson would write and the reference
+    refuses. And it must not be dead: every event of an ordinary lifecycle takes it."""
+    import datetime
+    import enum
+    import random
+
+    from toolkit.ledger import Event
+    from toolkit.ledger.lines import _respaced, event_line
+
+    class Colour(enum.Enum):
+        RED = 1
+
+    rng = random.Random(2323)
+    texts = ["", "out/doc-000001.pdf", "a:b", "c,d", '{"x"}', "[y]", "host/1b2c-3d", "k" * 64,
+             'q"uote', "caf\u00e9", "\x7f", "bad-\udcff-name.pdf"]
+    for _ in range(3000):
+        floats = [rng.random() * 2e9, rng.random() * 2e-4, rng.uniform(9e15, 2e16), 0.0, -0.0,
+                  rng.uniform(-1, 1) * 10 ** rng.uniform(-6, 17)]
+        scalars = [None, True, 7, -1, 2**63, 2**64, *floats, *texts, {"n": 1}, [1, "x"]]
+        seq, token, attempt = rng.randrange(2**40), rng.randrange(2**40), rng.randrange(5)
+        ts = rng.choice([*floats, rng.randrange(2**40)])
+        frm, to = rng.choice([None, *State]), rng.choice(list(State))
+        op, key, worker = rng.choice(["move", *texts]), rng.choice(texts), rng.choice([None, *texts])
+        detail = {rng.choice(texts): rng.choice(scalars) for _ in range(rng.randrange(6))}
+        event = Event(seq, ts, op, key, frm, to, attempt, worker, token, detail)
+        fast = _respaced(seq, ts, op, key, frm, to, attempt, worker, token, detail)
+        assert fast in (None, _reference_line(event)), event
+        assert event_line(seq, ts, op, key, frm, to, attempt, worker, token, detail) == \
+            _reference_line(event), event
+    for foreign in (Colour.RED, datetime.date(2026, 12, 1)):  # the reference raises on them
+        assert _respaced(1, 1.5, "move", "k", None, State.PENDING, 0, None, 0,
+                         {"x": foreign}) is None
+    lease = {"lease_owner": "w", "lease_host": "host/1b2c-3d", "lease_pid": 4242,
+             "lease_started": 123456, "lease_expires": 1764573000.25}
+    for parts in [(1764572940.5, "add", "k" * 64, None, State.PENDING, 0, None, 0,
+                   {"source": "doc-000001.pdf", "digest": "d" * 64}),
+                  (1764572940.5, "claim", "k" * 64, State.PENDING, State.PENDING, 0, "w", 1, lease),
+                  (1764572940.5, "move", "k" * 64, State.SUBMITTED, State.DONE, 1, "w", 1,
+                   {"job_id": "job-000001", "artifact_path": "out/doc-000001.pdf",
+                    "artifact_size": 12345, "artifact_sha256": "a" * 64}),
+                  (1764572940.5, "release", "k" * 64, State.DONE, State.DONE, 1, "w", 1,
+                   dict.fromkeys(lease))]:
+        assert _respaced(9, *parts) == _reference_line(Event(9, *parts))
+
+
 def test_detail_column_text_decodes_to_the_same_values_as_the_reference_encoder():
     """``detail_json`` (orjson, with the standard library for what orjson refuses or
     would alter) must store every detail so that it reads back exactly: a lone

@@ -9,8 +9,11 @@ JSONL backend replays them, the SQLite backend stores both and must agree.
 
 Every transition pays this module's Python on top of its SQL and fsync, so
 the path a transition takes is kept short: states compared by identity, no
-Enum() call for a State already given, the new item folded once and the event
-built once (by the backend, when its ``seq`` is known).
+Enum() call for a State already given, one lookup of the transition table
+(``MOVES``: an edge without conditions skips ``why_illegal``), this process's
+pid and start time read once (not a system call per claim), the new item
+folded once and the event built once (by the backend, when its ``seq`` is
+known).
 """
 
 import operator
@@ -31,9 +34,9 @@ from toolkit.liveness import alive, host_id, my_start, start_ticks
 # The records (items, events, their fold) and the transition policy live in their own
 # modules (records.py, transitions.py); both are re-exported from here.
 from toolkit.ledger.records import (ITEM_FIELDS, LEASE_FIELDS, MUTABLE_FIELDS, Event, Item,
-                                    apply_event, with_seq)
-from toolkit.ledger.transitions import (ARTIFACT_FIELDS, PERMANENT, TERMINAL, TRANSIENT,
-                                        TRANSITIONS, State, bad_artifact,
+                                    apply_event, item_of, with_seq)
+from toolkit.ledger.transitions import (ARTIFACT_FIELDS, MOVES, PERMANENT, TERMINAL,
+                                        TRANSIENT, TRANSITIONS, State, bad_artifact,
                                         why_illegal)
 
 S = State
@@ -44,11 +47,16 @@ _AFTER = ("failure", *ARTIFACT_FIELDS)  # what the policy reads of an item after
 _AFTER_VALUES = operator.attrgetter(*_AFTER)
 _RELEASED = dict.fromkeys(LEASE_FIELDS)
 HOST = host_id()  # where this process runs, in this boot: a lease names its owner's host
+_SELF: list = []  # [pid, start ticks] of this process, read once; a forked child re-reads
+os.register_at_fork(after_in_child=_SELF.clear)
 
 
-def _process_start_time(pid: int) -> int | None:
-    """Start of ``pid`` in clock ticks since boot (``toolkit.liveness``), None if gone."""
-    return my_start() if pid == os.getpid() else start_ticks(pid)
+def _this_process() -> list:
+    """``[pid, start ticks]`` of this process: os.getpid() is a system call per claim
+    otherwise (Python does not cache it), two with the start time's lookup."""
+    if not _SELF:
+        _SELF[:] = os.getpid(), my_start()
+    return _SELF
 
 
 def owner_alive(item: Item) -> bool | None:
@@ -88,7 +96,9 @@ class Ledger:
         self._group = None  # a group.GroupCommit when the backend shares its fsyncs
 
     # -- primitives every backend implements -------------------------------
-    def _txn(self):  # context manager: exclusive, all-or-nothing
+    def _txn(self):
+        """A context manager: exclusive, all-or-nothing. Or None: the ledger's lock (held
+        by the caller) is the whole transaction, the one write in ``_write`` its commit."""
         raise NotImplementedError
 
     def _load(self, key: str) -> Item | None:
@@ -110,7 +120,7 @@ class Ledger:
 
     def _as_item(self, row) -> Item:
         """The Item of a folded row (``records.ItemRow``), as handed to a caller."""
-        return Item(*row)
+        return item_of(row)
 
     def _items(self) -> list[Item]:
         raise NotImplementedError
@@ -174,7 +184,7 @@ class Ledger:
         ``DEFERRED SYNC`` below (every mutating call takes it).
         """
         detail = {"source": source} if digest is None else {"source": source, "digest": digest}
-        with self._commit(sync) as commit:
+        with Commit(self, sync) as commit:
             if self._current(key) is not None:
                 return False
             commit(None, "add", key, None, S.PENDING, 0, None, 0, detail)
@@ -193,23 +203,25 @@ class Ledger:
             frm = State(frm)
         if to.__class__ is not State:
             to = State(to)
-        if to not in TRANSITIONS[frm]:
+        plain = MOVES[frm].get(to)  # None: no such edge; True: no condition to judge
+        if plain is None:
             raise IllegalTransitionError(frm, to)
         if fields and not _MUTABLE.issuperset(fields):
             raise TypeError(f"move() cannot set {sorted(fields.keys() - _MUTABLE)}")
         if (to is S.FAILED) != (fields.get("failure") in _FAILURES):
             raise IllegalTransitionError(frm, to, "failure='transient' or 'permanent' goes "
                                          "with a move to failed, only")
-        with self._commit(sync) as commit:
+        with Commit(self, sync) as commit:
             item = self._guard(key, frm, token)
-            after = dict(zip(_AFTER, _AFTER_VALUES(item)))
-            after.update(fields)  # why_illegal and bad_artifact read the _AFTER names only
-            why = why_illegal(frm, to, item.failure, after)
-            if why is None and to is S.DONE:
-                why = bad_artifact(after)
-            if why is not None:
-                raise IllegalTransitionError(frm if frm is not S.FAILED
-                                             else f"failed({item.failure})", to, why)
+            if not plain:
+                after = dict(zip(_AFTER, _AFTER_VALUES(item)))
+                after.update(fields)  # why_illegal and bad_artifact read the _AFTER names only
+                why = why_illegal(frm, to, item.failure, after)
+                if why is None and to is S.DONE:
+                    why = bad_artifact(after)
+                if why is not None:
+                    raise IllegalTransitionError(frm if frm is not S.FAILED
+                                                 else f"failed({item.failure})", to, why)
             attempt = item.attempt + 1 if to is S.UNKNOWN and frm in _NEW_ATTEMPT else item.attempt
             if frm is S.FAILED:  # the old failure belongs to the old attempt
                 fields = {"failure": None, "reason": None, **fields}
@@ -238,8 +250,10 @@ class Ledger:
             worker B                           |--claim t=2----|
             A's late write with t=1  ----------------------->  StaleTokenError
         """
-        pid = os.getpid() if pid is None else pid
-        with self._commit(sync) as commit:
+        me, started = _this_process()
+        if pid is None:
+            pid = me
+        with Commit(self, sync) as commit:
             item = self._current(key)
             if item is None:
                 raise StateConflictError(key, "any", None)
@@ -251,11 +265,12 @@ class Ledger:
                 orphaned = alive is False
                 expired = item.lease_expires is not None and item.lease_expires <= now
                 other_live_process = (respect_live_owner and alive is True
-                                      and item.lease_pid not in (None, os.getpid()))
+                                      and item.lease_pid not in (None, me))
                 if not (orphaned or (expired and not other_live_process)):
                     raise LeaseHeldError(key, item.lease_owner, item.lease_expires)
             lease = {"lease_owner": worker, "lease_host": host or HOST, "lease_pid": pid,
-                     "lease_started": _process_start_time(pid), "lease_expires": now + ttl}
+                     "lease_started": started if pid == me else start_ticks(pid),
+                     "lease_expires": now + ttl}
             commit(item, "claim", key, item.state, item.state, item.attempt, worker,
                    item.token + 1, lease)
             return item.token + 1
@@ -269,7 +284,7 @@ class Ledger:
         Raises:
             StaleTokenError: the lease was lost (another owner claimed since ``token``).
         """
-        with self._commit(sync) as commit:
+        with Commit(self, sync) as commit:
             item = self._guard(key, None, token)
             if item.lease_owner != worker:
                 raise StaleTokenError(key, token, item.token)  # released: ours no longer
@@ -282,7 +297,7 @@ class Ledger:
     def release(self, key: str, token: int, worker: str | None = None, *,
                 sync: bool = True) -> None:
         """Give the lease back; the token stays, so older tokens remain stale."""
-        with self._commit(sync) as commit:
+        with Commit(self, sync) as commit:
             item = self._guard(key, None, token)
             commit(item, "release", key, item.state, item.state, item.attempt, worker, token,
                    _RELEASED.copy())
@@ -305,8 +320,8 @@ class Ledger:
     def _commit(self, sync: bool = True) -> Commit:
         """``with self._commit() as commit:`` -- the one place where changes are made
         (``group.Commit``: lock, transaction, fold and write, group-commit wait, then
-        ``on_event``)."""
-        return Commit(self, sync or not self.defers_sync)
+        ``on_event``). The base's own methods build the ``Commit`` directly."""
+        return Commit(self, sync)
 
 
 

@@ -85,13 +85,15 @@ class Commit:
     transitions can join the flush, until its own commit is durable. Only then
     do ``on_event`` and the caller's return (the ack) follow. A transition that
     wrote nothing (a guard failed, ``add`` of a known key) waits for nothing.
-    A class, not a generator: this runs once per transition.
+    A class, not a generator: this runs once per transition. ``sync=False`` defers
+    the fsync only where the backend can (``Ledger.defers_sync``). A backend whose
+    ``_txn()`` is None (JSONL: the lock is the transaction) pays no context manager.
     """
 
     __slots__ = ("ledger", "txn", "written", "sync")
 
     def __init__(self, ledger, sync=True):
-        self.ledger, self.written, self.sync = ledger, [], sync
+        self.ledger, self.written, self.sync = ledger, [], sync or not ledger.defers_sync
 
     def __enter__(self):
         ledger = self.ledger
@@ -100,8 +102,9 @@ class Commit:
             group.check()  # after a failed fsync, write nothing more
         ledger._lock.acquire()
         try:
-            self.txn = ledger._txn()
-            self.txn.__enter__()
+            txn = self.txn = ledger._txn()
+            if txn is not None:
+                txn.__enter__()
         except BaseException:
             ledger._lock.release()
             raise
@@ -120,7 +123,8 @@ class Commit:
         ledger, ticket = self.ledger, None
         group = ledger._group
         try:
-            suppressed = self.txn.__exit__(kind, exc, tb)
+            txn = self.txn
+            suppressed = txn is not None and txn.__exit__(kind, exc, tb)
             if kind is not None:  # rolled back: nothing to wait for, nothing to announce
                 return bool(suppressed)
             if self.written and group is not None:

@@ -15,10 +15,13 @@ import json
 import os
 import re
 
+
 from toolkit.documents import fsync_dir
 from toolkit.errors import LedgerBusyError, LedgerError, StorageError
 from toolkit.ledger import Event, Item, Ledger, State, apply_event
 from toolkit.ledger.group import GroupCommit
+from toolkit.ledger.lines import event_line
+from toolkit.ledger.records import ItemRow, item_of
 from toolkit.storage import LOCK, lock_holder, os_error
 
 SNAPSHOT = "snapshot"
@@ -27,27 +30,6 @@ SNAPSHOT = "snapshot"
 # next writer, in one atomic rewrite. A newer version is refused.
 FORMAT, VERSION = "resume-toolkit-ledger-jsonl", 1
 HEADER_LINE = json.dumps({"format": FORMAT, "version": VERSION}, sort_keys=True).encode() + b"\n"
-_LINE = json.JSONEncoder(sort_keys=True).encode  # one encoder, not one per event
-_TEXT = json.encoder.encode_basestring_ascii  # the C function behind _LINE's strings
-
-
-def _detail_encoder():
-    """``_LINE`` for a detail dict without its per-call Python: the C encoder that
-    ``JSONEncoder.iterencode`` builds on every call, built once here with _LINE's own
-    settings (sorted keys, ASCII, NaN allowed, circular check). Only the writer calls
-    it, under the ledger's lock (the circular check's dict is shared). Without the C
-    speedups, ``_LINE`` itself."""
-    make = getattr(json.encoder, "c_make_encoder", None)
-    if make is None:
-        return _LINE
-    reference = json.JSONEncoder(sort_keys=True)
-    encode = make({}, reference.default, _TEXT, None, reference.key_separator,
-                  reference.item_separator, True, False, True)
-    return lambda detail: "".join(encode(detail, 0))
-
-
-_DETAIL = _detail_encoder()
-_NO_TXN = contextlib.nullcontext()  # stateless: one for every transaction
 KEY_PATTERN = re.compile(rb'"key": "([^"\\]{1,200})"')
 
 
@@ -68,27 +50,6 @@ def item_to_json(item: Item) -> dict:
 
 def item_from_json(obj: dict) -> Item:
     return Item(**{**obj, "state": State(obj["state"])})
-
-
-def event_line(seq, ts, op, key, frm, to, attempt, worker, token, detail) -> bytes:
-    """The event's line: ``_LINE(event.to_json())`` and a newline, byte for byte.
-
-    The keys, in sorted order, and their separators are constants; the values are
-    encoded as ``_LINE`` encodes them (the same C string escaper, ``repr`` of ints
-    and finite floats, ``_LINE`` itself for the detail), which saves building the
-    event's dict and sorting it per transition. Values of any other type (a NaN,
-    a bool, an int subclass) take ``_LINE`` whole.
-    """
-    if (type(seq) is int and type(attempt) is int and type(token) is int and type(op) is str
-            and type(key) is str and (worker is None or type(worker) is str)
-            and (type(ts) is int or (type(ts) is float and ts - ts == 0))):
-        return (f'{{"attempt": {attempt}, "detail": {_DETAIL(detail)}, "from": '
-                f'{"null" if frm is None else _TEXT(frm)}, "key": {_TEXT(key)}, '
-                f'"op": {_TEXT(op)}, "seq": {seq}, "to": {_TEXT(to)}, "token": {token}, '
-                f'"ts": {ts!r}, "worker": {"null" if worker is None else _TEXT(worker)}}}\n'
-                ).encode()
-    return (_LINE(Event(seq, ts, op, key, frm, to, attempt, worker, token, detail).to_json())
-            + "\n").encode()
 
 
 def parse_line(raw: bytes) -> tuple[Event | None, Item | None, int]:
@@ -154,6 +115,7 @@ class JsonlLedger(Ledger):
         with open(self._fd, "rb", closefd=False) as handle:
             data = handle.read()
         self._state: dict[str, Item] = {}
+        self._current = self._state.get  # what a transaction reads: no Python call per read
         self._history: list = []  # Events, and (seq, parts) of our writes (see _events)
         self._seq = 0
         self._size = len(data)
@@ -261,15 +223,21 @@ class JsonlLedger(Ledger):
     def _txn(self):
         # The in-process lock (held by the caller) and the file lock make this
         # process the only writer; the single append in _write is the commit.
-        return _NO_TXN
+        return None
 
+    # ``_state`` holds each item as an Item, or as the ItemRow a write folded (``_write``):
+    # the Item (a frozen dataclass: 21 attribute sets) is built when someone reads it, at
+    # most once per write, and kept; the transactions read either (``_current``, bound
+    # to ``_state.get`` in ``_replay``, the one place ``_state`` is assigned).
     def _as_item(self, row):
-        return self._state[row[0]]  # the Item _write just stored from this row
+        item = self._state[row[0]] = item_of(row)  # the row _write just stored
+        return item
 
     def _load(self, key):
-        return self._state.get(key)
-
-    _current = _load  # the Items held in memory: nothing to build
+        item = self._state.get(key)
+        if item.__class__ is ItemRow:
+            item = self._state[key] = item_of(item)
+        return item
 
     def _append(self, line: bytes):
         """Append one whole line; fsync it unless group commit syncs it later.
@@ -310,12 +278,16 @@ class JsonlLedger(Ledger):
         # Memory changes only after the line is written (and fsynced, unless group commit
         # fsyncs it before this call's caller is answered: see group.py).
         self._seq = seq
-        self._state[new.key] = Item(*new)  # held: an Item
+        self._state[new[0]] = new  # an ItemRow: its Item is built when read (_load)
         self._history.append((seq, parts))  # its Event is built when the history is read
         return seq
 
     def _items(self):
-        return list(self._state.values())
+        state = self._state
+        for key, item in state.items():  # values replaced, none added: iteration is safe
+            if item.__class__ is ItemRow:
+                state[key] = item_of(item)
+        return list(state.values())
 
     def _events(self):
         history = self._history  # Events read from the file, (seq, parts) of our writes
@@ -337,7 +309,7 @@ class JsonlLedger(Ledger):
                 raise LedgerError(self.corruption())
             tmp = self.path.with_name(self.path.name + ".compact")
             lines = [json.dumps({SNAPSHOT: item_to_json(item), "seq": self._seq}, sort_keys=True)
-                     for item in self._state.values()]
+                     for item in self._items()]
             with open(tmp, "wb") as handle:
                 handle.write(HEADER_LINE + "".join(line + "\n" for line in lines).encode())
                 handle.flush()

@@ -77,6 +77,31 @@ def why_illegal(frm, to, failure_before, after) -> str | None:
     return None
 
 
+class _Unreadable:
+    """An item-after-the-move that ``why_illegal`` may not read (``MOVES``)."""
+
+    def get(self, name):
+        raise LookupError(name)
+
+
+def _plain(frm: State, to: State) -> bool:
+    """Does ``why_illegal`` find ``frm -> to`` legal whatever the item holds? Asked with a
+    failure no rule accepts and an item it may not read: any condition makes it refuse
+    or reach for the item, so True means the edge carries no condition at all."""
+    try:
+        return why_illegal(frm, to, object(), _Unreadable()) is None
+    except LookupError:
+        return False
+
+
+# The one lookup a ledger move makes: MOVES[frm].get(to) is None when there is no such
+# edge, True when the edge carries no condition (most moves of a batch: pending ->
+# unknown, unknown -> submitted), False when ``why_illegal`` must judge the item. Derived
+# from ``TRANSITIONS`` and ``why_illegal`` here, once: the rule stays in those two.
+MOVES: dict[State, dict[State, bool]] = {
+    frm: {to: _plain(frm, to) for to in tos} for frm, tos in TRANSITIONS.items()}
+
+
 def bad_artifact(after) -> str | None:
     """Why the artifact fields of a new done cannot name a verified file, or None.
 

@@ -1,0 +1,112 @@
+"""The JSONL ledger's event line: ``event_line``, byte for byte what the reference
+``json.dumps(event.to_json(), sort_keys=True)`` writes (the format is the contract: the
+audit and the forensic tools read it), built for the cost of one transition.
+"""
+
+import json
+
+import orjson
+
+from toolkit.ledger import Event, State
+
+_LINE = json.JSONEncoder(sort_keys=True).encode  # one encoder, not one per event
+_TEXT = json.encoder.encode_basestring_ascii  # the C function behind _LINE's strings
+
+
+def _detail_encoder():
+    """``_LINE`` for a detail dict without its per-call Python: the C encoder that
+    ``JSONEncoder.iterencode`` builds on every call, built once here with _LINE's own
+    settings (sorted keys, ASCII, NaN allowed, circular check), called as
+    ``"".join(encode(detail, 0))``. Only the writer calls it, under the ledger's lock
+    (the circular check's dict is shared). Without the C speedups, None."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return None
+    reference = json.JSONEncoder(sort_keys=True)
+    return make({}, reference.default, _TEXT, None, reference.key_separator,
+                reference.item_separator, True, False, True)
+
+
+_ENCODE = _detail_encoder()
+# The quoted text of each state and op, looked up instead of escaped per event (a State
+# hashes by its name: a plain string is not found here and takes _TEXT).
+_QUOTED = {name: _TEXT(name) for name in (*State, "add", "move", "claim", "release")}
+
+
+_DUMPS, _SORTED = orjson.dumps, orjson.OPT_SORT_KEYS
+# The types both encoders write alike (orjson also writes enums, dates, UUIDs and
+# dataclasses, where _LINE refuses them: those take _LINE, which raises as before).
+_SCALARS = frozenset({str, int, float, bool, type(None), State})
+_TEXTS = frozenset({str, State})
+
+
+def _plain_float(value: float) -> bool:
+    """Does orjson write this float as ``repr`` does? Zero and 1e-4 <= |x| < 1e16, where
+    both write the shortest round-trip digits without an exponent (checked on random
+    floats in tests/test_ledger_jsonl.py); NaN and infinity fail both comparisons."""
+    return value == 0 or 1e-4 <= abs(value) < 1e16
+
+
+def _respaced(seq, ts, op, key, frm, to, attempt, worker, token, detail) -> bytes | None:
+    """The event's line from one orjson call, respaced as ``_LINE`` writes it (``": "``,
+    ``", "``), or None when the two encoders could differ.
+
+    orjson writes compact UTF-8; ``_LINE`` ASCII with spaces after separators. They agree,
+    once respaced, on what this accepts: a flat detail of scalars (``_SCALARS``), floats
+    in ``_plain_float``'s range, ASCII text without escapes (no backslash; no DEL, which
+    ``_LINE`` escapes), no ``:`` or ``,`` inside a string (the counts of both are exactly
+    the separators': 10 + n keys, 9 + n - 1 pairs apart). What orjson refuses (a lone
+    surrogate, an int beyond 64 bits) or would alter (NaN, written null) takes the other
+    path. ``event_line`` has checked the types of every part but the states and detail.
+    """
+    if type(ts) is float and not (ts == 0 or 1e-4 <= abs(ts) < 1e16):  # _plain_float
+        return None
+    kinds = set(map(type, detail.values()))
+    if not (_SCALARS.issuperset(kinds) and type(to) in _TEXTS
+            and (frm is None or type(frm) in _TEXTS)):
+        return None
+    if float in kinds and not all(
+            _plain_float(value) for value in detail.values() if type(value) is float):
+        return None
+    try:
+        text = _DUMPS({"attempt": attempt, "detail": detail, "from": frm, "key": key, "op": op,
+                       "seq": seq, "to": to, "token": token, "ts": ts, "worker": worker},
+                      option=_SORTED)
+    except orjson.JSONEncodeError:
+        return None
+    fields = len(detail)
+    if (not text.isascii() or b"\\" in text or b"\x7f" in text
+            or text.count(b":") != 10 + fields
+            or text.count(b",") != (8 + fields if fields else 9)):
+        return None
+    return text.replace(b":", b": ").replace(b",", b", ") + b"\n"
+
+
+def event_line(seq, ts, op, key, frm, to, attempt, worker, token, detail) -> bytes:
+    """The event's line: ``_LINE(event.to_json())`` and a newline, byte for byte.
+
+    Most lines are orjson's, respaced (``_respaced``: one C call where the path below
+    makes six); the rest are built as follows.
+
+    The keys, in sorted order, and their separators are constants; the values are
+    encoded as ``_LINE`` encodes them (the same C string escaper, ``repr`` of ints
+    and finite floats, ``_LINE`` itself for the detail), which saves building the
+    event's dict and sorting it per transition. Values of any other type (a NaN,
+    a bool, an int subclass) take ``_LINE`` whole.
+    """
+    if (type(seq) is int and type(attempt) is int and type(token) is int and type(op) is str
+            and type(key) is str and (worker is None or type(worker) is str)
+            and (type(ts) is int or (type(ts) is float and ts - ts == 0))
+            and _ENCODE is not None):
+        if type(detail) is dict:
+            line = _respaced(seq, ts, op, key, frm, to, attempt, worker, token, detail)
+            if line is not None:
+                return line
+        quoted = _QUOTED.get
+        return (f'{{"attempt": {attempt}, "detail": {"".join(_ENCODE(detail, 0))}, "from": '
+                f'{"null" if frm is None else quoted(frm) or _TEXT(frm)}, "key": {_TEXT(key)}, '
+                f'"op": {quoted(op) or _TEXT(op)}, "seq": {seq}, '
+                f'"to": {quoted(to) or _TEXT(to)}, "token": {token}, "ts": {ts!r}, '
+                f'"worker": {"null" if worker is None else _TEXT(worker)}}}\n').encode()
+    return (_LINE(Event(seq, ts, op, key, frm, to, attempt, worker, token, detail).to_json())
+            + "\n").encode()
