@@ -31,7 +31,7 @@ from toolkit.liveness import alive, host_id, my_start, start_ticks
 # The records (items, events, their fold) and the transition policy live in their own
 # modules (records.py, transitions.py); both are re-exported from here.
 from toolkit.ledger.records import (ITEM_FIELDS, LEASE_FIELDS, MUTABLE_FIELDS, Event, Item,
-                                    apply_event, with_seq)
+                                    apply_event, light, with_seq)
 from toolkit.ledger.transitions import (ARTIFACT_FIELDS, PERMANENT, TERMINAL, TRANSIENT,
                                         TRANSITIONS, State, bad_artifact,
                                         why_illegal)
@@ -307,6 +307,24 @@ class Ledger:
         (``group.Commit``: lock, transaction, fold and write, group-commit wait, then
         ``on_event``)."""
         return Commit(self, sync or not self.defers_sync)
+
+    # -- a rerun's one ordered pass (``runner.keying``) -------------------------------
+    def item_count(self) -> int:
+        """How many items the ledger holds (a backend may count without reading them)."""
+        with self._lock:
+            return self._item_count()
+
+    def _item_count(self) -> int:
+        return len(self._items())
+
+    def scan(self):
+        """Every item as a ``records.Light`` row (the skip decision's fields), in key order.
+
+        A backend streams them (SQLite: one ``SELECT ... ORDER BY key``, read in batches);
+        this default sorts its folded items (JSONL, in memory: they are held already)."""
+        with self._lock:
+            rows = sorted(map(light, self._items()))  # keys are unique: ordered by key
+        yield from rows
 
 
 
