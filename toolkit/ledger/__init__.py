@@ -317,13 +317,16 @@ class Ledger:
     def _item_count(self) -> int:
         return len(self._items())
 
-    def scan(self):
-        """Every item as a ``records.Light`` row (the skip decision's fields), in key order.
+    def scan(self, ordered: bool = True):
+        """Every item as a ``records.Light`` row (the skip decision's fields), in key order
+        (``ordered=False``: in whatever order the backend reads fastest).
 
-        A backend streams them (SQLite: one ``SELECT ... ORDER BY key``, read in batches);
-        this default sorts its folded items (JSONL, in memory: they are held already)."""
+        A backend streams them (SQLite: one ``SELECT``, read in batches); this default
+        takes its folded items (JSONL, in memory: they are held already), sorted."""
         with self._lock:
-            rows = sorted(map(light, self._items()))  # keys are unique: ordered by key
+            rows = list(map(light, self._items()))
+        if ordered:
+            rows.sort()  # keys are unique: ordered by key
         yield from rows
 
 

@@ -402,18 +402,18 @@ class PostgresLedger(Ledger):
     def _item_count(self):
         return self._read("SELECT count(*) FROM items")[0][0]
 
-    def scan(self):
-        """``Ledger.scan``: the same ``SELECT ... ORDER BY key`` as SQLite's (the primary
-        key's index), read in one round trip (a server-side cursor would need a transaction
-        held open on the shared connection across the caller's yields)."""
+    def scan(self, ordered: bool = True):
+        """``Ledger.scan``: the same ``SELECT`` as SQLite's, read in one round trip (a
+        server-side cursor would hold a transaction open on the shared connection
+        across the caller's yields)."""
         from toolkit.ledger import State
         from toolkit.ledger.records import LIGHT_FIELDS, Light
 
-        # COLLATE "C": byte order, which is Python's order of these keys (the merge's);
-        # the database's default collation may follow a locale.
+        # COLLATE "C": byte order, which is Python's order of these keys; the database's
+        # default collation may follow a locale.
         with self._lock:
-            rows = self._read(f"SELECT {', '.join(LIGHT_FIELDS)} FROM items ORDER BY key "
-                              "COLLATE \"C\"")
+            rows = self._read(f"SELECT {', '.join(LIGHT_FIELDS)} FROM items"
+                              + (' ORDER BY key COLLATE "C"' if ordered else ""))
         for row in rows:
             yield tuple.__new__(Light, (row[0], State(row[1]), *row[2:]))
 

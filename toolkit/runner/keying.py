@@ -74,26 +74,10 @@ SCAN_SHARE = 3  # the scan pays when rows <= SCAN_SHARE * inputs (``use_scan``)
 
 
 def merged(ledger, keys) -> dict:
-    """The rows of ``keys`` that exist, by key: the sorted keys merged with ``ledger.scan()``
-    (both in key order), which stops once the last key wanted is passed."""
-    wanted = iter(sorted(set(keys)))
-    want = next(wanted, None)
-    found = {}
-    if want is None:
-        return found
-    rows = ledger.scan()
-    try:
-        for row in rows:
-            key = row[0]
-            while want < key:
-                want = next(wanted, None)
-                if want is None:
-                    return found
-            if want == key:
-                found[key] = row
-                want = next(wanted, None)
-                if want is None:
-                    return found
-    finally:
-        rows.close()  # a generator left early releases its cursor now, not at collection
-    return found
+    """The rows of ``keys`` that exist, by key: one pass over ``ledger.scan()``, each row
+    kept when its key is wanted (a hash join: a set look-up per row, in C; no order needed,
+    so the scan reads the table as stored, about half the cost of reading it by key)."""
+    wanted = set(keys)
+    if not wanted:
+        return {}
+    return {row[0]: row for row in ledger.scan(ordered=False) if row[0] in wanted}

@@ -133,6 +133,7 @@ class Pipeline:
         self.ledger, self.provider = ledger, provider
         self.out_dir = Path(out_dir)
         self._out_text = os.fspath(self.out_dir)  # joined with each artifact's path at reuse
+        self._out_slash = os.path.join(self._out_text, "")  # the prefix of a relative one
         self.options = dict(options or {})
         canonical_json(self.options)  # fail early on options that cannot be keyed
         self.contract: Contract = provider.contract
