@@ -34,7 +34,7 @@ from toolkit.liveness import alive, host_id, my_start, start_ticks
 # The records (items, events, their fold) and the transition policy live in their own
 # modules (records.py, transitions.py); both are re-exported from here.
 from toolkit.ledger.records import (ITEM_FIELDS, LEASE_FIELDS, MUTABLE_FIELDS, Event, Item,
-                                    apply_event, item_of, with_seq)
+                                    apply_event, item_of, light, with_seq)
 from toolkit.ledger.transitions import (ARTIFACT_FIELDS, MOVES, PERMANENT, TERMINAL,
                                         TRANSIENT, TRANSITIONS, State, bad_artifact,
                                         why_illegal)
@@ -322,6 +322,27 @@ class Ledger:
         (``group.Commit``: lock, transaction, fold and write, group-commit wait, then
         ``on_event``). The base's own methods build the ``Commit`` directly."""
         return Commit(self, sync)
+
+    # -- a rerun's one ordered pass (``runner.keying``) -------------------------------
+    def item_count(self) -> int:
+        """How many items the ledger holds (a backend may count without reading them)."""
+        with self._lock:
+            return self._item_count()
+
+    def _item_count(self) -> int:
+        return len(self._items())
+
+    def scan(self, ordered: bool = True):
+        """Every item as a ``records.Light`` row (the skip decision's fields), in key order
+        (``ordered=False``: in whatever order the backend reads fastest).
+
+        A backend streams them (SQLite: one ``SELECT``, read in batches); this default
+        takes its folded items (JSONL, in memory: they are held already), sorted."""
+        with self._lock:
+            rows = list(map(light, self._items()))
+        if ordered:
+            rows.sort()  # keys are unique: ordered by key
+        yield from rows
 
 
 

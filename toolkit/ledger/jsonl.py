@@ -368,3 +368,6 @@ class JsonlLedger(Ledger):
                 with contextlib.suppress(OSError):
                     os.close(fd)
                 setattr(self, name, None)
+
+    def _item_count(self):
+        return len(self._state)

@@ -399,6 +399,24 @@ class PostgresLedger(Ledger):
         with self._lock, self._txn():  # a real write transaction: proves the ledger writable
             self._conn.execute("DELETE FROM health")
 
+    def _item_count(self):
+        return self._read("SELECT count(*) FROM items")[0][0]
+
+    def scan(self, ordered: bool = True):
+        """``Ledger.scan``: the same ``SELECT`` as SQLite's, read in one round trip (a
+        server-side cursor would hold a transaction open on the shared connection
+        across the caller's yields)."""
+        from toolkit.ledger import State
+        from toolkit.ledger.records import LIGHT_FIELDS, Light
+
+        # COLLATE "C": byte order, which is Python's order of these keys; the database's
+        # default collation may follow a locale.
+        with self._lock:
+            rows = self._read(f"SELECT {', '.join(LIGHT_FIELDS)} FROM items"
+                              + (' ORDER BY key COLLATE "C"' if ordered else ""))
+        for row in rows:
+            yield tuple.__new__(Light, (row[0], State(row[1]), *row[2:]))
+
 
 def _first_line(exc) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

@@ -317,8 +317,9 @@ class Runner(PageByPage, Pipeline):
         (a rerun with another ``--out``): reads and a copy, no state."""
         if not item.artifact_path:
             return False
+        path = item.artifact_path  # os.path.join's rule, without its Python call per item
         if not self.verify_all and artifacts.unchanged(
-                os.path.join(self._out_text, item.artifact_path), item):
+                path if path[0] == "/" else self._out_slash + path, item):
             return True  # the very file recorded at done (an absolute path stays itself)
         if documents.verify(self._artifact_file(item), item.artifact_size, item.artifact_sha256):
             return True

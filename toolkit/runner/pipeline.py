@@ -20,6 +20,7 @@ from toolkit import documents, roots
 from toolkit.errors import LeaseHeldError, LedgerError
 from toolkit.identity import canonical_json, content_digest, task_key
 from toolkit.ledger import PERMANENT, Item, State
+from toolkit.ledger.records import Light
 from toolkit.provider import Contract
 from toolkit.runner import artifacts, keying, outroot
 from toolkit.runner.inputindex import InputIndex, order
@@ -30,6 +31,7 @@ S = State
 HOOK_POINTS = ("before_intent", "after_intent", "after_submit", "before_commit",
                "during_fetch", "during_lookup", "after_checkpoint")
 PAGE_BY_PAGE = "page_by_page"  # the routing option: part of a long document's identity
+_AT_REST = (Item, Light)  # what process() may return that says whether it rests
 CHUNK = 256  # inputs a run keys, looks up and processes together: all it holds of a batch
 
 
@@ -131,6 +133,7 @@ class Pipeline:
         self.ledger, self.provider = ledger, provider
         self.out_dir = Path(out_dir)
         self._out_text = os.fspath(self.out_dir)  # joined with each artifact's path at reuse
+        self._out_slash = os.path.join(self._out_text, "")  # the prefix of a relative one
         self.options = dict(options or {})
         canonical_json(self.options)  # fail early on options that cannot be keyed
         self.contract: Contract = provider.contract
@@ -148,6 +151,7 @@ class Pipeline:
         self._paths: dict[str, Path] = {}
         self._pages: dict[str, int] = {}  # page count of each document routed page by page
         self._known: dict[str, Item] = {}  # items read by enqueue, for process's first look
+        self._ahead: list | None = None  # the chunk's slice of the run's ordered pass, if any
         self._seen: dict[str, Path] = {}  # every key of this run -> its first input
         self._index: InputIndex | None = None  # the inputs' stat index, during run()
         self._routes = None  # digest -> key, per option set an input can have (``keying``)
@@ -199,11 +203,24 @@ class Pipeline:
     def _vouched(self, paths) -> list:
         """For each input, the item at rest the ledger already keyed it into, else None
         (``keying``); none with page-by-page routing, which needs each page count."""
+        if self._ahead is not None:  # the run's ordered pass found them already
+            ahead, self._ahead = self._ahead, None
+            return ahead
         if self.page_by_page_from is not None:
             return [None] * len(paths)
         if self._routes is None:
             self._routes = keying.keyers(self.options)
         return keying.vouched(self.ledger, paths, self._routes, self._index)
+
+    def _vouched_ahead(self, paths) -> list | None:
+        """The whole batch's ``_vouched``, from one ordered pass over the ledger merged with
+        the batch's sorted candidate keys (``keying.merged``), when the batch is a large
+        share of the ledger (``keying.use_scan``); else None: each chunk looks its keys up."""
+        if self.page_by_page_from is not None or not keying.use_scan(self.ledger, len(paths)):
+            return None
+        if self._routes is None:
+            self._routes = keying.keyers(self.options)
+        return keying.vouched(self.ledger, paths, self._routes, self._index, scan=True)
 
     def _admit(self, path, key: str, keys: list) -> bool:
         """Note ``key`` as this run's item for ``path``; False for an alias (said, not silent)."""
@@ -319,7 +336,13 @@ class Pipeline:
                 from tqdm.auto import tqdm
 
                 bar = tqdm(total=len(paths), file=sys.stderr, unit="doc", leave=False)
+            # Before any chunk: the ordered pass reads the ledger once for the whole batch
+            # (its state when the run starts, as each chunk's look-up would read it then).
+            ahead = self._vouched_ahead(paths)
             for start in range(0, len(paths), CHUNK):
+                if ahead is not None:  # handed to this chunk, and let go of by the run
+                    self._ahead = ahead[start:start + CHUNK]
+                    ahead[start:start + CHUNK] = [None] * len(self._ahead)
                 chunk, ended = self.enqueue(paths[start:start + CHUNK]), {}
                 for key in chunk:
                     ended[key] = self._known.get(key) if key in self.quarantined \
@@ -365,7 +388,7 @@ class Pipeline:
         automation); any other is read again."""
         ended = ended or {}
         rest = {key: item for key, item in ended.items()
-                if isinstance(item, Item) and item.resting}
+                if isinstance(item, _AT_REST) and item.resting}  # an Item, or a scan's row
         rest.update(self.ledger.get_many(key for key in keys if key not in rest))
         for key, item in rest.items():
             if item.resting:
@@ -375,6 +398,7 @@ class Pipeline:
 
     def _let_go(self) -> list:
         """Forget the chunk in hand: its paths, items, page counts and input snapshots."""
+        self._ahead = None
         self._paths.clear()
         self._pages.clear()
         self._known.clear()
