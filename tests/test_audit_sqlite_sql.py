@@ -61,15 +61,22 @@ def _history(rng, key):
     return events, state
 
 
+def _begin_ledger(path):
+    """A connection to a new ledger at ``path`` with its tables made, inside one BEGIN
+    (the rows a test writes then cost one commit, not one fsync per row)."""
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("BEGIN")
+    for statement in SCHEMA.strip().split(";"):
+        if statement.strip():
+            db.execute(statement)
+    return db
+
+
 def write_ledger(path, seed):
     """A toolkit SQLite ledger of a few keys with random (seeded) histories, interleaved,
     some damaged; its items rows mostly agree with the events, some do not."""
     rng = random.Random(seed)
-    db = sqlite3.connect(path, isolation_level=None)
-    db.execute("BEGIN")  # one commit, not one fsync per row
-    for statement in SCHEMA.strip().split(";"):
-        if statement.strip():
-            db.execute(statement)
+    db = _begin_ledger(path)
     stories = {f"k{n}": _history(rng, f"k{n}") for n in range(rng.randrange(1, 7))}
     queues = {key: list(events) for key, (events, _) in stories.items() if events}
     rows = []
@@ -128,11 +135,7 @@ def test_sql_checked_audit_replays_only_the_keys_with_anomalies(tmp_path):
     replays is the damaged one: not the other 98, nor the failed item's retry (the fold
     tracks the failure each detail sets and asks the policy itself)."""
     path = tmp_path / "ledger.sqlite"
-    db = sqlite3.connect(path, isolation_level=None)
-    db.execute("BEGIN")  # one commit, not one fsync per row
-    for statement in SCHEMA.strip().split(";"):
-        if statement.strip():
-            db.execute(statement)
+    db = _begin_ledger(path)
     done = {"artifact_path": "out/a.pdf", "artifact_size": 3, "artifact_sha256": "0" * 64}
     clean = [("add", None, "pending", {"source": "a.pdf"}), ("move", "pending", "unknown", {}),
              ("move", "unknown", "submitted", {}), ("move", "submitted", "done", done)]
@@ -182,11 +185,7 @@ def write_failure_ledger(path, seed):
     """Legal-looking histories (retries of failures included) whose events' details set
     ``failure`` now and then, on any op, to a word or a value of another type."""
     rng = random.Random(seed)
-    db = sqlite3.connect(path, isolation_level=None)
-    db.execute("BEGIN")  # one commit, not one fsync per row
-    for statement in SCHEMA.strip().split(";"):
-        if statement.strip():
-            db.execute(statement)
+    db = _begin_ledger(path)
     rows = []
     for n in range(rng.randrange(1, 6)):
         key, state = f"k{n}", None
@@ -242,11 +241,7 @@ def test_a_failure_set_by_a_claim_or_a_release_decides_the_retry(tmp_path):
     unclassified (illegal). Property: the fold's verdicts are the replay's, and only the
     keys whose retry is illegal are replayed."""
     path = tmp_path / "ledger.sqlite"
-    db = sqlite3.connect(path, isolation_level=None)
-    db.execute("BEGIN")  # one commit, not one fsync per row
-    for statement in SCHEMA.strip().split(";"):
-        if statement.strip():
-            db.execute(statement)
+    db = _begin_ledger(path)
     cases = {"made-transient": ("permanent", "claim", "transient"),
              "made-permanent": ("transient", "release", "permanent"),
              "made-unclassified": ("transient", "claim", None),
