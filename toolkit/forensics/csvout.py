@@ -10,6 +10,7 @@ partial file.
 """
 
 import os
+import stat
 import tempfile
 
 from toolkit.errors import ToolkitError
@@ -25,8 +26,33 @@ def _same(a: str, b: str) -> bool:
         return False
 
 
+_KINDS = ((stat.S_ISLNK, "a symlink"), (stat.S_ISDIR, "a directory"),
+          (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def _require_regular_or_absent(path: str) -> None:
+    """Refuse a target that exists and is not a regular file, seen by ``lstat``.
+
+    The rename below replaces the name itself: a symlink would be replaced by a file
+    (not written through), a FIFO or a device node (``/dev/null`` as root) destroyed.
+    """
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise ToolkitError(f"cannot write --csv {path!r}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(mode):
+        kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+        raise ToolkitError(f"--csv {path!r} exists and is {kind}, not a regular file: "
+                           "refusing to replace it; name another file")
+
+
 def check_target(target, audited) -> None:
-    """Raise (one line, exit 2) if writing ``target`` could touch ``audited`` or a companion."""
+    """Raise (one line, exit 2) if writing ``target`` could touch ``audited`` or a companion,
+    or would replace something that is not a regular file."""
+    _require_regular_or_absent(os.fspath(target))
     if "://" in str(audited):  # a server's database: no file of it here
         return
     target = os.fspath(target)
@@ -40,6 +66,7 @@ def check_target(target, audited) -> None:
 def write_atomic(table, path, **options) -> None:
     """``table.to_csv`` into a temporary file beside ``path``, then renamed over it."""
     path = os.fspath(path)
+    _require_regular_or_absent(path)  # before the temporary file: nothing at path changes
     folder = os.path.dirname(os.path.abspath(path))
     try:
         fd, temp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.",
