@@ -3,7 +3,9 @@
 The target is checked before the audit reads anything: a name that is, or resolves to
 (a symlink, a hard link), the audited ledger or one of its companions (``-wal``,
 ``-shm``, ``-journal``, the roots file, the locks, the inputs index, the health
-marker: ``storage.COMPANIONS``, the one list of them) is refused. The table is then written
+marker: ``storage.COMPANIONS``, the one list of them) is refused, and so is a name that
+exists and is not a regular file (by ``lstat``: a symlink, a FIFO, a device node, a
+directory), since the rename would replace the node itself. The table is then written
 to a temporary file in the target's folder and renamed over the target: a write that
 fails part-way (a full disk, ``RLIMIT_FSIZE``) leaves the previous CSV as it was and no
 partial file.
@@ -52,15 +54,14 @@ def _require_regular_or_absent(path: str) -> None:
 def check_target(target, audited) -> None:
     """Raise (one line, exit 2) if writing ``target`` could touch ``audited`` or a companion,
     or would replace something that is not a regular file."""
-    _require_regular_or_absent(os.fspath(target))
-    if "://" in str(audited):  # a server's database: no file of it here
-        return
     target = os.fspath(target)
-    for suffix in ("", *COMPANIONS):
-        companion = f"{os.fspath(audited)}{suffix}"
-        if _same(target, companion):
-            raise ToolkitError(f"--csv {target!r} is the audited ledger's file {companion!r}: "
-                               "refusing to write over it; name another file")
+    if "://" not in str(audited):  # a server's database has no file of it here
+        for suffix in ("", *COMPANIONS):  # first: the more telling reason for a link to it
+            companion = f"{os.fspath(audited)}{suffix}"
+            if _same(target, companion):
+                raise ToolkitError(f"--csv {target!r} is the audited ledger's file "
+                                   f"{companion!r}: refusing to write over it; name another file")
+    _require_regular_or_absent(target)
 
 
 def write_atomic(table, path, **options) -> None:
