@@ -3,13 +3,16 @@
 The target is checked before the audit reads anything: a name that is, or resolves to
 (a symlink, a hard link), the audited ledger or one of its companions (``-wal``,
 ``-shm``, ``-journal``, the roots file, the locks, the inputs index, the health
-marker: ``storage.COMPANIONS``, the one list of them) is refused. The table is then written
+marker: ``storage.COMPANIONS``, the one list of them) is refused, and so is a name that
+exists and is not a regular file (by ``lstat``: a symlink, a FIFO, a device node, a
+directory), since the rename would replace the node itself. The table is then written
 to a temporary file in the target's folder and renamed over the target: a write that
 fails part-way (a full disk, ``RLIMIT_FSIZE``) leaves the previous CSV as it was and no
 partial file.
 """
 
 import os
+import stat
 import tempfile
 
 from toolkit.errors import ToolkitError
@@ -25,21 +28,46 @@ def _same(a: str, b: str) -> bool:
         return False
 
 
-def check_target(target, audited) -> None:
-    """Raise (one line, exit 2) if writing ``target`` could touch ``audited`` or a companion."""
-    if "://" in str(audited):  # a server's database: no file of it here
+_KINDS = ((stat.S_ISLNK, "a symlink"), (stat.S_ISDIR, "a directory"),
+          (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def _require_regular_or_absent(path: str) -> None:
+    """Refuse a target that exists and is not a regular file, seen by ``lstat``.
+
+    The rename below replaces the name itself: a symlink would be replaced by a file
+    (not written through), a FIFO or a device node (``/dev/null`` as root) destroyed.
+    """
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
         return
+    except OSError as exc:
+        raise ToolkitError(f"cannot write --csv {path!r}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(mode):
+        kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+        raise ToolkitError(f"--csv {path!r} exists and is {kind}, not a regular file: "
+                           "refusing to replace it; name another file")
+
+
+def check_target(target, audited) -> None:
+    """Raise (one line, exit 2) if writing ``target`` could touch ``audited`` or a companion,
+    or would replace something that is not a regular file."""
     target = os.fspath(target)
-    for suffix in ("", *COMPANIONS):
-        companion = f"{os.fspath(audited)}{suffix}"
-        if _same(target, companion):
-            raise ToolkitError(f"--csv {target!r} is the audited ledger's file {companion!r}: "
-                               "refusing to write over it; name another file")
+    if "://" not in str(audited):  # a server's database has no file of it here
+        for suffix in ("", *COMPANIONS):  # first: the more telling reason for a link to it
+            companion = f"{os.fspath(audited)}{suffix}"
+            if _same(target, companion):
+                raise ToolkitError(f"--csv {target!r} is the audited ledger's file "
+                                   f"{companion!r}: refusing to write over it; name another file")
+    _require_regular_or_absent(target)
 
 
 def write_atomic(table, path, **options) -> None:
     """``table.to_csv`` into a temporary file beside ``path``, then renamed over it."""
     path = os.fspath(path)
+    _require_regular_or_absent(path)  # before the temporary file: nothing at path changes
     folder = os.path.dirname(os.path.abspath(path))
     try:
         fd, temp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.",

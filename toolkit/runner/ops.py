@@ -83,6 +83,8 @@ def _require_ledger_path(path: Path) -> None:
 
     if path.is_dir():
         raise ToolkitError(f"{str(path)!r} is a directory, not a ledger")
+    if not path.parent.is_dir():  # a typo in the folder is bad input, not "not ready"
+        raise ToolkitError(f"{str(path)!r}: no folder {str(path.parent)!r} to hold a ledger")
     # a FIFO, a device (a symlink to /dev/zero), a dangling link: refused by stat alone,
     # never opened (opening a FIFO blocks; reading /dev/zero never ends)
     require_regular(path, "--ledger")
