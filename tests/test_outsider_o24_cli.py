@@ -130,3 +130,20 @@ def test_health_on_a_missing_ledger_in_an_existing_folder_stays_not_ready(tmp_pa
     assert main(["health", "--ledger", str(tmp_path / "l.sqlite")]) == 1
     assert "no ledger at this path" in capsys.readouterr().out
     assert os.listdir(tmp_path) == []
+
+
+def test_audit_csv_new_file_gets_the_umask_mode_and_a_replaced_one_keeps_its_mode(tmp_path):
+    """mkstemp's temporary file is 0600: renamed over the target, a new CSV was unreadable
+    to the group and others whatever the umask, and a replaced CSV lost its mode."""
+    table = pd.DataFrame({"key": ["a"]})
+    new, kept = tmp_path / "new.csv", tmp_path / "kept.csv"
+    kept.write_text("old\n")
+    kept.chmod(0o640)
+    umask = os.umask(0o022)
+    try:
+        write_atomic(table, new)
+        write_atomic(table, kept)
+    finally:
+        os.umask(umask)
+    assert stat.S_IMODE(new.stat().st_mode) == 0o644
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o640

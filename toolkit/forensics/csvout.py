@@ -64,6 +64,15 @@ def check_target(target, audited) -> None:
     _require_regular_or_absent(target)
 
 
+def _mode_for(path: str) -> int:
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        umask = os.umask(0o022)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
 def write_atomic(table, path, **options) -> None:
     """``table.to_csv`` into a temporary file beside ``path``, then renamed over it."""
     path = os.fspath(path)
@@ -75,6 +84,9 @@ def write_atomic(table, path, **options) -> None:
     except OSError as exc:
         raise ToolkitError(f"cannot write --csv {path!r}: {exc.strerror or exc}") from None
     try:
+        # mkstemp makes 0600: give the CSV the mode of the file it replaces, or what a new
+        # file gets under this process's umask (read by setting it back at once)
+        os.fchmod(fd, _mode_for(path))
         # a lone surrogate (not UTF-8) is written as its escape, \ud800, as JSON would
         with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace",
                        newline="") as stream:
