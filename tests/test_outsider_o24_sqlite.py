@@ -56,3 +56,61 @@ def test_non_utf8_cell_is_a_finding_and_every_other_item_is_answered(
     details = [a["detail"] for a in report["anomalies"]
                if a["key"] == damaged and a["kind"] == "corrupt_record"]
     assert any(f"column {column} is not UTF-8" in detail for detail in details), details
+
+
+def test_key_with_a_lone_surrogate_is_refused_as_a_bad_key(tmp_path):
+    """Fault: a key holding a lone surrogate ('k\\ud800'), which no SQLite text can hold.
+    Property: add() raises LedgerError naming the bad key (not a raw UnicodeEncodeError),
+    and the ledger's other items are untouched."""
+    path = _ledger(tmp_path)
+    ledger = open_ledger(str(path))
+    try:
+        with pytest.raises(LedgerError, match="bad key"):
+            ledger.add("k\ud800", "s.pdf")
+        assert sorted(item.key for item in ledger.items()) == KEYS
+    finally:
+        ledger.close()
+
+
+FIXTURE = __import__("pathlib").Path(__file__).parent.parent / "fixtures/ledgers/toolkit.sqlite"
+
+
+def test_review_of_a_ledger_with_a_state_not_ours_is_one_line_exit_2(tmp_path, capsys):
+    """Fault: the audit fixture's SQLite ledger, whose items hold a state 'paused' that is
+    not ours. Property: review answers with one line naming the record, exit 2, no
+    traceback, and the file is left byte-identical."""
+    path = tmp_path / "fx.sqlite"
+    path.write_bytes(FIXTURE.read_bytes())
+    before = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert main(["review", "--ledger", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "'paused'" in err and "audit" in err, err
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == before
+
+
+def test_review_of_a_ledger_with_a_corrupt_event_detail_is_one_line_exit_2(tmp_path, capsys):
+    """Fault: the fixture ledger with its 'paused' row set back to 'pending': what is left is
+    its event whose detail is not JSON. Property: review refuses with one line naming the
+    event, exit 2, no JSONDecodeError traceback."""
+    path = tmp_path / "fx.sqlite"
+    path.write_bytes(FIXTURE.read_bytes())
+    db = sqlite3.connect(path)
+    db.execute("UPDATE items SET state='pending' WHERE state='paused'")
+    db.commit()
+    db.close()
+    assert main(["review", "--ledger", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "event seq=" in err, err
+
+
+def test_run_on_a_ledger_with_a_state_not_ours_refuses_with_exit_2(tmp_path, capsys):
+    """Fault: `run` on the fixture ledger holding state 'paused'. Property: one line,
+    exit 2 (bad input: the ledger), no traceback from recover_abandoned."""
+    path = tmp_path / "fx.sqlite"
+    path.write_bytes(FIXTURE.read_bytes())
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in/a.pdf").write_bytes((FIXTURE.parent / "inputs/a.pdf").read_bytes())
+    code = main(["run", "--inputs", str(tmp_path / "in"), "--ledger", str(path),
+                 "--provider-db", str(tmp_path / "p.db"), "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "'paused'" in err, err

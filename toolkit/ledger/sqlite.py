@@ -12,7 +12,7 @@ import os
 import sqlite3
 
 from toolkit.documents import fsync_dir
-from toolkit.errors import LedgerError, StateConflictError, StorageError
+from toolkit.errors import LedgerError, StateConflictError, StorageError, ToolkitError
 from toolkit.ledger import PERMANENT, TERMINAL, Event, Item, Ledger, State
 from toolkit.ledger.group import GroupCommit, SharedFlushes
 from toolkit.ledger.records import ItemRow, detail_json
@@ -66,8 +66,18 @@ _TEXT = {None: None, **{state: state.value for state in State}}
 
 def _item(row) -> Item:
     # Columns are the dataclass fields in order (ITEM_COLUMNS): positional is exact.
-    state = _STATE_OF.get(row[1]) or State(row[1])  # State() names a bad value
-    return Item(row[0], state, *row[2:])
+    return Item(row[0], _STATE_OF.get(row[1]) or _not_ours(row[0], row[1]), *row[2:])
+
+
+class NotOursError(ToolkitError, ValueError):
+    """A row no State or JSON reading holds: bad input (exit 2), not a LedgerError, which a
+    run takes for a storage halt (exit 1, the ledger marked unhealthy: one more write)."""
+
+
+def _not_ours(key, value, what="state"):
+    """The slow branch for a row no State or JSON reading holds: refused, naming it."""
+    raise NotOursError(f"the ledger holds a record that is not ours (item {key!r}: {what} "
+                      f"{value!r}); `audit` reports what is wrong")
 
 
 class _RowCache:
@@ -186,8 +196,11 @@ class _LedgerTxn(sqlite_txn):
 
 def _event(row) -> Event:
     seq, ts, op, key, frm, to, attempt, worker, token, detail = row
-    return Event(seq, ts, op, key, frm and State(frm), State(to), attempt, worker, token,
-                 json.loads(detail))
+    try:
+        return Event(seq, ts, op, key, frm and State(frm), State(to), attempt, worker, token,
+                     json.loads(detail))
+    except ValueError:  # JSONDecodeError is one
+        return _not_ours(key, row[4:6] + row[9:], f"event seq={seq} from, to, detail")
 
 
 class SqliteLedger(Ledger):
@@ -300,9 +313,12 @@ class SqliteLedger(Ledger):
             row = db.execute(SELECT_ITEM, (key,)).fetchone()
         except sqlite3.Error as exc:
             raise storage_error(self._what, exc) from exc
+        except UnicodeEncodeError:  # a lone surrogate: no SQLite text holds it
+            raise LedgerError(f"bad key {key!r}: not encodable as UTF-8") from None
         if row is None:
             return None
-        cache.row = row = _ROW(ItemRow, (row[0], _STATE_OF.get(row[1]) or State(row[1]),
+        cache.row = row = _ROW(ItemRow, (row[0],
+                                         _STATE_OF.get(row[1]) or _not_ours(*row[:2]),
                                          *row[2:]))
         return row
 
@@ -397,8 +413,9 @@ class SqliteLedger(Ledger):
                 if not rows:
                     return
                 # A list per batch, then yield from it: one frame resume per row, not a
-                # Python block per row; State() only for a value no State has (it raises).
-                yield from [_ROW(Light, (row[0], states.get(row[1]) or State(row[1]), *row[2:]))
+                # Python block per row; _not_ours() only for a value no State has (it raises).
+                yield from [_ROW(Light, (row[0], states.get(row[1]) or _not_ours(*row[:2]),
+                                         *row[2:]))
                             for row in rows]
         except sqlite3.Error as exc:
             raise storage_error(self._what, exc) from exc
