@@ -105,12 +105,15 @@ def test_review_of_a_ledger_with_a_corrupt_event_detail_is_one_line_exit_2(tmp_p
 
 def test_run_on_a_ledger_with_a_state_not_ours_refuses_with_exit_2(tmp_path, capsys):
     """Fault: `run` on the fixture ledger holding state 'paused'. Property: one line,
-    exit 2 (bad input: the ledger), no traceback from recover_abandoned."""
+    exit 2 (bad input: the ledger), no traceback from recover_abandoned, and the file is
+    byte-identical (the switch to WAL of this rollback-journal file not made)."""
     path = tmp_path / "fx.sqlite"
     path.write_bytes(FIXTURE.read_bytes())
+    before = hashlib.sha256(path.read_bytes()).hexdigest()
     (tmp_path / "in").mkdir()
     (tmp_path / "in/a.pdf").write_bytes((FIXTURE.parent / "inputs/a.pdf").read_bytes())
     code = main(["run", "--inputs", str(tmp_path / "in"), "--ledger", str(path),
                  "--provider-db", str(tmp_path / "p.db"), "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1 and "'paused'" in err, err
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == before  # refused before the WAL

@@ -225,6 +225,8 @@ class SqliteLedger(Ledger):
                 self._db.close()
                 raise LedgerError(f"{str(self.path)!r} is an SQLite database but not a "
                                   f"resume-toolkit ledger (tables: {', '.join(sorted(tables))})")
+            if tables and self._db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                self._refuse_states()  # before the switch below rewrites an older file
             self._db.execute("PRAGMA journal_mode=WAL")
             # NORMAL: a commit survives kill -9, and SQLite never fsyncs the WAL at a
             # commit; durable=True fsyncs it itself (``_sync_wal``) before a commit
@@ -297,6 +299,16 @@ class SqliteLedger(Ledger):
         except sqlite3.Error as exc:
             raise storage_error(self._what, exc) from exc
         return _item(row) if row is not None else None
+
+    def _refuse_states(self):
+        """NotOursError for an item whose state is not ours: one scan, run only before an
+        older (rollback-journal) file is switched to WAL, so a refused file stays as it was."""
+        ours = ", ".join(f"'{state.value}'" for state in State)
+        row = self._db.execute(f"SELECT key, state FROM items WHERE state NOT IN ({ours}) "
+                               "LIMIT 1").fetchone()
+        if row is not None:
+            self._db.close()
+            _not_ours(*row)
 
     def _current(self, key):
         # Inside the transaction (``Commit``): our write lock is held, so the version read
