@@ -12,6 +12,7 @@ the one list of a ledger's companion files.
 
 import errno
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -86,6 +87,32 @@ def test_ledger_folder_out_of_inodes_exits_1_run_again_then_resumes_once_freed(
             ledger.exists() and ledger.read_bytes()) == before
     assert provider_stats(tmp_path / "p.db")["executions"] == 0
     for filler in fillers:  # the operator frees the inodes
+        filler.unlink()
+    status, out, _ = _run(capsys, tmp_path, ledger)
+    assert status == 0 and "done=2" in out
+
+
+def test_sqlite_ledger_in_rollback_journal_mode_out_of_inodes_exits_1(
+        inode_less, tmp_path, capsys):
+    """What breaks: an existing SQLite ledger in rollback-journal mode (as older ledgers and
+    the audit fixture are) on a filesystem with one free inode: the open's switch to WAL
+    takes it for the -wal, and the first BEGIN cannot create the -shm ("cannot begin a
+    transaction: unable to open database file"). Must hold: exit 1 (run again: the
+    storage's), one line, nothing executed; once inodes are freed the command finishes."""
+    folder = inode_less
+    make_corpus(tmp_path / "in", docs=2, poison=0, seed=4)
+    ledger = folder / "l.sqlite"
+    with open_ledger(ledger):
+        pass
+    db = sqlite3.connect(ledger)
+    assert db.execute("PRAGMA journal_mode=DELETE").fetchone() == ("delete",)
+    db.close()
+    fillers = _fill(folder)
+    fillers.pop().unlink()  # one inode left: the switch to WAL creates -wal, not -shm
+    status, _, err = _run(capsys, tmp_path, ledger)
+    assert (status, err.count("\n")) == (1, 1) and "Traceback" not in err, err
+    assert provider_stats(tmp_path / "p.db")["executions"] == 0
+    for filler in fillers:
         filler.unlink()
     status, out, _ = _run(capsys, tmp_path, ledger)
     assert status == 0 and "done=2" in out

@@ -104,8 +104,9 @@ class sqlite_txn:  # noqa: N801 -- used as a function: ``with sqlite_txn(db, wha
     def __enter__(self) -> sqlite3.Connection:
         try:
             self.db.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
-            raise storage_error(f"{self.what}: cannot begin a transaction", exc) from exc
+        except sqlite3.Error as exc:  # CANTOPEN: a -wal/-shm/-journal not created; ask why
+            raise storage_error(f"{self.what}: cannot begin a transaction", exc,
+                                _main_file(self.db)) from exc
         return self.db
 
     def __exit__(self, kind, exc, tb) -> bool:
@@ -120,6 +121,15 @@ class sqlite_txn:  # noqa: N801 -- used as a function: ``with sqlite_txn(db, wha
             rollback(self.db)
             raise storage_error(self.what, error) from error
         return False
+
+
+def _main_file(db: sqlite3.Connection) -> str | None:
+    """The file of ``db``'s main database (None: in memory, or the connection cannot say)."""
+    try:
+        return next((row[2] for row in db.execute("PRAGMA database_list")
+                     if row[1] == "main"), None) or None
+    except sqlite3.Error:
+        return None
 
 
 def sqlite_read(what: str, reader, *args):

@@ -89,12 +89,53 @@ def read_database(path, adapters):
 
 
 def _read_database(path, adapters):
+    """Read with sqlite3's own UTF-8 decoding (the fast path); a text cell that is not
+    UTF-8 fails that read as a whole, and then the database is read again decoding every
+    text with its odd bytes escaped, each damaged cell a corrupt_record naming its row."""
+    try:
+        return _read_snapshot(path, adapters, None)
+    except sqlite3.OperationalError as exc:
+        if "Could not decode to UTF-8" not in str(exc):
+            raise
+    bad = set()
+
+    def lenient(data: bytes) -> str:
+        try:
+            return data.decode()
+        except UnicodeDecodeError:
+            bad.add(data)
+            return data.decode("utf-8", "backslashreplace")
+
+    return _read_snapshot(path, adapters, lenient, bad)
+
+
+def _undecodable(db, schema, raw, bad, text_factory):
+    """One corrupt_record per text cell holding bytes of ``bad``, named by its row's key
+    (its rowid when the table has no key column)."""
+    db.text_factory = text_factory
+    blobs = sorted(bad)
+    marks = ", ".join("?" * len(blobs))
+    for table, columns in sorted(schema.items()):
+        name = "key" if "key" in columns else "rowid"
+        for column in sorted(columns):
+            query = (f'SELECT {name} FROM "{table}" WHERE typeof("{column}")=\'text\' '
+                     f'AND CAST("{column}" AS BLOB) IN ({marks})')
+            for (key,) in db.execute(query, blobs):
+                raw.finding(key if name == "key" and type(key) is str else None,
+                            "corrupt_record",
+                            f"{table} row {name}={key!r}: column {column} is not UTF-8 "
+                            "(kept with odd bytes escaped)")
+
+
+def _read_snapshot(path, adapters, text_factory, bad=()):
     with open(path, "rb") as handle:
         header = handle.read(100)
     immutable = header[18:20] == b"\x02\x02" and not os.path.exists(f"{path}-wal")
     for _ in range(2):
         before = _fingerprint(path)
         db = connect(path, immutable)
+        if text_factory is not None:
+            db.text_factory = text_factory
         try:
             db.execute("BEGIN")  # one snapshot for every query below
             schema = tables(db)
@@ -103,6 +144,8 @@ def _read_database(path, adapters):
                 listed = ", ".join(sorted(schema)) or "none"
                 raise ToolkitError(f"SQLite database with unexpected tables ({listed})")
             raw = adapter.read(db, schema)
+            if bad:
+                _undecodable(db, schema, raw, bad, text_factory)
         finally:
             db.close()
         if not immutable or _fingerprint(path) == before:

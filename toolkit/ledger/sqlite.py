@@ -12,7 +12,7 @@ import os
 import sqlite3
 
 from toolkit.documents import fsync_dir
-from toolkit.errors import LedgerError, StateConflictError, StorageError
+from toolkit.errors import LedgerError, StateConflictError, StorageError, ToolkitError
 from toolkit.ledger import PERMANENT, TERMINAL, Event, Item, Ledger, State
 from toolkit.ledger.group import GroupCommit, SharedFlushes
 from toolkit.ledger.records import ItemRow, detail_json
@@ -66,8 +66,18 @@ _TEXT = {None: None, **{state: state.value for state in State}}
 
 def _item(row) -> Item:
     # Columns are the dataclass fields in order (ITEM_COLUMNS): positional is exact.
-    state = _STATE_OF.get(row[1]) or State(row[1])  # State() names a bad value
-    return Item(row[0], state, *row[2:])
+    return Item(row[0], _STATE_OF.get(row[1]) or _not_ours(row[0], row[1]), *row[2:])
+
+
+class NotOursError(ToolkitError, ValueError):
+    """A row no State or JSON reading holds: bad input (exit 2), not a LedgerError, which a
+    run takes for a storage halt (exit 1, the ledger marked unhealthy: one more write)."""
+
+
+def _not_ours(key, value, what="state"):
+    """The slow branch for a row no State or JSON reading holds: refused, naming it."""
+    raise NotOursError(f"the ledger holds a record that is not ours (item {key!r}: {what} "
+                      f"{value!r}); `audit` reports what is wrong")
 
 
 class _RowCache:
@@ -186,8 +196,11 @@ class _LedgerTxn(sqlite_txn):
 
 def _event(row) -> Event:
     seq, ts, op, key, frm, to, attempt, worker, token, detail = row
-    return Event(seq, ts, op, key, frm and State(frm), State(to), attempt, worker, token,
-                 json.loads(detail))
+    try:
+        return Event(seq, ts, op, key, frm and State(frm), State(to), attempt, worker, token,
+                     json.loads(detail))
+    except ValueError:  # JSONDecodeError is one
+        return _not_ours(key, row[4:6] + row[9:], f"event seq={seq} from, to, detail")
 
 
 class SqliteLedger(Ledger):
@@ -212,6 +225,8 @@ class SqliteLedger(Ledger):
                 self._db.close()
                 raise LedgerError(f"{str(self.path)!r} is an SQLite database but not a "
                                   f"resume-toolkit ledger (tables: {', '.join(sorted(tables))})")
+            if tables and self._db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                self._refuse_states()  # before the switch below rewrites an older file
             self._db.execute("PRAGMA journal_mode=WAL")
             # NORMAL: a commit survives kill -9, and SQLite never fsyncs the WAL at a
             # commit; durable=True fsyncs it itself (``_sync_wal``) before a commit
@@ -285,6 +300,16 @@ class SqliteLedger(Ledger):
             raise storage_error(self._what, exc) from exc
         return _item(row) if row is not None else None
 
+    def _refuse_states(self):
+        """NotOursError for an item whose state is not ours: one scan, run only before an
+        older (rollback-journal) file is switched to WAL, so a refused file stays as it was."""
+        ours = ", ".join(f"'{state.value}'" for state in State)
+        row = self._db.execute(f"SELECT key, state FROM items WHERE state NOT IN ({ours}) "
+                               "LIMIT 1").fetchone()
+        if row is not None:
+            self._db.close()
+            _not_ours(*row)
+
     def _current(self, key):
         # Inside the transaction (``Commit``): our write lock is held, so the version read
         # here is the one every statement of this transaction sees.
@@ -300,9 +325,12 @@ class SqliteLedger(Ledger):
             row = db.execute(SELECT_ITEM, (key,)).fetchone()
         except sqlite3.Error as exc:
             raise storage_error(self._what, exc) from exc
+        except UnicodeEncodeError:  # a lone surrogate: no SQLite text holds it
+            raise LedgerError(f"bad key {key!r}: not encodable as UTF-8") from None
         if row is None:
             return None
-        cache.row = row = _ROW(ItemRow, (row[0], _STATE_OF.get(row[1]) or State(row[1]),
+        cache.row = row = _ROW(ItemRow, (row[0],
+                                         _STATE_OF.get(row[1]) or _not_ours(*row[:2]),
                                          *row[2:]))
         return row
 
@@ -397,8 +425,9 @@ class SqliteLedger(Ledger):
                 if not rows:
                     return
                 # A list per batch, then yield from it: one frame resume per row, not a
-                # Python block per row; State() only for a value no State has (it raises).
-                yield from [_ROW(Light, (row[0], states.get(row[1]) or State(row[1]), *row[2:]))
+                # Python block per row; _not_ours() only for a value no State has (it raises).
+                yield from [_ROW(Light, (row[0], states.get(row[1]) or _not_ours(*row[:2]),
+                                         *row[2:]))
                             for row in rows]
         except sqlite3.Error as exc:
             raise storage_error(self._what, exc) from exc
