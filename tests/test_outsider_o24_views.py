@@ -54,3 +54,47 @@ def test_view_of_an_intact_jsonl_ledger_still_lists_every_item(tmp_path, capsys)
             ledger.add(f"k{number}", source=f"d{number}.pdf")
     assert main(["ledger", str(path), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["items"] == 3
+
+
+
+def _done_ledger(folder):
+    """A toolkit JSONL ledger (hand-written events) with one done item whose artifact, its
+    size and SHA-256, is recorded; the artifact itself exists nowhere."""
+    header = {"format": "resume-toolkit-ledger-jsonl", "version": 1}
+    steps = [("add", None, "pending", 0, {"source": "a.pdf"}), ("move", "pending", "unknown", 1, {}),
+             ("move", "unknown", "submitted", 1, {}),
+             ("move", "submitted", "done", 1, {"artifact_path": "a.out.pdf", "artifact_size": 9,
+                                               "artifact_sha256": "ab" * 32})]
+    lines = [header] + [{"seq": seq, "ts": 1.0 + seq, "op": op, "key": "k0", "from": frm,
+                         "to": to, "attempt": attempt, "worker": None, "token": 0,
+                         "detail": detail}
+                        for seq, (op, frm, to, attempt, detail) in enumerate(steps, 1)]
+    path = folder / "l.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+def test_audit_of_a_ledger_copied_without_its_roots_file_never_plans_skip(tmp_path):
+    """Fault: a toolkit ledger copied without ``<ledger>.roots.json`` (and no --artifacts):
+    its done items' artifacts cannot be looked at. Property: they are not ``skip`` (done
+    and verified) but ``verify``, the finding and the why saying the artifact was not
+    checked and naming the missing roots file."""
+    from toolkit.forensics import audit
+
+    report = audit(_done_ledger(tmp_path))
+    [(item, action, why)] = report.rows
+    assert item.state == "done" and action == "verify"
+    assert "not checked" in why and ".roots.json" in why
+    assert [a.kind for a in report.anomalies] == ["done_without_artifact"]
+
+
+def test_audit_with_artifacts_folder_still_checks_and_plans_from_what_it_found(tmp_path):
+    """Property (the other side): given --artifacts, the same item is checked: its artifact
+    absent there is ``artifact_missing``, planned ``reconcile`` (look up, re-fetch)."""
+    from toolkit.forensics import audit
+
+    (tmp_path / "out").mkdir()
+    report = audit(_done_ledger(tmp_path), artifacts=tmp_path / "out")
+    [(_, action, _)] = report.rows
+    assert action == "reconcile"
+    assert [a.kind for a in report.anomalies] == ["artifact_missing"]
