@@ -244,7 +244,8 @@ def plan_item(item, kinds, lookup: bool = True) -> tuple[str, str]:
         return "review", "; ".join(changed) + ": its key no longer names this work"
     if state == "done":
         unchecked = details.get("done_without_artifact", "")
-        if kinds & ARTIFACT_DAMAGE == {"done_without_artifact"} and NOT_CHECKED in unchecked:
+        if lookup and kinds & ARTIFACT_DAMAGE == {"done_without_artifact"} \
+                and NOT_CHECKED in unchecked:
             # not looked at, not found bad: a person (or --artifacts) checks; nothing to re-fetch
             return "verify", f"done, artifact not checked: {unchecked}"
         if kinds & ARTIFACT_DAMAGE:
