@@ -209,17 +209,25 @@ def test_fixtures_cover_every_anomaly_kind_and_every_supported_format():
 
 
 def test_without_folders_the_audit_opens_nothing_and_reports_only_what_the_ledger_shows():
-    """No --artifacts/--inputs: existence, hashes, symlinks and inputs go unchecked;
-    a path that climbs out with '..' is still reported (lexically)."""
+    """No --artifacts/--inputs (and no roots file): existence, hashes, symlinks and inputs
+    go unchecked, and each done item with a recorded artifact says so (done_without_artifact,
+    ``verify``, never ``skip``); a path that climbs out with '..' is still reported
+    (lexically)."""
     report = audit(FIXTURES / "toolkit.jsonl", now=NOW)
     keyed = [(a.key, a.kind) for a in report.anomalies if a.key is not None]
+    unchecked = ["done-mismatch", "done-missing", "done-ok", "done-stale-input", "done-symlink"]
     assert keyed == [("done-escape", "unsafe_artifact_path"),
+                     *[(key, "done_without_artifact") for key in unchecked[:2]],
                      ("done-no-artifact", "done_without_artifact"),
+                     *[(key, "done_without_artifact") for key in unchecked[2:]],
                      ("duplicate", "duplicate_key"), ("illegal", "illegal_transition"),
+                     ("illegal", "done_without_artifact"),
                      ("orphan", "missing_history"), ("orphan", "done_without_artifact"),
+                     ("retried-then-done", "done_without_artifact"),
                      ("unknown", "stuck_unknown")]
-    # corrupt lines: every unsettled key goes to review, as salvage parks it
-    assert report.plan == plan(skip=7, reconcile=1, review=12)
+    # corrupt lines: every unsettled key goes to review, as salvage parks it; the done
+    # items whose artifacts were not looked at are verify (cancelled alone is skip)
+    assert report.plan == plan(skip=1, verify=6, reconcile=1, review=12)
 
 
 def test_regenerating_the_fixtures_reproduces_them(tmp_path):

@@ -39,6 +39,7 @@ def _ledger(parser):
                 return 0
             with opened_view(args.path) as ledger:
                 # a copy: no migration, schema, journal mode or lock file beside the original
+                refuse_damaged(ledger, args.path)
                 try:
                     items, counts = ledger.items(), ledger.counts()
                 except ValueError as exc:  # a row the ledger cannot hold (a state not ours)
@@ -52,6 +53,23 @@ def _ledger(parser):
         emit({"items": len(items), "by_state": counts, "per_item": [_item(i) for i in items]},
              args.json, text)
     return run
+
+
+def refuse_damaged(ledger, path) -> None:
+    """A view of a JSONL ledger with corrupt interior lines would list the items of the
+    lines it could read and silently drop the ones whose history was lost (an add line
+    gone hides its item): a confident wrong answer. Refused with one line, exit 2, as a
+    SQLite ledger holding a record not ours is; ``audit`` and ``--salvage`` read past it."""
+    lines = getattr(ledger, "corrupt_lines", None)
+    if not lines:
+        return
+    shown = ", ".join(map(str, lines[:10])) + (f" and {len(lines) - 10} more"
+                                               if len(lines) > 10 else "")
+    many = len(lines) > 1
+    raise ToolkitError(f"ledger {str(path)!r}: line{'s' if many else ''} {shown} "
+                       f"{'are' if many else 'is'} damaged or unusable, so items may be "
+                       f"missing: `audit` reports what is wrong, `ledger {path} --salvage "
+                       "NEW.jsonl` keeps what is readable")
 
 
 ITEM_FIELDS = ("key", "source", "attempt", "failure", "reason", "job_id", "artifact_path",

@@ -38,6 +38,7 @@ def _review(parser):
     parser.add_argument("--json", action="store_true", help="print one JSON document")
 
     def run(args):
+        from toolkit.cli.inspect import refuse_damaged
         from toolkit.forensics.private import opened_view
         from toolkit.ledger import open_ledger
         from toolkit.ledger.postgres import postgres_url
@@ -49,6 +50,7 @@ def _review(parser):
                 items = parked(ledger)
         else:  # a copy: no lock taken, nothing written beside the original, a live run goes on
             with opened_view(args.ledger) as ledger:
+                refuse_damaged(ledger, args.ledger)  # an item whose lines were lost is hidden
                 items = parked(ledger)
         lines = [f"needs_review ({len(items)})"]
         for item in items:

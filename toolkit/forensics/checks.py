@@ -93,6 +93,9 @@ def check_whole_pdf(key, path: str, real: str) -> list[Anomaly]:
                     f"{verdict.reason}")]
 
 
+NOT_CHECKED = "recorded but not checked"
+
+
 def check_artifact(item, root: str | None, output_name: str | None = None,
                    lookup: bool = True) -> list[Anomaly]:
     """``output_name`` (a rule for ``output_path``) turns on the check by content: an item
@@ -105,13 +108,19 @@ def check_artifact(item, root: str | None, output_name: str | None = None,
     if (type(path) is not str or not path) and (output_name is None or root is None):
         return [Anomaly(key, "done_without_artifact", "no artifact path recorded")]
     if root is None and not lookup:
-        return [Anomaly(key, "done_without_artifact", f"{path!r} recorded but not checked: no "
+        return [Anomaly(key, "done_without_artifact", f"{path!r} {NOT_CHECKED}: no "
                         "artifacts folder (give --artifacts to verify its size and SHA-256)")]
     if type(path) is not str or not path:
         path = output_path(item, output_name)
     real, unsafe = locate(root, path)
     if unsafe:
         return [Anomaly(key, "unsafe_artifact_path", f"{unsafe}; not opened")]
+    if root is None and item.state == "done":
+        # Nothing to look in (no --artifacts, no <ledger>.roots.json beside a copied ledger):
+        # the artifact is not verified, so never "skip" (done and verified).
+        return [Anomaly(key, "done_without_artifact", f"{path!r} {NOT_CHECKED}: no artifacts "
+                        f"folder (no outputs root recorded in <ledger>{roots.SUFFIX}; give "
+                        "--artifacts to verify its size and SHA-256)")]
     found = []
     if (type(sha) is not str or not sha) and output_name is not None and real is not None:
         if not os.path.isfile(real):
@@ -234,6 +243,11 @@ def plan_item(item, kinds, lookup: bool = True) -> tuple[str, str]:
     if changed and state != "cancelled":
         return "review", "; ".join(changed) + ": its key no longer names this work"
     if state == "done":
+        unchecked = details.get("done_without_artifact", "")
+        if lookup and kinds & ARTIFACT_DAMAGE == {"done_without_artifact"} \
+                and NOT_CHECKED in unchecked:
+            # not looked at, not found bad: a person (or --artifacts) checks; nothing to re-fetch
+            return "verify", f"done, artifact not checked: {unchecked}"
         if kinds & ARTIFACT_DAMAGE:
             if lookup:
                 return "reconcile", "artifact not verified: look up and re-fetch, never re-execute"
