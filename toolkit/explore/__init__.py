@@ -45,7 +45,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from toolkit import pool
+from toolkit import liveness, pool
 from toolkit.errors import ToolkitError
 from toolkit.explore.child import (KILL, TEAR, Paths, fork, fork_many, killed_by_sigkill,
                                    run_batch, run_here)
@@ -186,8 +186,11 @@ def explore(plan: Plan, workdir=None, progress=None) -> Exploration:
         ToolkitError: a bad plan, or an uncrashed run that does not reach rest.
     """
     plan.validate()
-    if workdir is None:
-        with tempfile.TemporaryDirectory(prefix="explore-", dir=pool.scratch()) as tmp:
+    if workdir is None:  # named by its owner: the next explore sweeps it if we are killed
+        scratch = pool.scratch() or tempfile.gettempdir()
+        liveness.sweep_dead(scratch, "explore")
+        with pool.interruptible(), tempfile.TemporaryDirectory(
+                prefix=liveness.owned_prefix("explore"), dir=scratch) as tmp:
             return explore(plan, tmp, progress)
     root = Path(workdir)
     inputs, names = batch_inputs(plan, root / "in")
