@@ -189,6 +189,9 @@ def explore(plan: Plan, workdir=None, progress=None) -> Exploration:
     if workdir is None:  # named by its owner: the next explore sweeps it if we are killed
         scratch = pool.scratch() or tempfile.gettempdir()
         liveness.sweep_dead(scratch, "explore")
+        from toolkit.runner.pipeline import sweep_snapshots
+
+        sweep_snapshots()  # here, once: the forked runs inherit that it was done
         with pool.interruptible(), tempfile.TemporaryDirectory(
                 prefix=liveness.owned_prefix("explore"), dir=scratch) as tmp:
             return explore(plan, tmp, progress)

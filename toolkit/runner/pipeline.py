@@ -109,6 +109,18 @@ def resubmit_is_safe(contract: Contract) -> bool:
     return contract.idempotent_keys and contract.key_retention is None
 
 
+_SWEPT = False  # inherited by forks: explore sweeps once, not once per crash point
+
+
+def sweep_snapshots() -> None:
+    """Remove the input snapshot folders of dead runs from TMPDIR, once per process tree
+    (a scan of a crowded /tmp costs ~5 ms of CPU)."""
+    global _SWEPT
+    if not _SWEPT:
+        liveness.sweep_dead(tempfile.gettempdir(), "toolkit-inputs")
+        _SWEPT = True
+
+
 class Pipeline:
     """A pipeline under test: the protocol every strategy follows, ours and yours.
 
@@ -289,9 +301,9 @@ class Pipeline:
         leaves it to the next run's sweep); the next run reads the inputs again.
         """
         if self._snapshots is None:
-            # Named by this process (pid, start time): the first snapshot of a run removes
-            # the folders of runs that were killed (``liveness.sweep_dead``), never a live one's.
-            liveness.sweep_dead(tempfile.gettempdir(), "toolkit-inputs")
+            # Named by this process (pid, start time): the first snapshot removes the
+            # folders of runs that were killed (``sweep_snapshots``), never a live one's.
+            sweep_snapshots()
             self._snapshots = tempfile.TemporaryDirectory(
                 prefix=liveness.owned_prefix("toolkit-inputs"))
         path = Path(self._snapshots.name) / f"{digest}.pdf"
