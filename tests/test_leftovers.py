@@ -111,17 +111,19 @@ def _workdir(child, tmp) -> str:
 
 
 def test_explore_killed_by_sigkill_leaves_its_folder_and_the_next_explore_sweeps_it(tmp_path):
-    """SIGKILL to explore's process group leaves ``explore-<pid>-<ticks>-*`` with its inputs;
-    the next explore removes it."""
+    """SIGKILL to explore's process group leaves ``explore-<pid>-<ticks>-*``; the next explore
+    removes it, and leaves none of the input snapshots of the runs it killed itself."""
     child = _explore(tmp_path, "--every", "2")
     folder = _workdir(child, tmp_path)
     os.killpg(child.pid, signal.SIGKILL)
     _finish(child, tmp_path)
     assert os.path.isdir(folder)
-    again = _explore(tmp_path, "--every", "1000")
+    again = _explore(tmp_path, "--every", "4")
     err = _finish(again, tmp_path)
     assert again.returncode == 0, err
     assert not os.path.exists(folder)
+    # its crash points SIGKILLed runs that held input snapshots: swept as it ends
+    assert not glob.glob(str(tmp_path / "toolkit-inputs-*"))
 
 
 @pytest.mark.parametrize("signum, status", [(signal.SIGTERM, 128 + signal.SIGTERM),

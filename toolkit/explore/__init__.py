@@ -192,9 +192,12 @@ def explore(plan: Plan, workdir=None, progress=None) -> Exploration:
         from toolkit.runner.pipeline import sweep_snapshots
 
         sweep_snapshots()  # here, once: the forked runs inherit that it was done
-        with pool.interruptible(), tempfile.TemporaryDirectory(
-                prefix=liveness.owned_prefix("explore"), dir=scratch) as tmp:
-            return explore(plan, tmp, progress)
+        try:
+            with pool.interruptible(), tempfile.TemporaryDirectory(
+                    prefix=liveness.owned_prefix("explore"), dir=scratch) as tmp:
+                return explore(plan, tmp, progress)
+        finally:  # the snapshots of the runs our crash points killed: all dead by now
+            liveness.sweep_dead(tempfile.gettempdir(), "toolkit-inputs")
     root = Path(workdir)
     inputs, names = batch_inputs(plan, root / "in")
     _warm(inputs)
