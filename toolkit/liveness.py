@@ -78,3 +78,42 @@ def alive(host: str | None, pid: int | None, started) -> bool | None:
         return False
     ticks = my_start() if pid == os.getpid() else start_ticks(pid)
     return ticks is not None and (started is None or ticks == started)
+
+
+# Private scratch folders named by their owner: ``<kind>-<pid>-<start ticks>-<random>``.
+# A process killed by SIGKILL runs no cleanup; the next process of the same kind removes
+# the folders whose owner is dead (``alive`` decides, as for leases), never a live one's.
+# Names without an owner (made before this rule) are left alone: whose they are is unknown.
+
+def owned_prefix(kind: str) -> str:
+    """The ``tempfile`` prefix of a scratch folder owned by this process."""
+    return f"{kind}-{os.getpid()}-{my_start() or 0}-"
+
+
+def sweep_dead(folder, kind: str) -> list[str]:
+    """Remove ``folder``'s ``<kind>-<pid>-<ticks>-*`` folders whose owner is gone; return
+    their paths. Errors (another sweeper got there first, no permission) are skipped."""
+    import shutil
+
+    removed = []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return removed
+    start = f"{kind}-"
+    for entry in entries:
+        if not entry.name.startswith(start):
+            continue
+        pid, _, rest = entry.name[len(start):].partition("-")
+        ticks, dash, _ = rest.partition("-")
+        if not (dash and pid.isdigit() and ticks.isdigit()):
+            continue
+        try:
+            if not entry.is_dir(follow_symlinks=False):
+                continue
+        except OSError:
+            continue
+        if alive(None, int(pid), int(ticks) or None) is False:
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(entry.path)
+    return removed

@@ -11,6 +11,7 @@ EOF (the child exited or was killed) before it reaps the child. So a child
 killed by SIGKILL gives its bytes so far and its wait status, never a hang.
 """
 
+import contextlib
 import gc
 import os
 import selectors
@@ -38,6 +39,35 @@ def scratch() -> str | None:
     """
     shm = "/dev/shm"
     return shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
+
+
+def _terminate(signum, frame):
+    raise SystemExit(128 + signum)
+
+
+@contextlib.contextmanager
+def interruptible():
+    """While the block runs (main thread only): SIGINT raises KeyboardInterrupt and SIGTERM
+    SystemExit, so that ``finally`` blocks run (``run`` kills its children, temporary
+    folders are removed) and the CLI exits 130 (or 143).
+
+    SIGINT is set even if this process inherited it ignored: a shell without job control
+    starts ``cmd &`` so, and Python keeps an inherited ignore, so a Ctrl-C (or ``kill -INT``)
+    sent to the group of such an explore did nothing: it ran every point and exited 0.
+    The children fork with these handlers; they end at once when interrupted (``run``).
+    """
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler),
+                signal.SIGTERM: signal.signal(signal.SIGTERM, _terminate)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def start(task) -> tuple[int, int]:
@@ -72,8 +102,13 @@ def start(task) -> tuple[int, int]:
 
 def wait(pid: int, read_fd: int) -> tuple[bytes, int]:
     """Read the child's pipe to EOF, reap it; return (its bytes, its wait status)."""
-    with open(read_fd, "rb") as pipe:
-        data = pipe.read()
+    try:
+        with open(read_fd, "rb") as pipe:
+            data = pipe.read()
+    except BaseException:  # interrupted: the child must not outlive us (nor our temp folder)
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise
     _, status = os.waitpid(pid, 0)
     return data, status
 

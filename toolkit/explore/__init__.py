@@ -45,7 +45,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from toolkit import pool
+from toolkit import liveness, pool
 from toolkit.errors import ToolkitError
 from toolkit.explore.child import (KILL, TEAR, Paths, fork, fork_many, killed_by_sigkill,
                                    run_batch, run_here)
@@ -186,9 +186,18 @@ def explore(plan: Plan, workdir=None, progress=None) -> Exploration:
         ToolkitError: a bad plan, or an uncrashed run that does not reach rest.
     """
     plan.validate()
-    if workdir is None:
-        with tempfile.TemporaryDirectory(prefix="explore-", dir=pool.scratch()) as tmp:
-            return explore(plan, tmp, progress)
+    if workdir is None:  # named by its owner: the next explore sweeps it if we are killed
+        scratch = pool.scratch() or tempfile.gettempdir()
+        liveness.sweep_dead(scratch, "explore")
+        from toolkit.runner.pipeline import sweep_snapshots
+
+        sweep_snapshots()  # here, once: the forked runs inherit that it was done
+        try:
+            with pool.interruptible(), tempfile.TemporaryDirectory(
+                    prefix=liveness.owned_prefix("explore"), dir=scratch) as tmp:
+                return explore(plan, tmp, progress)
+        finally:  # the snapshots of the runs our crash points killed: all dead by now
+            liveness.sweep_dead(tempfile.gettempdir(), "toolkit-inputs")
     root = Path(workdir)
     inputs, names = batch_inputs(plan, root / "in")
     _warm(inputs)

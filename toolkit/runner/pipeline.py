@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from toolkit import documents, roots
+from toolkit import documents, liveness, roots
 from toolkit.errors import LeaseHeldError, LedgerError
 from toolkit.identity import canonical_json, content_digest, task_key
 from toolkit.ledger import PERMANENT, Item, State
@@ -107,6 +107,18 @@ def resubmit_is_safe(contract: Contract) -> bool:
     a finite retention we cannot prove that, so we do not resubmit.
     """
     return contract.idempotent_keys and contract.key_retention is None
+
+
+_SWEPT = False  # inherited by forks: explore sweeps once, not once per crash point
+
+
+def sweep_snapshots() -> None:
+    """Remove the input snapshot folders of dead runs from TMPDIR, once per process tree
+    (a scan of a crowded /tmp costs ~5 ms of CPU)."""
+    global _SWEPT
+    if not _SWEPT:
+        liveness.sweep_dead(tempfile.gettempdir(), "toolkit-inputs")
+        _SWEPT = True
 
 
 class Pipeline:
@@ -286,10 +298,14 @@ class Pipeline:
 
         In a private temp folder, not under --out: an --out that fails midway must not
         turn a document into an unreadable one. Removed at the end of the run (a crash
-        leaves it to the system's temp cleaning); the next run reads the inputs again.
+        leaves it to the next run's sweep); the next run reads the inputs again.
         """
         if self._snapshots is None:
-            self._snapshots = tempfile.TemporaryDirectory(prefix="toolkit-inputs-")
+            # Named by this process (pid, start time): the first snapshot removes the
+            # folders of runs that were killed (``sweep_snapshots``), never a live one's.
+            sweep_snapshots()
+            self._snapshots = tempfile.TemporaryDirectory(
+                prefix=liveness.owned_prefix("toolkit-inputs"))
         path = Path(self._snapshots.name) / f"{digest}.pdf"
         if not path.exists():
             path.write_bytes(data)
