@@ -445,7 +445,10 @@ def test_audit_of_a_postgres_ledger_reads_one_snapshot_and_plans_like_the_sqlite
     _crashed_batch(tmp_path / "ledger.sqlite", tmp_path / "lite", small_corpus)
     with open_ledger(pg_url) as ledger:
         events_before = len(ledger.events())
-    on_pg, on_sqlite = audit(pg_url), audit(tmp_path / "ledger.sqlite")
+    # each with its outputs folder: a server's ledger has no roots file beside it, and a
+    # done whose artifact was not checked is planned verify, never skip
+    on_pg = audit(pg_url, artifacts=tmp_path / "pg" / "out")
+    on_sqlite = audit(tmp_path / "ledger.sqlite", artifacts=tmp_path / "lite" / "out")
     assert on_pg.format == "toolkit-postgres" and on_sqlite.format == "toolkit-sqlite"
     pg_json, sqlite_json = on_pg.to_json(), on_sqlite.to_json()
     for field in ("items", "by_state", "plan", "anomalies"):
