@@ -109,10 +109,9 @@ def _read_database(path, adapters):
     return _read_snapshot(path, adapters, lenient, bad)
 
 
-def _undecodable(db, schema, raw, bad, text_factory):
+def _undecodable(db, schema, raw, bad):
     """One corrupt_record per text cell holding bytes of ``bad``, named by its row's key
-    (its rowid when the table has no key column)."""
-    db.text_factory = text_factory
+    (its rowid when the table has no key column); ``db`` decodes text leniently already."""
     blobs = sorted(bad)
     marks = ", ".join("?" * len(blobs))
     for table, columns in sorted(schema.items()):
@@ -145,7 +144,7 @@ def _read_snapshot(path, adapters, text_factory, bad=()):
                 raise ToolkitError(f"SQLite database with unexpected tables ({listed})")
             raw = adapter.read(db, schema)
             if bad:
-                _undecodable(db, schema, raw, bad, text_factory)
+                _undecodable(db, schema, raw, bad)
         finally:
             db.close()
         if not immutable or _fingerprint(path) == before:

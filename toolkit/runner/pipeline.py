@@ -220,9 +220,7 @@ class Pipeline:
             return ahead
         if self.page_by_page_from is not None:
             return [None] * len(paths)
-        if self._routes is None:
-            self._routes = keying.keyers(self.options)
-        return keying.vouched(self.ledger, paths, self._routes, self._index)
+        return keying.vouched(self.ledger, paths, self._keyers(), self._index)
 
     def _vouched_ahead(self, paths) -> list | None:
         """The whole batch's ``_vouched``, from one ordered pass over the ledger merged with
@@ -230,9 +228,13 @@ class Pipeline:
         share of the ledger (``keying.use_scan``); else None: each chunk looks its keys up."""
         if self.page_by_page_from is not None or not keying.use_scan(self.ledger, len(paths)):
             return None
+        return keying.vouched(self.ledger, paths, self._keyers(), self._index, scan=True)
+
+    def _keyers(self) -> list:
+        """``digest -> key`` per option set an input can have (``keying.keyers``), made once."""
         if self._routes is None:
             self._routes = keying.keyers(self.options)
-        return keying.vouched(self.ledger, paths, self._routes, self._index, scan=True)
+        return self._routes
 
     def _admit(self, path, key: str, keys: list) -> bool:
         """Note ``key`` as this run's item for ``path``; False for an alias (said, not silent)."""
