@@ -171,3 +171,48 @@ def test_orphan_event_in_a_clean_batch_is_corrupt_and_kept_out_of_the_event_tabl
     assert "ghost" not in set(fast.events["key"])
     assert len(fast.events) == len(body) - 1
     assert ("ghost", "missing_history") in {(a.key, a.kind) for a in fast.anomalies}
+
+
+def test_gc_between_json_chunks_is_paused_and_restored_after_a_broken_stream(tmp_path):
+    """What breaks: the cyclic GC, on between per_item chunks, ran full collections over
+    every live object of the audit (a million-line audit's JSON took 3.4 s of CPU instead
+    of 1.2 s). Must hold: streaming a report of many chunks runs no collection, and the
+    GC is on again afterwards, also when the stream fails midway (a closed pipe)."""
+    import gc
+
+    from toolkit.forensics import report as report_module
+
+    path = tmp_path / "ledger.jsonl"
+    path.write_bytes(b"\n".join(_history(random.Random(5), 3000)) + b"\n")
+    audited = audit(path, now=0.0)
+    assert len(audited.rows) == 3000
+
+    class Broken(io.RawIOBase):
+        calls = 0
+
+        def writable(self):
+            return True
+
+        def write(self, data):
+            if self.calls == 2:
+                raise BrokenPipeError("reader gone")
+            self.calls += 1
+            return len(data)
+
+    started = []
+    collected = lambda phase, info: started.append(1) if phase == "start" else None  # noqa: E731
+    out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
+    with mock.patch.object(report_module, "CHUNK", 500):
+        gc.callbacks.append(collected)
+        try:
+            gc.collect()  # the count starts at 0: the few objects before the pause set off none
+            del started[:]
+            stream_json(audited, out)  # 3000 items: ~18,000 new objects, 6 chunks
+            ran = len(started)
+            broken = io.TextIOWrapper(io.BufferedWriter(Broken(), 1), encoding="utf-8")
+            with pytest.raises(BrokenPipeError):
+                stream_json(audited, broken)
+        finally:
+            gc.callbacks.remove(collected)
+    assert ran == 0
+    assert gc.isenabled()

@@ -25,8 +25,6 @@ pandas is imported only when ``Report.items`` or ``Report.events`` is first read
 this package, and ``audit --json``, stay cheap.
 """
 
-import contextlib
-import gc
 import os
 import sqlite3
 import stat
@@ -50,6 +48,7 @@ from toolkit.forensics.model import (
     Anomaly,
     Raw,
     Report,
+    gc_paused,
     supported,
 )
 from toolkit.forensics.render import render_text
@@ -169,7 +168,7 @@ def audit(path, artifacts=None, inputs=None, *, now: float | None = None,
         return _report(redact(url), NAME, raw, _ordered(raw.anomalies + check_items(
             raw.items, artifacts, inputs, time.time() if now is None else now, output_name)))
     name, adapter = _detect(path)
-    with _no_gc():
+    with gc_paused():
         return _audit(path, name, adapter, artifacts, inputs, now, gone, output_name)
 
 
@@ -180,19 +179,6 @@ def _root_gone(items: dict, gone) -> list:
     return [Anomaly(key, "artifact_missing", f"the recorded outputs root {str(gone)!r} is not "
                     "a folder: artifact not verifiable (give --artifacts, or rerun)")
             for key, item in items.items() if item.state in ("done", "partial")]
-
-
-@contextlib.contextmanager
-def _no_gc():
-    """Pause the cyclic GC: a million new dicts would set off full collections over and
-    over, for nothing (the audit creates no cycles). Restored on the way out."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _audit(path, name, adapter, artifacts, inputs, now, gone=None, output_name=None) -> Report:

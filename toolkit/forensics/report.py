@@ -9,12 +9,10 @@ writes the same shape in one piece.
 """
 
 import csv
-import gc
-import itertools
 import operator
 
 from toolkit.forensics.csvout import write_atomic
-from toolkit.forensics.model import ACTIONS
+from toolkit.forensics.model import ACTIONS, gc_paused
 
 PER_ITEM = ("key", "source", "state", "raw_state", "action", "why")
 _KEY, _KIND = operator.attrgetter("key"), operator.attrgetter("kind")
@@ -52,24 +50,12 @@ def _objects(rows, findings):
             for record, act, why in rows]
 
 
-def _no_gc(function):
-    """Run ``function`` with the cyclic GC paused: hundreds of thousands of new dicts
-    would set it off over and over, for nothing (they hold no cycles)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        return function()
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def per_item(report, action: str | None = None) -> list[dict]:
     """One object per item, ordered by key: ``PER_ITEM`` fields and its ``findings``
     (the kinds found on it, in report order); only the items planned ``action`` if given.
     """
-    return _no_gc(lambda: _objects(_rows(report, action),
-                                   _findings_by_key(report.anomalies)))
+    with gc_paused():
+        return _objects(_rows(report, action), _findings_by_key(report.anomalies))
 
 
 def document(report, action: str | None = None) -> dict:
@@ -130,6 +116,11 @@ def stream_json(report, stream, action: str | None = None) -> None:
     except ImportError:
         write_json(document(report, action), stream)
         return
+    with gc_paused():  # paused throughout: a collection between chunks walks the whole audit
+        _stream(report, stream, action, orjson)
+
+
+def _stream(report, stream, action, orjson) -> None:
     rows = _rows(report, action)
     head = report.to_json()
     head["per_item"] = []
@@ -143,7 +134,7 @@ def stream_json(report, stream, action: str | None = None) -> None:
     write(text[:at] + b'\n  "per_item": [')
     findings = _findings_by_key(report.anomalies)
     for start in range(0, len(rows), CHUNK):
-        chunk = _no_gc(lambda: _objects(rows[start:start + CHUNK], findings))
+        chunk = _objects(rows[start:start + CHUNK], findings)
         data = _orjson(orjson, chunk, options)  # b"[\n  {...}\n]"
         write((b"," if start else b"") + data[1:-2].replace(b"\n", b"\n  "))
     write(b"\n  ]," + text[at + len(_SLOT):] + b"\n")
