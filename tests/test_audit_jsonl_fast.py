@@ -216,3 +216,37 @@ def test_gc_between_json_chunks_is_paused_and_restored_after_a_broken_stream(tmp
             gc.callbacks.remove(collected)
     assert ran == 0
     assert gc.isenabled()
+
+
+def test_many_anomalies_go_out_in_chunks_never_as_one_document(tmp_path):
+    """What breaks: the JSON's ``anomalies`` list was dumped whole with the head of the
+    document (a million-line ledger copied without its outputs has ~230,000 findings: the
+    dicts and their text held at once put ~190 MB on the audit's peak). Must hold: with
+    chunks of 50, no single write carries more than a few chunks' worth of the document,
+    and the bytes equal the one-piece document."""
+    from toolkit.forensics import report as report_module
+
+    path = tmp_path / "ledger.jsonl"
+    path.write_bytes(b"\n".join(_history(random.Random(9), 2000)) + b"\n")
+    audited = audit(path, now=0.0)  # no outputs folder: every done item is a finding
+    assert len(audited.anomalies) > 1000
+
+    class Recording(io.RawIOBase):
+        def __init__(self):
+            self.writes = []
+
+        def writable(self):
+            return True
+
+        def write(self, data):
+            self.writes.append(bytes(data))
+            return len(data)
+
+    sink = Recording()
+    whole = io.StringIO()
+    report_module.write_json(report_module.document(audited), whole)
+    with mock.patch.object(report_module, "CHUNK", 50):
+        stream_json(audited, io.TextIOWrapper(sink, encoding="utf-8", write_through=True))
+    assert b"".join(sink.writes).decode() == whole.getvalue()
+    chunk_bytes = len(whole.getvalue()) * 50 // (len(audited.anomalies) + len(audited.rows))
+    assert max(map(len, sink.writes)) < 4 * chunk_bytes

@@ -2,13 +2,15 @@
 
 Built by walking ``Report.rows`` (the audit's own (Record, action, why) list, ordered by
 key), never through the items DataFrame: ``audit --json`` imports no pandas. The JSON
-goes out streamed (``write_json``): the document without ``per_item`` once, then the
-items in chunks through orjson, so a 250,000-item audit never holds a list of a
-quarter-million dicts nor one document of many megabytes. Without orjson, ``json``
+goes out streamed (``stream_json``): the document without its two long lists
+(``anomalies``, ``per_item``) once, then each list in chunks through orjson, so a
+250,000-item audit never holds a list of a quarter-million dicts nor one document of
+many megabytes. Without orjson, ``json``
 writes the same shape in one piece.
 """
 
 import csv
+import dataclasses
 import operator
 
 from toolkit.forensics.csvout import write_atomic
@@ -19,7 +21,6 @@ _KEY, _KIND = operator.attrgetter("key"), operator.attrgetter("kind")
 CSV_EXTRA = ("attempt", "failure", "reason", "job_id", "artifact_path", "artifact_size",
              "artifact_sha256")
 CHUNK = 4096  # items per orjson call: big enough to amortize the call, small in memory
-_SLOT = b'\n  "per_item": [],'  # where per_item goes in the indented, key-sorted document
 
 
 def _findings_by_key(anomalies) -> dict:
@@ -107,10 +108,11 @@ def write_json(doc, stream) -> None:
 
 def stream_json(report, stream, action: str | None = None) -> None:
     """``write_json(document(report, action), stream)`` without ever holding the document:
-    the rest of it is dumped once with an empty ``per_item`` (the same bytes around it,
-    keys sorted), then the items go out ``CHUNK`` at a time, each chunk indented one
-    level deeper to sit inside the document. JSON strings hold no raw newline, so the
-    empty slot (at the top level, after a newline) is found once and only there."""
+    the rest of it is dumped once with ``anomalies`` and ``per_item`` empty (the same bytes
+    around them, keys sorted), then each list goes out ``CHUNK`` entries at a time, each
+    chunk indented one level deeper to sit inside the document. JSON strings hold no raw
+    newline, so an empty list's slot (at the top level, after a newline) is found once
+    and only there."""
     try:
         import orjson
     except ImportError:
@@ -122,22 +124,29 @@ def stream_json(report, stream, action: str | None = None) -> None:
 
 def _stream(report, stream, action, orjson) -> None:
     rows = _rows(report, action)
-    head = report.to_json()
+    head = dataclasses.replace(report, anomalies=[]).to_json()  # both lists go out in chunks
     head["per_item"] = []
     text = dumps(head)
-    at = text.index(_SLOT)
-    write = _byte_writer(stream)
-    if not rows:
-        write(text + b"\n")
-        return
-    options = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
-    write(text[:at] + b'\n  "per_item": [')
     findings = _findings_by_key(report.anomalies)
-    for start in range(0, len(rows), CHUNK):
-        chunk = _objects(rows[start:start + CHUNK], findings)
-        data = _orjson(orjson, chunk, options)  # b"[\n  {...}\n]"
-        write((b"," if start else b"") + data[1:-2].replace(b"\n", b"\n  "))
-    write(b"\n  ]," + text[at + len(_SLOT):] + b"\n")
+    anomalies = report.anomalies
+    lists = ((b'\n  "anomalies": [', len(anomalies),
+              lambda start, stop: [anomaly.to_json() for anomaly in anomalies[start:stop]]),
+             (b'\n  "per_item": [', len(rows),
+              lambda start, stop: _objects(rows[start:stop], findings)))
+    options = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
+    write, done = _byte_writer(stream), 0
+    for opening, count, objects in lists:  # in the document's (sorted) key order
+        slot = opening + b"],"
+        at = text.index(slot, done)
+        if not count:  # an empty list stays as dumps writes it
+            continue
+        write(text[done:at] + opening)
+        for start in range(0, count, CHUNK):
+            data = _orjson(orjson, objects(start, start + CHUNK), options)  # b"[\n  {...}\n]"
+            write((b"," if start else b"") + data[1:-2].replace(b"\n", b"\n  "))
+        write(b"\n  ],")
+        done = at + len(slot)
+    write(text[done:] + b"\n")
     getattr(stream, "buffer", stream).flush()
 
 
