@@ -4,7 +4,7 @@
 provider's call log and executions and what is on disk, and returns a
 ``Verdict`` as data: ``valid`` (True, False, None when it cannot decide) and
 anomalies by kind with the witnesses that prove them; ``explain`` says one in
-a sentence. It never raises on an odd history. Events and calls are each
+a sentence. These types are ``checker.model``, re-exported here. It never raises on an odd history. Events and calls are each
 ordered by ``seq`` and meet by ``ts``; at equal ``ts`` a call counts first.
 The JSONL fixture format (``fixtures/histories``) is ``load_history``'s
 (``checker.fixtures``).
@@ -18,104 +18,16 @@ succeeded execution of every page it records.
 import collections
 import dataclasses
 
+from toolkit.checker.model import (KINDS, Anomaly, ArtifactOnDisk, Call,  # noqa: F401 - re-exported
+                                   Execution, History, Verdict)
 from toolkit.identity import document_of, page_key
 from toolkit.ledger import Event, Item, State, apply_event
 from toolkit.ledger.transitions import ARTIFACT_FIELDS, why_illegal
 
 S = State
-KINDS = ("double_execution", "submit_after_done", "fake_done", "lost_item",
-         "unrecorded_execution", "blind_resubmit", "execution_by_lease_loser", "poison_submitted",
-         "illegal_transition")
 TURNED_AWAY = frozenset({"transient", "rejected"})  # the provider accepted nothing
 ANSWERED = frozenset({"found", "not_found"})  # a lookup that told the client something
 SILENT = frozenset({"unavailable", "timeout", "transient"})  # a poll/fetch that told nothing
-
-
-@dataclasses.dataclass(frozen=True)
-class Call:
-    """One provider call, from the provider's own call log."""
-
-    seq: int
-    ts: float
-    op: str  # submit | lookup | poll | fetch | cancel
-    idem_key: str | None
-    task_key: str | None
-    job_id: str | None
-    # submit: created, deduped, conflict, transient, rejected; lookup: found, not_found, unavailable
-    outcome: str
-    worker: str | None = None  # the caller's worker and fencing token (submits; None: unknown)
-    token: int | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class Execution:
-    """One execution whose result the provider committed."""
-
-    seq: int
-    ts: float
-    job_id: str
-    idem_key: str
-    task_key: str
-    status: str  # succeeded | failed
-    artifact_size: int | None
-    artifact_sha256: str | None
-
-
-@dataclasses.dataclass(frozen=True)
-class ArtifactOnDisk:
-    """What is really on disk at the end for an item that says done."""
-
-    path: str
-    exists: bool
-    size: int | None
-    sha256: str | None
-
-
-@dataclasses.dataclass(frozen=True)
-class History:
-    """Everything the checker reads; ``calls``/``executions`` None: provider records unavailable."""
-
-    events: tuple[Event, ...]
-    items: dict[str, Item]
-    calls: tuple[Call, ...] | None
-    executions: tuple[Execution, ...] | None
-    artifacts: dict[str, ArtifactOnDisk]
-    inputs: dict[str, dict]  # task key -> {"source", "poison": bool[, "pages": n if by page]}
-    idempotent_keys: bool = True
-    key_retention: float | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class Anomaly:
-    """One broken invariant on one task ``key``; ``witnesses`` prove it (events, calls, ...)."""
-
-    kind: str
-    key: str | None
-    detail: str
-    witnesses: tuple = ()
-
-    def to_json(self) -> dict:
-        return {"key": self.key, "kind": self.kind, "detail": self.detail}
-
-
-@dataclasses.dataclass(frozen=True)
-class Verdict:
-    """``valid``: no anomaly (True), some (False), cannot tell (None, see ``notes``).
-
-    ``anomalies`` holds only the kinds found; ``possibly_executed``, the items
-    whose execution nobody can rule out.
-    """
-
-    valid: bool | None
-    anomalies: dict[str, list[Anomaly]]
-    notes: tuple[str, ...] = ()
-    possibly_executed: tuple[str, ...] = ()
-    costly: dict = dataclasses.field(default_factory=dict)  # kind -> [Anomaly]: wasteful, not unsafe
-
-    def to_json(self) -> dict:
-        return {"valid": self.valid,
-                "anomalies": [a.to_json() for kind in KINDS for a in self.anomalies.get(kind, ())],
-                "notes": list(self.notes), "possibly_executed": list(self.possibly_executed)}
 
 
 # -- helpers -----------------------------------------------------------------------

@@ -47,14 +47,13 @@ from pathlib import Path
 
 from toolkit import liveness, pool
 from toolkit.errors import ToolkitError
-from toolkit.explore.child import (KILL, TEAR, Paths, fork, fork_many, killed_by_sigkill,
-                                   run_batch, run_here)
+from toolkit.explore.child import KILL, TEAR, Paths, fork, fork_many, run_batch, run_here
+from toolkit.explore.judge import VERDICTS, _judge, _note_kill, _rested
 from toolkit.explore.memo import input_checks, provider_work, same_checks
 from toolkit.explore.powerloss import (LEDGERS, drop_unsynced, lost_acknowledged, lost_deferred,
                                        synced_size)
 from toolkit.explore.snapshot import folder, refusal
 
-VERDICTS = ("valid", "parked", "violation", "undecided", "not-reached", "diverged")
 MODES = ("real", "snapshot")  # real: replay the prefix, SIGKILL at step k; snapshot: copies
 
 
@@ -159,7 +158,6 @@ class Exploration:
 
     def violations(self) -> list[dict]:
         return [row for row in self.rows if row["verdict"] == "violation"]
-
 
 
 def batch_inputs(plan: Plan, folder: Path):
@@ -360,50 +358,6 @@ def _explore_point(fd, plan: Plan, work: Path, inputs, names, point: Point,
     shutil.rmtree(work, ignore_errors=True)
     return {"row": row, "first_steps": first_steps, "recovery_steps": recovery_steps,
             "position": position}
-
-
-def _note_kill(row, field, messages, status, kill_at) -> bool:
-    """Name the step where the child died; False when it should have died and did not."""
-    kill = next((m for m in messages if m["t"] == "kill"), None)
-    if kill is not None:
-        row[field] = kill["label"]
-        if field == "step":
-            row["kind"] = kill["kind"]
-    return kill_at is None or (kill is not None and killed_by_sigkill(status))
-
-
-def _rested(messages) -> bool:
-    end = next((m for m in messages if m["t"] == "end"), None)
-    return end is not None and not end["unsettled"] and not end["halted"]
-
-
-def _judge(plan, paths, inputs, rested, lost, reached) -> dict:
-    from toolkit.checker import check, explain
-    from toolkit.drills import collect_history
-    from toolkit.provider import FakeProvider
-
-    contract = plan.contract_object()
-    provider = FakeProvider(paths.provider_db, paths.provider_out, contract)
-    try:
-        history = collect_history(paths.ledger, provider, inputs, contract, ({},),
-                                  plan.page_by_page_from)
-        stats = provider.stats()
-    finally:
-        provider.close()
-    verdict = check(history)
-    by_state = collections.Counter(item.state.value for item in history.items.values())
-    anomalies = sorted(verdict.anomalies) + ["not_at_rest"] * (not rested) + \
-        ["lost_acknowledged"] * bool(lost)
-    first = next((found[0] for found in verdict.anomalies.values()), None)
-    detail = explain(first) if first else (
-        f"{len(lost)} acknowledged transition(s) gone after the power cut" if lost else
-        "the batch did not rest after the reruns" if not rested else "")
-    parked = by_state.get("needs_review", 0)
-    name = ("not-reached" if not reached else "violation" if anomalies else
-            "undecided" if verdict.valid is None else "parked" if parked else "valid")
-    return {"outcome": " ".join(f"{state}={n}" for state, n in sorted(by_state.items())),
-            "submits": stats["submit_calls"], "executions": stats["executions"],
-            "verdict": name, "anomalies": anomalies, "parked": parked, "detail": detail}
 
 
 __all__ = ["KILL", "LEDGERS", "TEAR", "VERDICTS", "Exploration", "Plan", "Point", "explore"]

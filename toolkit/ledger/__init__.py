@@ -38,6 +38,8 @@ from toolkit.ledger.records import (ITEM_FIELDS, LEASE_FIELDS, MUTABLE_FIELDS, E
 from toolkit.ledger.transitions import (ARTIFACT_FIELDS, MOVES, PERMANENT, TERMINAL,
                                         TRANSIENT, TRANSITIONS, State, bad_artifact,
                                         why_illegal)
+# Opening a ledger by its location (opening.py); re-exported from here.
+from toolkit.ledger.opening import canonical_path, open_ledger
 
 S = State
 _MUTABLE = frozenset(MUTABLE_FIELDS)
@@ -343,60 +345,6 @@ class Ledger:
         if ordered:
             rows.sort()  # keys are unique: ordered by key
         yield from rows
-
-
-
-def canonical_path(path) -> Path:
-    """The one name of the ledger file at ``path``: every lock, WAL and marker is named after it.
-
-    A symlink alias resolves to its target, so two runs typing two names still meet
-    on one lock (JSONL's ``<path>.lock``, the health marker) and one WAL. A hard link
-    cannot be resolved (both names are the file), so a ledger with st_nlink > 1 is
-    refused: SQLite's WAL and journal, and the JSONL lock, are named after the path,
-    and two names would give two writers two views of one file.
-
-    Raises:
-        LedgerError: the file has more than one hard link.
-    """
-    resolved = Path(os.path.realpath(path))
-    try:
-        links = os.stat(resolved).st_nlink
-    except OSError:
-        return resolved  # not there (yet): the backend reports what is wrong with it
-    if links > 1:
-        raise LedgerError(f"ledger {str(path)!r} has {links} hard links: refusing it, because "
-                          "its lock, WAL and journal are named after the path and a second "
-                          "name would let two writers in at once; copy it to one name")
-    return resolved
-
-
-def open_ledger(path, **options) -> Ledger:
-    """Open the ledger at ``path``, choosing the backend by suffix or ``postgresql://`` URL.
-
-    Raises:
-        LedgerError: unknown suffix, unreadable file, (JSONL) a second writer, or
-            (PostgreSQL) an unreachable server.
-    """
-    from toolkit.ledger.postgres import postgres_url  # psycopg itself is imported on connect
-
-    url = postgres_url(path)
-    if url is not None:
-        from toolkit.ledger.postgres import PostgresLedger
-
-        return PostgresLedger(url, **options)
-    suffix = Path(path).suffix.lower()
-    if suffix in (".sqlite", ".db", ".sqlite3", ".jsonl"):
-        path = canonical_path(path)
-    if suffix in (".sqlite", ".db", ".sqlite3"):
-        from toolkit.ledger.sqlite import SqliteLedger
-
-        return SqliteLedger(path, **options)
-    if suffix == ".jsonl":
-        from toolkit.ledger.jsonl import JsonlLedger
-
-        return JsonlLedger(path, **options)
-    raise LedgerError(f"unknown ledger type {str(path)!r}: use .sqlite, .db, .jsonl "
-                      "or a postgresql:// URL")
 
 
 __all__ = ["canonical_path", "State", "TRANSITIONS", "TERMINAL", "TRANSIENT", "PERMANENT", "ARTIFACT_FIELDS",
