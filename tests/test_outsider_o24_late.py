@@ -113,3 +113,109 @@ def test_input_missing_kind_is_listed_in_the_readme_findings(tmp_path):
     with open(readme, encoding="utf-8") as handle:
         text = handle.read()
     assert "`input_missing`" in text
+
+
+# -- F12: a refused run leaves the folder as it found it -------------------------------------
+
+@pytest.fixture(scope="module")
+def pdfs(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("pdfs")
+    make_corpus(folder, docs=2, poison=0, seed=12)
+    return folder
+
+
+def _listing(folder):
+    return sorted(os.path.relpath(os.path.join(top, name), folder)
+                  for top, dirs, files in os.walk(folder) for name in dirs + files)
+
+
+def _corrupt_jsonl(folder, corpus):
+    """A real run's JSONL ledger, an interior line zeroed, copied without its lock file."""
+    work = folder.parent / "w"
+    work.mkdir()
+    assert main(["run", "--inputs", str(corpus), "--ledger", str(work / "l.jsonl"),
+                 "--provider-db", str(work / "p.sqlite"), "--out", str(work / "out"),
+                 "--no-progress"]) == 0
+    lines = (work / "l.jsonl").read_bytes().split(b"\n")
+    lines[2] = b"\0" * len(lines[2])
+    (folder / "l.jsonl").write_bytes(b"\n".join(lines))
+    return "l.jsonl"
+
+
+def _foreign_sqlite(folder, corpus):
+    with sqlite3.connect(folder / "l.sqlite") as db:
+        db.execute("CREATE TABLE x (a)")
+    return "l.sqlite"
+
+
+def _foreign_jsonl(folder, corpus):
+    (folder / "l.jsonl").write_text('{"a": 1}\n')
+    return "l.jsonl"
+
+
+REFUSED = {"corrupt-jsonl": (_corrupt_jsonl, 1, "corrupt lines 3"),
+           "sqlite-not-a-ledger": (_foreign_sqlite, 2, "not a resume-toolkit ledger"),
+           "jsonl-not-a-ledger": (_foreign_jsonl, 2, "not a resume-toolkit JSONL ledger"),
+           "unknown-suffix": (lambda folder, corpus: "l.txt", 2, "not a ledger"),
+           "no-such-folder": (lambda folder, corpus: "nodir/l.sqlite", 2, "no folder")}
+
+
+@pytest.mark.parametrize("fault", sorted(REFUSED))
+def test_run_refused_for_its_ledger_leaves_no_provider_database_lock_or_marker(
+        tmp_path, capsys, pdfs, fault):
+    """Fault: ``run`` on a ledger it must refuse: a JSONL ledger with a zeroed interior line
+    (copied without its lock), an SQLite file or a JSONL file that is not a ledger, an
+    unknown suffix, a folder that does not exist. The provider's database used to be
+    created first. Property: one line on stderr (exit 1 for the corrupt ledger, "salvage
+    first", as health says; 2 for bad input), and the folder listed after the run is the
+    folder listed before it: no provider database or jobs folder, no lock, no health
+    marker, no --out; the ledger's bytes are unchanged."""
+    make, status, words = REFUSED[fault]
+    folder = tmp_path / "batch"
+    folder.mkdir()
+    name = make(folder, pdfs)
+    capsys.readouterr()
+    ledger = folder / name
+    before_bytes = ledger.read_bytes() if ledger.exists() else None
+    before = _listing(folder)
+    assert main(["run", "--inputs", str(pdfs), "--ledger", str(ledger),
+                 "--provider-db", str(folder / "p.sqlite"), "--out", str(folder / "out"),
+                 "--no-progress"]) == status
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and words in err and "Traceback" not in err
+    assert _listing(folder) == before
+    assert (ledger.read_bytes() if ledger.exists() else None) == before_bytes
+
+
+def test_headerless_jsonl_upgrade_cut_by_a_file_size_limit_leaves_no_upgrade_file_nor_provider(
+        tmp_path, pdfs):
+    """Fault: a JSONL ledger written before headers (a run gives it its header by writing
+    ``<ledger>.upgrade`` and renaming it over the file) and a real RLIMIT_FSIZE smaller than
+    the file: the write of ``.upgrade`` fails with EFBIG. Property: exit 1, one line; the
+    ledger's bytes are unchanged; no ``.upgrade`` file and no provider database or jobs
+    folder are left; what the folder gains is the documented health marker alone (a storage
+    failure fails closed) and the lock a writer may hold."""
+    import resource
+    import subprocess
+    import sys
+
+    path = tmp_path / "l.jsonl"
+    with open_ledger(path, durable=False) as ledger:
+        for number in range(1000):
+            ledger.add(f"k{number}")
+    path.write_bytes(path.read_bytes().split(b"\n", 1)[1])  # no header: an older ledger
+    (tmp_path / "l.jsonl.lock").unlink()
+    before, data = _listing(tmp_path), path.read_bytes()
+    limit = len(data) // 2
+
+    def cap():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    result = subprocess.run(
+        [sys.executable, "-m", "toolkit", "run", "--inputs", str(pdfs), "--ledger",
+         str(path), "--provider-db", str(tmp_path / "p.sqlite"), "--out", str(tmp_path / "out"),
+         "--no-progress"], capture_output=True, text=True, preexec_fn=cap)
+    assert result.returncode == 1 and "File too large" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert path.read_bytes() == data
+    assert sorted(set(_listing(tmp_path)) - set(before)) == ["l.jsonl.health", "l.jsonl.lock"]
