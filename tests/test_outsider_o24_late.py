@@ -219,3 +219,34 @@ def test_headerless_jsonl_upgrade_cut_by_a_file_size_limit_leaves_no_upgrade_fil
     assert len(result.stderr.strip().splitlines()) == 1
     assert path.read_bytes() == data
     assert sorted(set(_listing(tmp_path)) - set(before)) == ["l.jsonl.health", "l.jsonl.lock"]
+
+
+# -- F13: ledger and review on a SQLite text cell that is not UTF-8 ---------------------------
+
+def _sqlite_with_undecodable_cell(path, column="source"):
+    with open_ledger(path) as ledger:
+        ledger.add("a", source="a.pdf")
+        ledger.add("b", source="b.pdf")
+    with sqlite3.connect(path) as db:  # the fault as a foreign writer leaves it: raw bytes
+        db.execute(f"UPDATE items SET {column} = CAST(X'66ff6f' AS TEXT) WHERE key = 'b'")
+    db.close()
+
+
+@pytest.mark.parametrize("command", [["ledger", "{path}"], ["ledger", "{path}", "--json"],
+                                     ["review", "--ledger", "{path}"]])
+def test_non_utf8_text_cell_in_sqlite_ledger_is_one_line_naming_key_and_column_exit_2_unchanged(
+        tmp_path, capsys, command):
+    """Fault: a real SQLite ledger whose items row 'b' holds a source cell of bytes that are
+    not UTF-8 (written by sqlite3: CAST(X'66ff6f' AS TEXT)). Property: ``ledger`` and
+    ``review`` exit 2 with one line naming the row's key and the column and pointing to
+    ``audit``, never the private copy's path; the folder and the file are unchanged."""
+    path = tmp_path / "l.sqlite"
+    _sqlite_with_undecodable_cell(path)
+    before, data = _listing(tmp_path), path.read_bytes()
+    capsys.readouterr()
+    assert main([part.format(path=path) for part in command]) == 2
+    captured = capsys.readouterr()
+    [line] = captured.err.strip().splitlines()
+    assert "key='b'" in line and "column source" in line and "audit" in line
+    assert "toolkit-view" not in line and captured.out == ""
+    assert path.read_bytes() == data and _listing(tmp_path) == before
