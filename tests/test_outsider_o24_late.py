@@ -250,3 +250,65 @@ def test_non_utf8_text_cell_in_sqlite_ledger_is_one_line_naming_key_and_column_e
     assert "key='b'" in line and "column source" in line and "audit" in line
     assert "toolkit-view" not in line and captured.out == ""
     assert path.read_bytes() == data and _listing(tmp_path) == before
+
+
+# -- F10: a lost add line is named as such ------------------------------------------------------
+
+def _jsonl_with_a_claimed_item(path):
+    """A real JSONL ledger: items a, b, c added; b claimed and moved to unknown."""
+    with open_ledger(path) as ledger:
+        for key in ("a", "b", "c"):
+            ledger.add(key, source=f"{key}.pdf")
+        token = ledger.claim("b", "w", 60.0)
+        ledger.move("b", S.PENDING, S.UNKNOWN, token=token, worker="w")
+        ledger.release("b", token, "w")
+    lines = path.read_bytes().split(b"\n")
+    number = next(n for n, line in enumerate(lines, 1)
+                  if b'"op": "add"' in line and b'"key": "b"' in line)
+    return lines, number
+
+
+def _missing_history(path):
+    return [a.detail for a in audit(path).anomalies if a.kind == "missing_history"]
+
+
+@pytest.mark.parametrize("fault", ["deleted", "torn"])
+def test_add_line_deleted_or_torn_is_named_as_a_missing_add_line_in_the_detail(tmp_path, fault):
+    """Fault: the add line of item b (claimed and moved since) is deleted from the JSONL
+    ledger, or cut to its first 40 bytes (an interior torn line). Property: b's one
+    missing_history detail says its add line is missing and names the line of its first
+    event left; when deleted, that no line before it is unusable (deleted or never
+    written); when torn, that the unusable line before it may have held the add."""
+    path = tmp_path / "l.jsonl"
+    lines, number = _jsonl_with_a_claimed_item(path)
+    if fault == "deleted":
+        del lines[number - 1]
+        first = number + 1  # c's add moved up into its place, then b's claim
+    else:
+        lines[number - 1] = lines[number - 1][:40]
+        first = number + 2  # c's add, then b's claim
+    path.write_bytes(b"\n".join(lines))
+    [detail] = _missing_history(path)
+    assert detail.startswith(f"line {first}: its add line is missing"), detail
+    assert "claim" in detail
+    if fault == "deleted":
+        assert "deleted or never written" in detail and "unusable line " not in detail
+    else:
+        assert f"unusable line {number} before it may have held the add" in detail
+
+
+def test_add_event_row_deleted_from_a_sqlite_ledger_is_named_a_missing_add_event(tmp_path):
+    """Fault: the add row of item b deleted from a real SQLite ledger's events table.
+    Property: b's missing_history detail says its add event is missing, by seq (a table
+    has no lines), and names the op of its first event left."""
+    path = tmp_path / "l.sqlite"
+    with open_ledger(path) as ledger:
+        for key in ("a", "b"):
+            ledger.add(key, source=f"{key}.pdf")
+        token = ledger.claim("b", "w", 60.0)
+        ledger.move("b", S.PENDING, S.UNKNOWN, token=token, worker="w")
+    with sqlite3.connect(path) as db:
+        db.execute("DELETE FROM events WHERE key = 'b' AND op = 'add'")
+    db.close()
+    [detail] = _missing_history(path)
+    assert "its add event is missing" in detail and detail.startswith("event seq="), detail

@@ -202,7 +202,7 @@ def check_items(items: dict, artifacts: str | None, inputs: str | None, now: flo
 UNDECIDABLE = {
     "duplicate_key": "conflicting records",
     "illegal_transition": "its history breaks the transition table",
-    "missing_history": "a corrupt line held part of its history",
+    "missing_history": "part of its history is lost",
     "history_mismatch": "its row disagrees with its events",
     "unsafe_artifact_path": "its artifact path escapes the artifacts folder",
 }
