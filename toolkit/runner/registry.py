@@ -80,7 +80,7 @@ def open_run_ledger(name, ledger_path):
     which keeps its own ``.json``. Hand it to ``open_strategy`` (or ``close()`` it).
 
     A refusal leaves the folder as it found it: what the open itself created is removed
-    (``_open_tidily``), and a JSONL ledger with corrupt interior lines is refused here,
+    (``_tidy``), and a JSONL ledger with corrupt interior lines is refused here,
     before any write (no header upgrade, no health marker: the file says it already).
 
     Raises:
