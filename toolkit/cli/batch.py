@@ -1,5 +1,7 @@
 """Making and running batches: fixtures, run."""
 
+import contextlib
+import os
 import sys
 
 from toolkit.cli import command, emit, finite
@@ -88,7 +90,7 @@ def _run(parser):
 
         from toolkit.provider import parse_contract, provider_at
         from toolkit.runner import RetryPolicy
-        from toolkit.runner.registry import open_strategy, resolve_strategy
+        from toolkit.runner.registry import open_run_ledger, open_strategy, resolve_strategy
 
         from toolkit.runner.inputs import check_batch_paths
 
@@ -106,9 +108,11 @@ def _run(parser):
             paging["page_by_page_from"] = args.page_by_page_from
         if args.verify:  # only then: a user's own pipeline class need not know the option
             paging["verify"] = True
-        if args.provider_url:
-            provider = _service(args)
-        else:
+        if args.workers is not None:
+            from toolkit.runner.workers import check_workers
+
+            check_workers(args.ledger, args.workers, args.strategy, args.page_by_page_from)
+        if not args.provider_url:
             contract = parse_contract(args.contract or "idempotent")
             changes = {"seed": args.seed}
             if args.transient_rate is not None:
@@ -116,12 +120,33 @@ def _run(parser):
                     raise ToolkitError("--transient-rate must be within [0, 1]")
                 changes["transient_rate"] = args.transient_rate
             contract = dataclasses.replace(contract, **changes)
-            provider = provider_at(args.provider_db, contract)
-        if args.workers is not None:
-            return _run_workers(args, inputs, provider)
-        runner = open_strategy(args.strategy, args.ledger, provider, args.out,
-                               policy=RetryPolicy(seed=args.seed), **paging,
-                               progress=not (args.json or args.no_progress))
+        # Order: a refused run leaves the folder as it found it. What creates nothing comes
+        # first (the checks above, the service's contract); then an existing ledger, opened
+        # and judged (not ours, corrupt lines, not ready) before the provider's database is
+        # created; a new ledger (no file, or an empty one) only once the provider is open,
+        # its place checked by stat first, so neither refusal leaves the other's file.
+        with contextlib.ExitStack() as undo:  # closes what is open if a later step refuses
+            def opened(thing):
+                if thing is not None:
+                    undo.callback(thing.close)
+                return thing
+
+            provider = opened(_service(args)) if args.provider_url else None
+            existing = _existing_ledger(args)  # else its place is checked, by stat alone
+            ledger = opened(open_run_ledger(args.strategy, args.ledger)) if existing else None
+            if provider is None:
+                provider = opened(provider_at(args.provider_db, contract))
+            if not existing:
+                ledger = opened(open_run_ledger(args.strategy, args.ledger))
+            if args.workers is not None:
+                if ledger is not None:
+                    ledger.close()  # judged; each worker opens its own
+                undo.pop_all()
+                return _run_workers(args, inputs, provider)
+            runner = open_strategy(args.strategy, args.ledger if ledger is None else ledger,
+                                   provider, args.out, policy=RetryPolicy(seed=args.seed),
+                                   **paging, progress=not (args.json or args.no_progress))
+            undo.pop_all()  # the runner closes the ledger; the provider is closed below
         try:
             counts = runner.run(inputs)
         finally:
@@ -164,6 +189,27 @@ def _run(parser):
             return 1
         return 0
     return run
+
+
+def _existing_ledger(args) -> bool:
+    """True for a ledger with something in it (a URL, rewrite-state's file: always): it is
+    opened and judged before the provider's database is created. A new one (no file, or an empty one) is created only
+    after the provider; its place (suffix, folder) is checked now, by stat: nothing opened."""
+    from pathlib import Path
+
+    from toolkit.runner.naive import RewriteState
+    from toolkit.runner.ops import require_ledger_path
+    from toolkit.runner.registry import resolve_strategy
+
+    if "://" in str(args.ledger) or resolve_strategy(args.strategy) is RewriteState:
+        return True  # a URL; or rewrite-state's own .json, judged by its suffix alone
+    try:
+        if os.stat(args.ledger).st_size > 0:
+            return True
+    except OSError:
+        pass
+    require_ledger_path(Path(args.ledger))
+    return False
 
 
 def _service(args):

@@ -4,7 +4,7 @@ import os
 import sys
 
 from toolkit.cli import command, emit, table
-from toolkit.errors import ToolkitError
+from toolkit.errors import LedgerError, ToolkitError
 from toolkit.forensics.model import ACTIONS
 
 
@@ -41,7 +41,8 @@ def _ledger(parser):
                 # a copy: no migration, schema, journal mode or lock file beside the original
                 refuse_damaged(ledger, args.path)
                 try:
-                    items, counts = ledger.items(), ledger.counts()
+                    items, counts = readable(lambda: (ledger.items(), ledger.counts()),
+                                             ledger, args.path)
                 except ValueError as exc:  # a row the ledger cannot hold (a state not ours)
                     raise ToolkitError(f"ledger {args.path!r} holds a record that is not "
                                        f"ours ({exc}); `audit` reports what is wrong") from None
@@ -70,6 +71,50 @@ def refuse_damaged(ledger, path) -> None:
                        f"{'are' if many else 'is'} damaged or unusable, so items may be "
                        f"missing: `audit` reports what is wrong, `ledger {path} --salvage "
                        "NEW.jsonl` keeps what is readable")
+
+
+def readable(read, ledger, path):
+    """``read()``; an SQLite text cell that is not UTF-8 (SQLite keeps whatever bytes it is
+    given) fails the read as a whole, and sqlite3 names neither the row nor the table: then
+    refused with one line naming the first such cell, exit 2 (``audit`` reads past it, each
+    cell a ``corrupt_record``). Only the private copy is read again, never the original."""
+    try:
+        return read()
+    except LedgerError as exc:
+        if "Could not decode to UTF-8" not in str(exc):
+            raise
+        cell = _first_undecodable(ledger.path)
+    raise ToolkitError(f"ledger {str(path)!r}: {cell or 'a text cell'} is not UTF-8 text, so "
+                       f"its items cannot be listed: `audit {path}` reports every such cell "
+                       "(nothing was changed)")
+
+
+def _first_undecodable(copy) -> str | None:
+    """``'items row key=…: column source'`` for the first text cell of ``copy`` (a private
+    copy) that is not UTF-8, its key's odd bytes escaped; None if none is found."""
+    import sqlite3
+
+    db = sqlite3.connect(copy)
+    db.text_factory = bytes  # every text as its bytes: nothing fails to decode here
+    try:
+        names = [row[0].decode() for row in db.execute(
+            "SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")]
+        for table in sorted(names, key=lambda name: name != "items"):  # the items first
+            columns = [row[1].decode() for row in db.execute(f'PRAGMA table_info("{table}")')]
+            key = "key" if "key" in columns else "rowid"
+            for column in columns:
+                for row_key, value in db.execute(
+                        f'SELECT {key}, "{column}" FROM "{table}" '
+                        f'WHERE typeof("{column}") = \'text\''):
+                    try:
+                        value.decode()
+                    except UnicodeDecodeError:
+                        if type(row_key) is bytes:
+                            row_key = row_key.decode("utf-8", "backslashreplace")
+                        return f"{table} row {key}={row_key!r}: column {column}"
+    finally:
+        db.close()
+    return None
 
 
 ITEM_FIELDS = ("key", "source", "attempt", "failure", "reason", "job_id", "artifact_path",

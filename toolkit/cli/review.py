@@ -38,7 +38,7 @@ def _review(parser):
     parser.add_argument("--json", action="store_true", help="print one JSON document")
 
     def run(args):
-        from toolkit.cli.inspect import refuse_damaged
+        from toolkit.cli.inspect import readable, refuse_damaged
         from toolkit.forensics.private import opened_view
         from toolkit.ledger import open_ledger
         from toolkit.ledger.postgres import postgres_url
@@ -51,7 +51,7 @@ def _review(parser):
         else:  # a copy: no lock taken, nothing written beside the original, a live run goes on
             with opened_view(args.ledger) as ledger:
                 refuse_damaged(ledger, args.ledger)  # an item whose lines were lost is hidden
-                items = parked(ledger)
+                items = readable(lambda: parked(ledger), ledger, args.ledger)
         lines = [f"needs_review ({len(items)})"]
         for item in items:
             lines += [f"key       {_one_line(item['key'])}",

@@ -153,8 +153,9 @@ def check_input(item, root: str, digests: dict) -> list[Anomaly]:
     if real not in digests:
         digests[real] = file_digest(real)
     _, actual, problem = digests[real]
-    if problem:
-        return [Anomaly(key, "stale_input", f"input {source!r}: {problem}")]
+    if problem:  # gone, renamed or unreadable: its content was never read, so never "stale"
+        return [Anomaly(key, "input_missing", f"input {source!r}: {problem} (its content was "
+                        "not read)")]
     if actual != recorded.lower():
         return [Anomaly(key, "stale_input", f"input {source!r} has sha256 {actual[:12]}…, "
                         f"the item was recorded with {recorded[:12]}…")]
@@ -201,13 +202,18 @@ def check_items(items: dict, artifacts: str | None, inputs: str | None, now: flo
 UNDECIDABLE = {
     "duplicate_key": "conflicting records",
     "illegal_transition": "its history breaks the transition table",
-    "missing_history": "a corrupt line held part of its history",
+    "missing_history": "part of its history is lost",
     "history_mismatch": "its row disagrees with its events",
     "unsafe_artifact_path": "its artifact path escapes the artifacts folder",
 }
 ARTIFACT_DAMAGE = frozenset({"done_without_artifact", "artifact_missing", "artifact_mismatch"})
 INPUT_CHANGED = {"stale_input": "the input changed since it was recorded",
                  "unsafe_input_path": "its input path escapes the inputs folder"}
+# A missing input blocks only what would be sent again: pending, partial, a transient failure,
+# and unknown or submitted (a lookup that finds nothing leads to a submit). A done item's
+# artifact stands on its own (skip when verified; a re-fetch by lookup reads no input);
+# cancelled, needs_review and the other failures keep their own plan.
+INPUT_MISSING = "its input cannot be read in the inputs folder (removed, renamed or unreadable)"
 
 
 # Our formats: the provider's job is found again by the item's idempotency key (a lookup).
@@ -242,6 +248,12 @@ def plan_item(item, kinds, lookup: bool = True) -> tuple[str, str]:
     changed = [why for kind, why in INPUT_CHANGED.items() if kind in kinds]
     if changed and state != "cancelled":
         return "review", "; ".join(changed) + ": its key no longer names this work"
+    if "input_missing" in kinds and (state in ("pending", "partial", "unknown", "submitted")
+                                     or (state == "failed" and item.failure == "transient")):
+        if state in ("unknown", "submitted"):  # it may have been sent: the lookup comes first
+            return "review", (f"{state}: {INPUT_MISSING}; a run cannot take it up: look up "
+                              "its key before anything, then a person decides")
+        return "review", f"{state}: {INPUT_MISSING}: it cannot run; put it back or cancel it"
     if state == "done":
         unchecked = details.get("done_without_artifact", "")
         if lookup and kinds & ARTIFACT_DAMAGE == {"done_without_artifact"} \

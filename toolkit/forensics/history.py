@@ -150,6 +150,7 @@ class History:
         orphaned, workers = self.orphaned, self.workers
         _type, _str = type, str
         code_of, words, fields, plain = CODES.get, VOCABULARY, DETAIL_FIELDS, PLAIN_MOVES
+        lost_add = self._lost_add
 
         def apply(seq, ts, op, key, frm, to, attempt, worker, token, detail, line):
             """Fields already of the right types; their values are checked here."""
@@ -177,8 +178,7 @@ class History:
                 if item is None:
                     items[key] = Record(key, to, to, attempt=attempt, updated=ts)
                     orphaned.add(key)
-                    finding(key, "missing_history",
-                            f"{_where(line, seq)}: {op} of a key whose add is missing")
+                    finding(key, "missing_history", lost_add(line, seq, op))
                 else:
                     item.state = item.raw_state = to
                     item.attempt, item.updated = attempt, ts
@@ -229,6 +229,26 @@ class History:
         self.items[key] = Record(key, state, state, source=item.get("source"),
                                  attempt=item.get("attempt"), updated=item.get("updated"), **fields)
         return None
+
+    def _lost_add(self, line, seq, op) -> str:
+        """The ``missing_history`` detail of a key met first by ``op``: its add is missing.
+
+        A JSONL file is read in line order, so every unusable line recorded so far lies
+        before ``line``: the add may have been on one of them (damaged or torn), or, with
+        none, it was deleted or never written. A table's events have no lines to name."""
+        if line is None:
+            return (f"event seq={seq}: its add event is missing (no earlier event adds "
+                    f"this key); this {op} is its first event left")
+        earlier = self.raw.corrupt_lines
+        if not earlier:
+            where = "no line before it is unusable: the add line was deleted or never written"
+        else:  # the nearest ones, in line order; the report lists them all
+            shown = ", ".join(map(str, earlier[-3:]))
+            more = f" (and {len(earlier) - 3} before them)" if len(earlier) > 3 else ""
+            where = (f"unusable line{'s' if len(earlier) > 1 else ''} {shown}{more} before it "
+                     "may have held the add")
+        return (f"line {line}: its add line is missing (no line before this {op} adds the "
+                f"key); {where}")
 
     def _illegal(self, key, line, seq, text):
         self.raw.finding(key, "illegal_transition", f"{_where(line, seq)}: {text}")

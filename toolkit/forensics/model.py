@@ -31,6 +31,7 @@ KINDS = (
     "artifact_missing",       # the artifact file is absent or unreadable
     "artifact_mismatch",      # size or SHA-256 differs from the record
     "unsafe_input_path",      # the input name escapes --inputs (never opened)
+    "input_missing",          # the input file is absent or unreadable (its content never read)
     "stale_input",            # the input's content no longer matches its recorded digest
     "stuck_unknown",          # unknown with no reply recorded and no live lease
 )

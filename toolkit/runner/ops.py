@@ -48,7 +48,7 @@ def health(ledger_path, probe: bool = False) -> dict:
     if postgres_url(ledger_path):  # a URL has no file beside it: a table in its schema
         return postgres_health.health(ledger_path)
     path = Path(ledger_path)
-    _require_ledger_path(path)
+    require_ledger_path(path)
     reason = _marker_reason(ledger_path)
     if reason is not None:
         return {"ready": False, "reason": reason}
@@ -59,7 +59,7 @@ def health(ledger_path, probe: bool = False) -> dict:
     if probe:
         try:
             with _open_existing(path) as ledger:
-                if (damage := _integrity(ledger)) is not None:
+                if (damage := integrity(ledger)) is not None:
                     return {"ready": False, "reason": damage}
                 ledger.probe()
         except StorageError as exc:
@@ -67,14 +67,15 @@ def health(ledger_path, probe: bool = False) -> dict:
     return {"ready": True, "reason": None}
 
 
-def _integrity(ledger) -> str | None:
+def integrity(ledger) -> str | None:
     """The ledger's own verdict on its file (JSONL corrupt lines), which ``run`` refuses."""
     corruption = getattr(ledger, "corruption", None)
     return corruption() if corruption is not None else None
 
 
-def _require_ledger_path(path: Path) -> None:
-    """One-line ToolkitError for a path that cannot be a ledger file of ours."""
+def require_ledger_path(path: Path) -> None:
+    """One-line ToolkitError for a path that cannot be a ledger file of ours (for a path
+    with no file, or an empty one, only by stat: nothing is created or opened)."""
     suffix = path.suffix.lower()
     if suffix not in (".sqlite", ".db", ".sqlite3", ".jsonl"):
         raise ToolkitError(f"{str(path)!r} is not a ledger: use .sqlite, .db, .jsonl or a "
@@ -155,7 +156,7 @@ def clear_health(ledger_path) -> dict:
     if postgres_url(ledger_path):  # a URL has no file beside it: a table in its schema
         return postgres_health.clear_health(ledger_path)
     path = Path(ledger_path)
-    _require_ledger_path(path)
+    require_ledger_path(path)
     marker = health_marker(ledger_path)
     if not path.exists():
         if not marker.exists():  # a typo must not create a ledger: there is nothing to clear
@@ -168,7 +169,7 @@ def clear_health(ledger_path) -> dict:
             raise StorageError("ledger still not writable: read-only file system")
         try:
             with _open_existing(path) as ledger:
-                if (damage := _integrity(ledger)) is not None:
+                if (damage := integrity(ledger)) is not None:
                     return {"ready": False, "reason": damage}  # the marker stays
                 ledger.probe()
         except StorageError as exc:

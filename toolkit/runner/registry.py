@@ -5,14 +5,15 @@ A strategy is named (``safe``, ``blind-retry``, ...) or given as
 """
 
 import importlib
+import os
 from pathlib import Path
 
-from toolkit.errors import ToolkitError
+from toolkit.errors import LedgerError, NotReadyError, ToolkitError
 from toolkit.runner import Runner
 from toolkit.runner.naive import (BatchCommit, BlindRetry, IgnoreWriteErrors, NoLease,
                                   OutputExists, RestartLongDocs, RewriteState, StealExpired,
                                   TimeoutAsFailed)
-from toolkit.runner.ops import require_healthy
+from toolkit.runner.ops import integrity, require_healthy
 
 STRATEGIES = {"safe": Runner, "blind-retry": BlindRetry, "output-exists": OutputExists,
               "batch-commit": BatchCommit, "rewrite-state": RewriteState, "no-lease": NoLease,
@@ -73,11 +74,75 @@ def _import_user_module(module_name: str, name: str):
                            f"{type(exc).__name__}: {exc}") from exc
 
 
+def open_run_ledger(name, ledger_path):
+    """The ledger strategy ``name`` keeps, opened and judged before a run creates anything
+    else (``run`` opens the provider's database only after it); None for rewrite-state,
+    which keeps its own ``.json``. Hand it to ``open_strategy`` (or ``close()`` it).
+
+    A refusal leaves the folder as it found it: what the open itself created is removed
+    (``_tidy``), and a JSONL ledger with corrupt interior lines is refused here,
+    before any write (no header upgrade, no health marker: the file says it already).
+
+    Raises:
+        NotReadyError: an earlier run failed closed, or (JSONL) corrupt interior lines:
+            run ``audit``, then ``ledger --salvage``.
+        LedgerError: not a ledger of ours, a newer format, busy in another writer, storage.
+    """
+    if resolve_strategy(name) is RewriteState:
+        _state_file(ledger_path)
+        return None
+    require_healthy(ledger_path)
+    from toolkit.ledger import canonical_path, open_ledger
+    from toolkit.ledger.postgres import postgres_url
+
+    ours = []  # the JSONL companions this open creates (none of a URL, SQLite or a bad name)
+    if not postgres_url(ledger_path) and Path(ledger_path).suffix.lower() == ".jsonl":
+        base = os.fspath(canonical_path(ledger_path))
+        ours = [Path(base + side) for side in (".upgrade", ".lock")
+                if not os.path.lexists(base + side)]
+    try:
+        ledger = open_ledger(ledger_path)
+    except LedgerError as exc:
+        _tidy(ours, lock=type(exc) is LedgerError)  # refused for what it holds: see _tidy
+        raise
+    damage = integrity(ledger)
+    if damage is not None:
+        _tidy(ours, lock=True)  # while we hold the lock, before close: see _tidy
+        ledger.close()
+        raise NotReadyError(damage)
+    return ledger
+
+
+def _state_file(ledger_path):
+    """rewrite-state's ``.json`` file, or a one-line ToolkitError."""
+    if Path(ledger_path).suffix != ".json":
+        raise ToolkitError("rewrite-state keeps its progress in a .json file: "
+                           "--ledger STATE.json")
+    return ledger_path
+
+
+def _tidy(ours, lock: bool) -> None:
+    """Remove the companions a refused open created (``ours``), no others.
+
+    A JSONL writer creates ``<ledger>.lock`` before it reads the file and, to give an older
+    ledger its header, writes ``<ledger>.upgrade`` and renames it over the file; a write
+    cut short (a file-size limit, a full disk) leaves that temporary file: always removed.
+    A lock file must never be unlinked under a live holder, so ``lock`` only when no writer
+    can hold it: we hold it ourselves (a corrupt ledger: a concurrent opener was refused as
+    busy, a later one makes a new file), or the file was refused for what it holds (not
+    ours, a newer version: every writer refuses it). After a storage failure it stays.
+    """
+    for path in ours:
+        if lock or path.name.endswith(".upgrade"):
+            path.unlink(missing_ok=True)
+
+
 def open_strategy(name, ledger_path, provider, out_dir, **options) -> Runner:
     """Open the ledger the strategy keeps and return its runner (``close()`` it).
 
     ``name``: a CLI name, a ``module:Name`` reference or a ``Pipeline`` class.
-    The ledger's health is checked here, before any pipeline code runs, so a
+    ``ledger_path``: a path or URL, or the ledger ``open_run_ledger`` opened (the runner
+    closes it). The ledger's health is checked here, before any pipeline code runs, so a
     pipeline that overrides ``run()`` cannot skip it.
 
     Raises:
@@ -88,11 +153,11 @@ def open_strategy(name, ledger_path, provider, out_dir, **options) -> Runner:
         raise ToolkitError(f"strategy {getattr(cls, 'name', name)!r} does not send long "
                            "documents page by page")
     if cls is RewriteState:
-        if Path(ledger_path).suffix != ".json":
-            raise ToolkitError("rewrite-state keeps its progress in a .json file: "
-                               "--ledger STATE.json")
-        return RewriteState(ledger_path, provider, out_dir, **options)
-    from toolkit.ledger import open_ledger
+        return RewriteState(_state_file(ledger_path), provider, out_dir, **options)
+    from toolkit.ledger import Ledger, open_ledger
 
+    if isinstance(ledger_path, Ledger):  # opened and judged by open_run_ledger
+        require_healthy(ledger_path.path)
+        return cls(ledger_path, provider, out_dir, **options)
     require_healthy(ledger_path)
     return cls(open_ledger(ledger_path), provider, out_dir, **options)

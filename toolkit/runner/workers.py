@@ -119,6 +119,28 @@ class WorkersResult:
         return [report["error"] for report in self.workers if report["error"]]
 
 
+def check_workers(ledger_url, workers: int, strategy, page_by_page_from=None):
+    """The strategy class, once the pool's arguments are known to fit (``run`` asks before
+    it creates anything).
+
+    Raises:
+        ToolkitError: one line: fewer than one worker, a strategy that cannot share a
+            ledger or send pages, a JSONL ledger (one writer) for more than one worker.
+    """
+    if workers < 1:
+        raise ToolkitError("--workers must be at least 1")
+    cls = resolve_strategy(strategy)  # a name or module:Class, resolved again in each worker
+    if cls is RewriteState:
+        raise ToolkitError(f"strategy {strategy!r} cannot run as workers on a shared ledger")
+    if page_by_page_from is not None and not getattr(cls, "sends_pages", False):
+        raise ToolkitError(f"strategy {strategy!r} does not send long documents page by page")
+    if postgres_url(ledger_url) is None and Path(ledger_url).suffix.lower() == ".jsonl" \
+            and workers > 1:
+        raise ToolkitError("a JSONL ledger has one writer: use SQLite or PostgreSQL for "
+                           "--workers > 1")
+    return cls
+
+
 def run_workers(ledger_url, provider_db, inputs, out_dir, workers: int, contract=None, *,
                 provider_url=None, read_timeout: float = 30.0, strategy: str = "safe",
                 options=None, policy: RetryPolicy = RetryPolicy(), lease_ttl: float = 60.0,
@@ -135,20 +157,11 @@ def run_workers(ledger_url, provider_db, inputs, out_dir, workers: int, contract
         ToolkitError: bad arguments, a ledger that failed closed and was not
             cleared, or a ledger that cannot be opened.
     """
-    if workers < 1:
-        raise ToolkitError("--workers must be at least 1")
     if (provider_db is None) == (provider_url is None):
         raise ToolkitError("give exactly one of provider_db and provider_url")
-    cls = resolve_strategy(strategy)  # a name or module:Class, resolved again in each worker
-    if cls is RewriteState:
-        raise ToolkitError(f"strategy {strategy!r} cannot run as workers on a shared ledger")
-    if page_by_page_from is not None and not getattr(cls, "sends_pages", False):
-        raise ToolkitError(f"strategy {strategy!r} does not send long documents page by page")
+    cls = check_workers(ledger_url, workers, strategy, page_by_page_from)
     url = postgres_url(ledger_url)
     location = url or str(ledger_url)
-    if url is None and Path(location).suffix.lower() == ".jsonl" and workers > 1:
-        raise ToolkitError("a JSONL ledger has one writer: use SQLite or PostgreSQL for "
-                           "--workers > 1")
     (pg_health.require_healthy if url else require_healthy)(location)
     with open_ledger(location) as ledger:  # tables once, before N processes would race to
         recover_abandoned(ledger, default_worker())
