@@ -10,7 +10,7 @@ import pytest
 
 from toolkit.ledger import open_ledger
 from toolkit.provider import FakeProvider, provider_stats
-from toolkit.runner import RetryPolicy, Runner, inputindex, keying, pipeline
+from toolkit.runner import RetryPolicy, Runner, inputindex, intake, keying
 
 
 def wait_until_settled(paths):
@@ -34,7 +34,7 @@ def inputs(tmp_path, small_corpus):
 def reads(monkeypatch):
     """The names of the inputs the runner reads (keying, full keying), in order."""
     seen = []
-    real_stat, real_input = keying.read_stat, pipeline.read_input
+    real_stat, real_input = keying.read_stat, intake.read_input
 
     def read_stat(path, limit=None):
         seen.append(os.path.basename(path))
@@ -44,7 +44,7 @@ def reads(monkeypatch):
         seen.append(os.path.basename(path))
         return real_input(path, limit)
     monkeypatch.setattr(keying, "read_stat", read_stat)
-    monkeypatch.setattr(pipeline, "read_input", read_input)
+    monkeypatch.setattr(intake, "read_input", read_input)
     return seen
 
 

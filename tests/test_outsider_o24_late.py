@@ -221,6 +221,52 @@ def test_headerless_jsonl_upgrade_cut_by_a_file_size_limit_leaves_no_upgrade_fil
     assert sorted(set(_listing(tmp_path)) - set(before)) == ["l.jsonl.health", "l.jsonl.lock"]
 
 
+OPEN_UNDER_LIMIT = """
+import sys
+from toolkit.errors import StorageError
+from toolkit.ledger import open_ledger
+from toolkit.ledger.jsonl import JsonlLedger
+opener = {"open_ledger": open_ledger, "JsonlLedger": JsonlLedger}[sys.argv[1]]
+try:
+    opener(sys.argv[2]).close()
+except StorageError as exc:
+    print(exc)
+    sys.exit(3)
+"""
+
+
+@pytest.mark.parametrize("opener", ["open_ledger", "JsonlLedger"])
+def test_headerless_jsonl_upgrade_cut_by_a_file_size_limit_in_a_library_open_leaves_no_upgrade_file(
+        tmp_path, opener):
+    """Fault: a JSONL ledger written before headers, opened through the library (no ``run``,
+    no CLI) in a child under a real RLIMIT_FSIZE smaller than the file: the write of
+    ``<ledger>.upgrade`` fails with EFBIG. Property: the open is refused (StorageError,
+    "File too large"); the ledger's bytes are unchanged and no ``.upgrade`` file is left:
+    the ledger that made it removes it, whoever opened it. Only the lock stays (a storage
+    failure is not a refusal for what the file holds)."""
+    import resource
+    import subprocess
+    import sys
+
+    path = tmp_path / "l.jsonl"
+    with open_ledger(path, durable=False) as ledger:
+        for number in range(1000):
+            ledger.add(f"k{number}")
+    path.write_bytes(path.read_bytes().split(b"\n", 1)[1])  # no header: an older ledger
+    (tmp_path / "l.jsonl.lock").unlink()
+    before, data = _listing(tmp_path), path.read_bytes()
+    limit = len(data) // 2
+
+    def cap():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    result = subprocess.run([sys.executable, "-c", OPEN_UNDER_LIMIT, opener, str(path)],
+                            capture_output=True, text=True, preexec_fn=cap)
+    assert result.returncode == 3 and "File too large" in result.stdout, result
+    assert path.read_bytes() == data
+    assert sorted(set(_listing(tmp_path)) - set(before)) == ["l.jsonl.lock"]
+
+
 # -- F13: ledger and review on a SQLite text cell that is not UTF-8 ---------------------------
 
 def _sqlite_with_undecodable_cell(path, column="source"):

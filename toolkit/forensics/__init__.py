@@ -10,16 +10,31 @@ repairs (diskcache ``check(fix=False)``).
 Formats are adapters registered in ``model.ADAPTERS`` (see ``jsonl.py`` and
 ``sqlite.py``): adding one is one function and one ``@register`` line.
 
-Plan (``checks.plan_item``): ``run`` pending; ``reconcile`` unknown or
-submitted (look up before anything) and, in our formats, done whose artifact is
-unrecorded, missing or damaged (look up and re-fetch, never re-execute); in a
-format without lookup such a done is ``verify`` (unrecorded) or ``review``
-(missing or damaged); ``retry``
-transient failure; ``review`` permanent or unclassified failure,
-needs_review, a non-done item whose input changed, and any item whose history
-cannot be trusted (duplicate_key, illegal_transition, history_mismatch,
-unsafe_artifact_path); ``skip`` done (verified when ``artifacts`` is given)
-and cancelled.
+Plan (``checks.plan_item``; the first rule that fits an item decides):
+
+- ``review`` any item whose history cannot be trusted (duplicate_key, illegal_transition,
+  missing_history, history_mismatch, unsafe_artifact_path), and any item but a cancelled
+  one whose input changed (stale_input, unsafe_input_path; a done one too: its key no
+  longer names this work);
+- ``review`` a pending, partial, unknown, submitted or transiently failed item whose input
+  is missing (input_missing, with ``inputs``: gone, renamed or unreadable, so its content
+  was never read): it cannot be sent again without its bytes (unknown or submitted: look
+  its key up first). Any other state keeps its own plan below (a done item's artifact
+  stands on its own; a re-fetch by lookup reads no input);
+- done: ``skip`` when its artifact is verified; ``verify`` when its recorded artifact was
+  not checked (no artifacts folder) or, in a format without lookup, none is recorded;
+  ``reconcile`` in our formats when it is unrecorded, missing or damaged (look up and
+  re-fetch, never re-execute); ``review`` when missing or damaged in a format without
+  lookup (running it again would be a second execution);
+- ``skip`` cancelled; ``review`` needs_review;
+- partial: ``run`` (resume at the next page from the checkpoint), ``review`` when the
+  checkpoint is not verified;
+- ``run`` pending; ``reconcile`` unknown or submitted (look up before anything);
+- ``retry`` a transient failure; ``review`` a permanent or unclassified one.
+
+Over that, our JSONL ledger with corrupt lines or a gap in its events' seq (``_damage``)
+plans every pending, unknown, submitted, partial or failed item but a permanent failure
+``review``: any key's last event may be lost, and salvage parks them.
 
 pandas is imported only when ``Report.items`` or ``Report.events`` is first read: importing
 this package, and ``audit --json``, stay cheap.

@@ -194,14 +194,25 @@ class JsonlLedger(Ledger):
             return handle.read()
 
     def _rewrite(self, data: bytes):
-        """Replace the file by ``data`` atomically and reopen it for appending."""
+        """Replace the file by ``data`` atomically and reopen it for appending.
+
+        A write cut short (a file-size limit, a full disk) refuses the open and removes the
+        ``.upgrade`` file: the folder keeps the old ledger and nothing of the attempt. It is
+        ours to remove: only the holder of the ledger's lock writes it (a leftover of a
+        killed upgrade is truncated by the next one anyway).
+        """
         tmp = self.path.with_name(self.path.name + ".upgrade")
-        with open(tmp, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            if self.durable:
-                os.fsync(handle.fileno())
-        os.replace(tmp, self.path)
+        try:
+            with open(tmp, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                if self.durable:
+                    os.fsync(handle.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            with contextlib.suppress(OSError):  # the write's error is the one to report
+                os.unlink(tmp)
+            raise
         if self.durable:
             fsync_dir(self.path.parent)
         os.close(self._fd)

@@ -95,11 +95,10 @@ def open_run_ledger(name, ledger_path):
     from toolkit.ledger import canonical_path, open_ledger
     from toolkit.ledger.postgres import postgres_url
 
-    ours = []  # the JSONL companions this open creates (none of a URL, SQLite or a bad name)
+    ours = []  # the JSONL lock this open creates (none of a URL, SQLite or a bad name)
     if not postgres_url(ledger_path) and Path(ledger_path).suffix.lower() == ".jsonl":
         base = os.fspath(canonical_path(ledger_path))
-        ours = [Path(base + side) for side in (".upgrade", ".lock")
-                if not os.path.lexists(base + side)]
+        ours = [Path(base + ".lock")] if not os.path.lexists(base + ".lock") else []
     try:
         ledger = open_ledger(ledger_path)
     except LedgerError as exc:
@@ -122,18 +121,17 @@ def _state_file(ledger_path):
 
 
 def _tidy(ours, lock: bool) -> None:
-    """Remove the companions a refused open created (``ours``), no others.
+    """Remove the lock file a refused open created (``ours``), no other.
 
-    A JSONL writer creates ``<ledger>.lock`` before it reads the file and, to give an older
-    ledger its header, writes ``<ledger>.upgrade`` and renames it over the file; a write
-    cut short (a file-size limit, a full disk) leaves that temporary file: always removed.
+    A JSONL writer creates ``<ledger>.lock`` before it reads the file (the ``.upgrade`` file
+    of a header upgrade cut short is removed by the ledger itself, ``JsonlLedger._rewrite``).
     A lock file must never be unlinked under a live holder, so ``lock`` only when no writer
     can hold it: we hold it ourselves (a corrupt ledger: a concurrent opener was refused as
     busy, a later one makes a new file), or the file was refused for what it holds (not
     ours, a newer version: every writer refuses it). After a storage failure it stays.
     """
-    for path in ours:
-        if lock or path.name.endswith(".upgrade"):
+    if lock:
+        for path in ours:
             path.unlink(missing_ok=True)
 
 
