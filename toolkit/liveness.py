@@ -90,6 +90,23 @@ def owned_prefix(kind: str) -> str:
     return f"{kind}-{os.getpid()}-{my_start() or 0}-"
 
 
+def owned_folder(kind: str, dir=None):
+    """A ``tempfile.TemporaryDirectory`` named by this process (``owned_prefix``), made
+    with SIGINT and SIGTERM held in this thread. Its constructor makes the folder, then
+    registers the removal: a Ctrl-C landing between the two (a caller that polls for the
+    folder and interrupts at once hits just that) left it behind, found by a test 1 run
+    in 12. Held, the interrupt lands after, on an object that removes the folder on the
+    way out (its ``with`` or its finalizer)."""
+    import signal
+    import tempfile
+
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        return tempfile.TemporaryDirectory(prefix=owned_prefix(kind), dir=dir)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
 def sweep_dead(folder, kind: str) -> list[str]:
     """Remove ``folder``'s ``<kind>-<pid>-<ticks>-*`` folders whose owner is gone; return
     their paths. Errors (another sweeper got there first, no permission) are skipped."""

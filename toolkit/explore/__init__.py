@@ -191,8 +191,7 @@ def explore(plan: Plan, workdir=None, progress=None) -> Exploration:
 
         sweep_snapshots()  # here, once: the forked runs inherit that it was done
         try:
-            with pool.interruptible(), tempfile.TemporaryDirectory(
-                    prefix=liveness.owned_prefix("explore"), dir=scratch) as tmp:
+            with pool.interruptible(), liveness.owned_folder("explore", scratch) as tmp:
                 return explore(plan, tmp, progress)
         finally:  # the snapshots of the runs our crash points killed: all dead by now
             liveness.sweep_dead(tempfile.gettempdir(), "toolkit-inputs")

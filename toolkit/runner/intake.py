@@ -171,8 +171,7 @@ class Intake:
             # Named by this process (pid, start time): the first snapshot removes the
             # folders of runs that were killed (``sweep_snapshots``), never a live one's.
             sweep_snapshots()
-            self._snapshots = tempfile.TemporaryDirectory(
-                prefix=liveness.owned_prefix("toolkit-inputs"))
+            self._snapshots = liveness.owned_folder("toolkit-inputs")
         path = Path(self._snapshots.name) / f"{digest}.pdf"
         if not path.exists():
             path.write_bytes(data)
