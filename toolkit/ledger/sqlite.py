@@ -107,10 +107,13 @@ class SqliteLedger(Ledger):
             self._ctx = _LedgerTxn(self._db, self._what, self._cache)
             # Refuse a foreign database before changing anything in it (even its journal mode).
             tables = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master")}
-            if tables and "meta" not in tables:
+            if tables and ("meta" not in tables or not self._has_format_row()):
                 self._db.close()
+                swapped = ": it is the fake provider's database (--ledger and " \
+                    "--provider-db swapped?)" if "jobs" in tables else ""
                 raise LedgerError(f"{str(self.path)!r} is an SQLite database but not a "
-                                  f"resume-toolkit ledger (tables: {', '.join(sorted(tables))})")
+                                  f"resume-toolkit ledger (tables: {', '.join(sorted(tables))})"
+                                  f"{swapped}")
             if tables and self._db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
                 self._refuse_states()  # before the switch below rewrites an older file
             self._db.execute("PRAGMA journal_mode=WAL")
@@ -155,6 +158,16 @@ class SqliteLedger(Ledger):
             flush = (self._sync_wal if self._flushes is None else
                      lambda: self._flushes.flush(self._sync_wal))
             self._group = GroupCommit(flush, f"SQLite ledger {str(self.path)!r}")
+
+    def _has_format_row(self) -> bool:
+        """A ledger of ours has its ``format`` row from its first commit (the tables and the
+        row are created in one transaction); a ``meta`` table without it is another
+        program's (the fake provider's database keeps one too), read before any write."""
+        try:
+            return self._db.execute("SELECT 1 FROM meta WHERE name='format'").fetchone() \
+                is not None
+        except sqlite3.OperationalError:  # a foreign ``meta`` of other columns
+            return False
 
     def _sync_wal(self):
         """fsync the WAL: every frame written so far, by any process, is then durable.

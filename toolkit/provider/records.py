@@ -50,6 +50,13 @@ def create(db) -> None:
     tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     if tables and "meta" not in tables:
         raise ToolkitError("not a provider database")
+    # Checked before any write: a database of ours has its schema row from its first commit.
+    # A toolkit ledger keeps a ``meta`` table too, with its ``format`` row instead (a
+    # ``--ledger`` and ``--provider-db`` swapped): refused, never given our tables.
+    if tables and _meta(db, "schema") is None:
+        raise ToolkitError("not a provider database" + (
+            ": it is a resume-toolkit ledger (--ledger and --provider-db swapped?)"
+            if _meta(db, "format") is not None else ""))
     for statement in SCHEMA_SQL.split(";"):
         db.execute(statement)
     db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (SCHEMA,))
@@ -59,6 +66,14 @@ def create(db) -> None:
     for name, kind in _ADDED_CALL_COLUMNS.items():
         if name not in have:  # NULL for every older call: its caller was not recorded
             db.execute(f"ALTER TABLE calls ADD COLUMN {name} {kind}")
+
+
+def _meta(db, name: str):
+    try:
+        row = db.execute("SELECT value FROM meta WHERE name=?", (name,)).fetchone()
+    except sqlite3.OperationalError:  # a foreign ``meta`` of other columns
+        return None
+    return None if row is None else row[0]
 
 
 def bump(db, key: str, task: str, *counters: str) -> int:

@@ -28,6 +28,7 @@ from toolkit.runner.ops import mark_unhealthy
 from toolkit.runner.pages import PageByPage
 from toolkit.runner.pipeline import (HOOK_POINTS, Pipeline, RetryPolicy, Snapshot, _Budget,
                                      default_worker, resubmit_is_safe)
+from toolkit.storage import FULL_OR_FAILING
 
 S = State
 CONTINUE, REST = True, False
@@ -302,11 +303,29 @@ class Runner(PageByPage, Pipeline):
 
     def _unstored(self, final, part, exc) -> bool:
         """A local write under --out failed: the item stays ``submitted`` (the provider's
-        result is safe and a rerun fetches it); the run ends with exit 1, "run again"."""
-        self.local_errors.append(f"cannot write {final}: {exc.strerror or exc}")
-        with contextlib.suppress(OSError):
+        result is safe and a rerun fetches it, never executes it again).
+
+        Raises:
+            OSError: ``exc`` itself when the storage is full or failing (``_halt_if_full``):
+                the batch halts before it starts (and pays for) any other document.
+        """
+        with contextlib.suppress(OSError):  # first: a halt leaves no half artifact either
             part.unlink(missing_ok=True)
+        self._unwritable(final, exc)
         return REST
+
+    def _unwritable(self, target, exc) -> None:
+        """The one rule for an artifact that cannot be written under --out.
+
+        Full or failing storage (``storage.FULL_OR_FAILING``: no space, a quota, a file-size
+        limit, EIO) is re-raised: ``Pipeline.run`` halts the batch with one line and marks
+        health not-ready, as for the ledger's storage, since every further document would
+        be executed and then fail to land. Anything else (a directory in the way, no
+        permission) is this item's: named on stderr, the run goes on and exits 1.
+        """
+        if exc.errno in FULL_OR_FAILING:
+            raise exc
+        self.local_errors.append(f"cannot write {target}: {exc.strerror or exc}")
 
     def _artifact_file(self, item) -> Path:
         return roots.resolve(self.out_dir, item.artifact_path)
@@ -331,7 +350,7 @@ class Runner(PageByPage, Pipeline):
                                      item.artifact_sha256, target, self.other_roots)
         except OSError as exc:  # e.g. a directory where the artifact goes: this item only
             self._unplaced.add(item.key)
-            self.local_errors.append(f"cannot write {target}: {exc.strerror or exc}")
+            self._unwritable(target, exc)  # a full disk halts the batch
             return False
 
     def _done(self, item, token, budget):
