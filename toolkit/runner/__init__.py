@@ -306,7 +306,7 @@ class Runner(PageByPage, Pipeline):
         result is safe and a rerun fetches it, never executes it again).
 
         Raises:
-            OSError: ``exc`` itself when the storage is full or failing (``_halt_if_full``):
+            OSError: ``exc`` itself when the storage is full or failing (``_unwritable``):
                 the batch halts before it starts (and pays for) any other document.
         """
         with contextlib.suppress(OSError):  # first: a halt leaves no half artifact either
