@@ -19,22 +19,26 @@ deleted suffix leaves no trace here (it looks like a run that stopped earlier).
 SHOWN = 5  # ranges named in a message; the rest are counted
 
 
-def missing_ranges(seqs, base: int = 0) -> list[tuple[int, int]]:
+def missing_ranges(seqs, base: int = 0, unreadable: int = 0) -> list[tuple[int, int]]:
     """The ``(first, last)`` ranges of seqs absent between ``base`` and the largest of
     ``seqs`` (those at or below ``base`` are ignored). Bounded by the number of seqs given,
-    however large the seqs: a jump from 1 to 10**12 is one range.
+    however large the seqs: a jump from 1 to 10**12 is one range. None when no more seqs
+    are absent than ``unreadable`` lines (corrupt, no seq readable) may hold: then no line
+    need be missing, and the corrupt lines are the damage to name.
 
     >>> missing_ranges([1, 2, 5, 6, 9], base=0)
     [(3, 4), (7, 8)]
     >>> missing_ranges([8, 9], base=4)
     [(5, 7)]
+    >>> missing_ranges([1, 3], unreadable=1)
+    []
     """
     ranges, previous = [], base
     for seq in sorted({seq for seq in seqs if seq > base}):
         if seq > previous + 1:
             ranges.append((previous + 1, seq - 1))
         previous = seq
-    return ranges
+    return ranges if sum(last - first + 1 for first, last in ranges) > unreadable else []
 
 
 def describe(ranges) -> str:

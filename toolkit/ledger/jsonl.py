@@ -176,10 +176,8 @@ class JsonlLedger(Ledger):
             self._events_read += 1
             self._seq = max(self._seq, seq)
         if not regular:  # ``unfolded``: seqs of lines kept out of _history
-            missing = missing_ranges([*(entry.seq for entry in self._history), *unfolded], base)
-            # as many corrupt lines without a readable seq may be these seqs: no lost line
-            if sum(last - first + 1 for first, last in missing) > unreadable:
-                self.missing_seqs = missing
+            self.missing_seqs = missing_ranges(
+                [*(entry.seq for entry in self._history), *unfolded], base, unreadable)
 
     def _adopt(self):
         """Refuse a file this toolkit did not write; give an older toolkit ledger its header.
@@ -247,20 +245,18 @@ class JsonlLedger(Ledger):
     def corruption(self) -> str | None:
         """One line naming the corrupt lines and the keys affected, and the missing seqs
         (lines deleted), or None when intact: the ledger's one verdict on its file."""
-        if not self.corrupt_lines and not self.missing_seqs:
-            return None
-        damage = []
-        if self.corrupt_lines:
-            shown = ", ".join(map(str, self.corrupt_lines[:10])) + (
-                f" and {len(self.corrupt_lines) - 10} more" if len(self.corrupt_lines) > 10 else "")
+        lines, damage = self.corrupt_lines, []
+        if lines:
             keys = ", ".join(sorted(k[:12] for k in self.affected_keys)[:10]) or "not readable"
-            damage.append(f"has corrupt lines {shown} (keys affected: {keys})")
+            more = f" and {len(lines) - 10} more" if len(lines) > 10 else ""
+            damage.append(f"has corrupt lines {', '.join(map(str, lines[:10]))}{more} "
+                          f"(keys affected: {keys})")
         if self.missing_seqs:  # lines deleted: any key's intent may be among them
             damage.append(f"is missing the events of {describe(self.missing_seqs)}, lines "
                           "deleted: any key's intent may be among them")
         return (f"JSONL ledger {str(self.path)!r} {' and '.join(damage)}; refusing to write on "
-                f"it: run 'python -m toolkit audit {self.path}', "
-                f"then 'python -m toolkit ledger {self.path} --salvage NEW.jsonl'")
+                f"it: run 'python -m toolkit audit {self.path}', then 'python -m toolkit "
+                f"ledger {self.path} --salvage NEW.jsonl'") if damage else None
 
     def _txn(self):
         # The in-process lock (held by the caller) and the file lock make this
