@@ -92,7 +92,7 @@ def test_zeroed_add_line_of_a_done_item_refuses_writes_and_salvage_parks_it_for_
     damaged = path.read_bytes()
 
     refused = toolkit(tmp_path, *run, "--ledger", "l.jsonl")
-    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr  # salvage: O7
     [line] = refused.stderr.strip().splitlines()
     assert f"corrupt lines {number}," in line and victim[:12] in line and "audit" in line
     assert path.read_bytes() == damaged

@@ -153,7 +153,7 @@ def _foreign_jsonl(folder, corpus):
     return "l.jsonl"
 
 
-REFUSED = {"corrupt-jsonl": (_corrupt_jsonl, 1, "corrupt lines 3"),
+REFUSED = {"corrupt-jsonl": (_corrupt_jsonl, 2, "corrupt lines 3"),
            "sqlite-not-a-ledger": (_foreign_sqlite, 2, "not a resume-toolkit ledger"),
            "jsonl-not-a-ledger": (_foreign_jsonl, 2, "not a resume-toolkit JSONL ledger"),
            "unknown-suffix": (lambda folder, corpus: "l.txt", 2, "not a ledger"),
@@ -166,8 +166,8 @@ def test_run_refused_for_its_ledger_leaves_no_provider_database_lock_or_marker(
     """Fault: ``run`` on a ledger it must refuse: a JSONL ledger with a zeroed interior line
     (copied without its lock), an SQLite file or a JSONL file that is not a ledger, an
     unknown suffix, a folder that does not exist. The provider's database used to be
-    created first. Property: one line on stderr (exit 1 for the corrupt ledger, "salvage
-    first", as health says; 2 for bad input), and the folder listed after the run is the
+    created first. Property: one line on stderr (exit 2: bad input, and for the corrupt
+    ledger, damage a person salvages, as ``ledger`` and ``review`` say), and the folder listed after the run is the
     folder listed before it: no provider database or jobs folder, no lock, no health
     marker, no --out; the ledger's bytes are unchanged."""
     make, status, words = REFUSED[fault]

@@ -57,20 +57,26 @@ def _ledger(parser):
 
 
 def refuse_damaged(ledger, path) -> None:
-    """A view of a JSONL ledger with corrupt interior lines would list the items of the
-    lines it could read and silently drop the ones whose history was lost (an add line
-    gone hides its item): a confident wrong answer. Refused with one line, exit 2, as a
-    SQLite ledger holding a record not ours is; ``audit`` and ``--salvage`` read past it."""
+    """A view of a JSONL ledger with corrupt interior lines or missing seqs (lines deleted)
+    would list the items of the lines it could read and silently drop the ones whose
+    history was lost (an add line gone hides its item): a confident wrong answer. Refused
+    with one line, exit 2, as a SQLite ledger holding a record not ours is; ``audit`` and
+    ``--salvage`` read past it. What counts as damage is the ledger's rule (``jsonl.py``)."""
     lines = getattr(ledger, "corrupt_lines", None)
-    if not lines:
+    gaps = getattr(ledger, "missing_seqs", None)  # lines deleted: an item gone, or stale
+    if not lines and not gaps:
         return
+    from toolkit.ledger.gaps import describe
+
     shown = ", ".join(map(str, lines[:10])) + (f" and {len(lines) - 10} more"
                                                if len(lines) > 10 else "")
     many = len(lines) > 1
-    raise ToolkitError(f"ledger {str(path)!r}: line{'s' if many else ''} {shown} "
-                       f"{'are' if many else 'is'} damaged or unusable, so items may be "
-                       f"missing: `audit` reports what is wrong, `ledger {path} --salvage "
-                       "NEW.jsonl` keeps what is readable")
+    damage = [f"line{'s' if many else ''} {shown} {'are' if many else 'is'} damaged or "
+              "unusable"] if lines else []
+    damage += [f"the events of {describe(gaps)} are missing (lines deleted)"] if gaps else []
+    raise ToolkitError(f"ledger {str(path)!r}: {' and '.join(damage)}, so items may be "
+                       f"missing or stale: `audit` reports what is wrong, `ledger {path} "
+                       "--salvage NEW.jsonl` keeps what is readable")
 
 
 def readable(read, ledger, path):

@@ -4,8 +4,10 @@ The file is the history; items are rebuilt by replaying it. A crash can leave
 a final line without its newline (a torn write): on open it is ignored,
 reported in ``torn_tail`` and cut off before the next append, so the next
 event never glues onto it. Interior lines that do not parse are reported in
-``corrupt_lines`` (1-based) and skipped, never fatal. One writer process at a
-time: a second one gets ``LedgerBusyError`` from a lock on ``<path>.lock``.
+``corrupt_lines`` (1-based) and skipped, never fatal; seqs absent from the history
+(lines deleted: ``gaps.py``) in ``missing_seqs``. Either makes the ledger refuse writes
+(``corruption``). One writer process at a time: a second one gets ``LedgerBusyError``
+from a lock on ``<path>.lock``.
 """
 
 import contextlib
@@ -19,6 +21,7 @@ import re
 from toolkit.documents import fsync_dir
 from toolkit.errors import LedgerBusyError, LedgerError, StorageError
 from toolkit.ledger import Event, Item, Ledger, State, apply_event
+from toolkit.ledger.gaps import describe, missing_ranges
 from toolkit.ledger.group import GroupCommit
 from toolkit.ledger.lines import event_line
 from toolkit.ledger.records import ItemRow, item_of
@@ -31,6 +34,7 @@ SNAPSHOT = "snapshot"
 FORMAT, VERSION = "resume-toolkit-ledger-jsonl", 1
 HEADER_LINE = json.dumps({"format": FORMAT, "version": VERSION}, sort_keys=True).encode() + b"\n"
 KEY_PATTERN = re.compile(rb'"key": "([^"\\]{1,200})"')
+SEQ_PATTERN = re.compile(rb'"seq": (\d{1,30})[,}]')
 
 
 def header_version(raw: bytes) -> int | None:
@@ -80,6 +84,7 @@ class JsonlLedger(Ledger):
                                       f"JSONL ledger {str(self.path)!r}")
         self.torn_tail: dict | None = None  # {"line": n, "bytes": b} when the file ended mid-line
         self.corrupt_lines: list[int] = []
+        self.missing_seqs: list[tuple[int, int]] = []  # (first, last) ranges: gaps.py
         try:
             self._lock_fd = os.open(f"{self.path}{LOCK}", os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:  # no free inode for the lock is the storage's, not bad input
@@ -131,11 +136,20 @@ class JsonlLedger(Ledger):
             self.torn_tail = {"line": len(lines) + 1, "bytes": len(tail)}
         if lines and (version := header_version(lines[0])) is not None:
             self.version = version
+        # Seqs (gaps.py): the usual history is base+1, base+2, ... in file order, checked
+        # line by line; anything else is measured exactly once the file is read.
+        expected, regular, base, unfolded, unreadable = 1, True, 0, [], 0
         for number, raw in enumerate(lines, start=1):
             if number == 1 and self.version is not None:
                 continue
             try:
                 event, snapshot, seq = parse_line(raw)
+                if snapshot is not None:  # a compaction's or salvage's lines, all at one seq
+                    regular = regular and (seq + 1 == expected or not self._events_read)
+                    base = max(base, seq)
+                elif seq != expected:
+                    regular = False
+                expected = seq + 1
                 if snapshot is not None:
                     self._state[snapshot.key] = snapshot
                 else:
@@ -143,12 +157,17 @@ class JsonlLedger(Ledger):
                     self._history.append(event)
             except AssertionError:  # an event of a key whose add was lost: kept apart
                 self.corrupt_lines.append(number)
+                unfolded.append(seq)
                 self.affected_keys.add(event.key)
                 self.orphans[event.key] = apply_event(self.orphans.get(event.key)
                                                       or Item(key=event.key), event)
                 continue
             except (ValueError, KeyError, TypeError):
                 self.corrupt_lines.append(number)
+                regular = False
+                found = SEQ_PATTERN.findall(raw)  # two, when a torn line was glued on
+                unfolded.extend(map(int, found))
+                unreadable += not found
                 keys = [k.decode("utf-8", "replace") for k in KEY_PATTERN.findall(raw)]
                 self.affected_keys.update(keys)
                 if not keys:
@@ -156,6 +175,9 @@ class JsonlLedger(Ledger):
                 continue
             self._events_read += 1
             self._seq = max(self._seq, seq)
+        if not regular:  # ``unfolded``: seqs of lines kept out of _history
+            self.missing_seqs = missing_ranges(
+                [*(entry.seq for entry in self._history), *unfolded], base, unreadable)
 
     def _adopt(self):
         """Refuse a file this toolkit did not write; give an older toolkit ledger its header.
@@ -181,7 +203,7 @@ class JsonlLedger(Ledger):
         if self._events_read == 0:
             raise LedgerError(f"{where!r} is not a resume-toolkit JSONL ledger (no line is a "
                               "toolkit event): refusing to write into it")
-        if not self.corrupt_lines:  # written before headers existed: upgrade it in place
+        if not self.corrupt_lines and not self.missing_seqs:  # pre-header: upgrade in place
             body = self._read_all()[:self._valid_end]
             self._rewrite(HEADER_LINE + body)
             self._valid_end = None  # the torn tail was left out of the rewrite
@@ -221,15 +243,20 @@ class JsonlLedger(Ledger):
         self.version = VERSION
 
     def corruption(self) -> str | None:
-        """One line naming the corrupt lines and the keys affected, or None when intact."""
-        if not self.corrupt_lines:
-            return None
-        shown = ", ".join(map(str, self.corrupt_lines[:10])) + \
-            (f" and {len(self.corrupt_lines) - 10} more" if len(self.corrupt_lines) > 10 else "")
-        keys = ", ".join(sorted(k[:12] for k in self.affected_keys)[:10]) or "not readable"
-        return (f"JSONL ledger {str(self.path)!r} has corrupt lines {shown} (keys affected: "
-                f"{keys}); refusing to write on it: run 'python -m toolkit audit {self.path}', "
-                f"then 'python -m toolkit ledger {self.path} --salvage NEW.jsonl'")
+        """One line naming the corrupt lines and the keys affected, and the missing seqs
+        (lines deleted), or None when intact: the ledger's one verdict on its file."""
+        lines, damage = self.corrupt_lines, []
+        if lines:
+            keys = ", ".join(sorted(k[:12] for k in self.affected_keys)[:10]) or "not readable"
+            more = f" and {len(lines) - 10} more" if len(lines) > 10 else ""
+            damage.append(f"has corrupt lines {', '.join(map(str, lines[:10]))}{more} "
+                          f"(keys affected: {keys})")
+        if self.missing_seqs:  # lines deleted: any key's intent may be among them
+            damage.append(f"is missing the events of {describe(self.missing_seqs)}, lines "
+                          "deleted: any key's intent may be among them")
+        return (f"JSONL ledger {str(self.path)!r} {' and '.join(damage)}; refusing to write on "
+                f"it: run 'python -m toolkit audit {self.path}', then 'python -m toolkit "
+                f"ledger {self.path} --salvage NEW.jsonl'") if damage else None
 
     def _txn(self):
         # The in-process lock (held by the caller) and the file lock make this
@@ -282,7 +309,7 @@ class JsonlLedger(Ledger):
     def _write(self, old, new, parts):
         if self.view:
             raise LedgerError(f"JSONL ledger {str(self.path)!r} is open as a read-only view")
-        if self.corrupt_lines:  # writing on would build on a history we cannot read whole
+        if self.corrupt_lines or self.missing_seqs:  # a history we cannot read whole
             raise LedgerError(self.corruption())
         seq = self._seq + 1
         self._append(event_line(seq, *parts))  # one write: the line, encoded once
@@ -316,7 +343,7 @@ class JsonlLedger(Ledger):
         with self._lock, (self._group.paused() if self._group is not None
                           else contextlib.nullcontext()):
             # Paused: no group fsync may run on the descriptor closed below.
-            if self.corrupt_lines:  # compaction would erase the evidence
+            if self.corrupt_lines or self.missing_seqs:  # compaction would erase the evidence
                 raise LedgerError(self.corruption())
             tmp = self.path.with_name(self.path.name + ".compact")
             lines = [json.dumps({SNAPSHOT: item_to_json(item), "seq": self._seq}, sort_keys=True)

@@ -13,14 +13,16 @@ from pathlib import Path
 
 from toolkit.errors import LedgerError, ToolkitError
 from toolkit.ledger import LEASE_FIELDS, PERMANENT, Item, State
+from toolkit.ledger.gaps import describe
 from toolkit.ledger.jsonl import HEADER_LINE, SNAPSHOT, JsonlLedger, item_to_json
 
 
 def salvage(path, new_path) -> dict:
     """Write ``new_path`` from the readable part of the JSONL ledger ``path``.
 
-    Returns ``{"items", "needs_review": [keys], "corrupt_lines": [n], "unattributed": [n]}``
-    (``unattributed``: corrupt lines in which no key can be read at all).
+    Returns ``{"items", "needs_review": [keys], "corrupt_lines": [n], "unattributed": [n],
+    "seq_gaps": [(first, last)]}`` (``unattributed``: corrupt lines in which no key can be
+    read at all; ``seq_gaps``: the ranges of missing seqs, ``JsonlLedger.missing_seqs``).
 
     Raises:
         ToolkitError: ``new_path`` exists, or ``path`` is no JSONL ledger of ours.
@@ -37,7 +39,7 @@ def salvage(path, new_path) -> dict:
         items = {**old.orphans, **{item.key: item for item in old.items()}}
         affected, lines, seq = sorted(old.affected_keys), list(old.corrupt_lines), old._seq
         unattributed = list(old.unattributed_lines)
-        gaps = seq_gaps(old._events())
+        gaps = list(old.missing_seqs)  # (first, last) ranges: the ledger's own rule, gaps.py
     finally:
         old.close()
     reason = (f"salvaged from {path.name}: corrupt lines {', '.join(map(str, lines))} may hold "
@@ -50,8 +52,8 @@ def salvage(path, new_path) -> dict:
         affected = sorted(set(affected) | {key for key, item in items.items()
                                            if not _settled(item)})
         if gaps and not lines:
-            reason = (f"salvaged from {path.name}: events {_span(gaps)} are missing and may "
-                      "be this item's; check it at the provider, then release or cancel it")
+            reason = (f"salvaged from {path.name}: the events of {describe(gaps)} are missing "
+                      "and may be this item's; check it at the provider, then release or cancel it")
     for key in affected:
         items[key] = dataclasses.replace(items.get(key) or Item(key=key), state=State.NEEDS_REVIEW,
                                          reason=reason, **dict.fromkeys(LEASE_FIELDS))
@@ -72,18 +74,7 @@ def salvage(path, new_path) -> dict:
             "unattributed": unattributed, "seq_gaps": gaps}
 
 
-def seq_gaps(events) -> list[int]:
-    """Seqs missing between the events read (each event gets the next seq when written)."""
-    seqs = sorted(event.seq for event in events)
-    return [seq for before, after in zip(seqs, seqs[1:]) for seq in range(before + 1, after)]
-
-
 def _settled(item: Item) -> bool:
     """No automation moves it again, whatever a lost event said: nothing to resend."""
     return item.state in (State.DONE, State.CANCELLED, State.NEEDS_REVIEW) or (
         item.state is State.FAILED and item.failure == PERMANENT)
-
-
-def _span(seqs: list[int]) -> str:
-    shown = ", ".join(map(str, seqs[:10]))
-    return shown + (f" and {len(seqs) - 10} more" if len(seqs) > 10 else "")

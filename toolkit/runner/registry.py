@@ -8,7 +8,7 @@ import importlib
 import os
 from pathlib import Path
 
-from toolkit.errors import LedgerError, NotReadyError, ToolkitError
+from toolkit.errors import LedgerError, ToolkitError
 from toolkit.runner import Runner
 from toolkit.runner.naive import (BatchCommit, BlindRetry, IgnoreWriteErrors, NoLease,
                                   OutputExists, RestartLongDocs, RewriteState, StealExpired,
@@ -80,13 +80,15 @@ def open_run_ledger(name, ledger_path):
     which keeps its own ``.json``. Hand it to ``open_strategy`` (or ``close()`` it).
 
     A refusal leaves the folder as it found it: what the open itself created is removed
-    (``_tidy``), and a JSONL ledger with corrupt interior lines is refused here,
-    before any write (no header upgrade, no health marker: the file says it already).
+    (``_tidy``), and a JSONL ledger with corrupt interior lines or missing seqs is refused
+    here, before any write (no header upgrade, no health marker: the file says it already).
 
     Raises:
-        NotReadyError: an earlier run failed closed, or (JSONL) corrupt interior lines:
-            run ``audit``, then ``ledger --salvage``.
-        LedgerError: not a ledger of ours, a newer format, busy in another writer, storage.
+        NotReadyError: an earlier run failed closed.
+        LedgerError: not a ledger of ours, a newer format, busy in another writer, storage;
+            (JSONL) corrupt interior lines or missing seqs: damage a person salvages (run
+            ``audit``, then ``ledger --salvage``), which no rerun gets past: exit 2, as
+            ``ledger`` and ``review`` answer the same file.
     """
     if resolve_strategy(name) is RewriteState:
         _state_file(ledger_path)
@@ -108,7 +110,7 @@ def open_run_ledger(name, ledger_path):
     if damage is not None:
         _tidy(ours, lock=True)  # while we hold the lock, before close: see _tidy
         ledger.close()
-        raise NotReadyError(damage)
+        raise LedgerError(damage)
     return ledger
 
 
