@@ -98,9 +98,8 @@ class History:
         self.columns = _Columns(numbered)
         self.workers: dict = {}  # one string object per worker name, shared by its events
         self.orphaned: set = set()  # keys seen only in events before any add
-        # seqs of lines kept out of the event table: orphaned events and snapshots (a JSONL
-        # ledger's seq gaps are counted over both; see forensics.jsonl.seq_gaps)
-        self.apart: list = []
+        # seqs of lines kept out of the event table (forensics.jsonl.seq_gaps counts them)
+        self.apart, self.snapshot_seqs = [], set()  # of orphaned events; of snapshots
         self.apply = self._make_apply(self.columns)
         # ``apply`` without the push: returns the event's vocabulary code (an int) when it
         # was applied, else why not; the caller pushes a whole batch (``push_many``)
@@ -234,7 +233,7 @@ class History:
         if key in self.items:
             self.raw.finding(key, "duplicate_key", f"line {line}: a second snapshot or a "
                              "snapshot after events replaces this key")
-        self.apart.append(seq)
+        self.snapshot_seqs.add(seq)
         fields = {name: item[name] for name in item if name in DETAIL_FIELDS}
         self.items[key] = Record(key, state, state, source=item.get("source"),
                                  attempt=item.get("attempt"), updated=item.get("updated"), **fields)

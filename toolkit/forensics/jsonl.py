@@ -211,9 +211,10 @@ def read_toolkit_jsonl(path) -> Raw:
     fast, batch = _event_reader(history, headed, partial(_corrupt, raw))
     _read_lines(path, raw, event, fast, batch)
     events = history.finish()
-    gaps = seq_gaps(events["seq"], history.apart)
-    if gaps:
-        raw.finding(None, "seq_gap", _gap_detail(gaps, raw.corrupt_lines))
+    gaps = seq_gaps(events["seq"], [*history.apart, *history.snapshot_seqs])
+    if gaps:  # an orphaned event's line is unusable but holds its own seq, no missing one
+        raw.finding(None, "seq_gap", _gap_detail(gaps, len(raw.corrupt_lines) -
+                                                 len(history.apart)))
     return raw
 
 
@@ -245,12 +246,15 @@ def seq_gaps(seqs, apart=()) -> list[tuple[int, int]]:
 GAPS_SHOWN = 5  # ranges named in the detail; the count covers them all
 
 
-def _gap_detail(gaps, unusable) -> str:
+def _gap_detail(gaps, unusable: int) -> str:
+    """The ``seq_gap`` detail: the first ranges, a count; ``unusable``: the unusable lines
+    that may hold a missing seq."""
     shown = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in gaps[:GAPS_SHOWN])
     more = f" and {len(gaps) - GAPS_SHOWN} more ranges" if len(gaps) > GAPS_SHOWN else ""
     count = sum(b - a + 1 for a, b in gaps)
-    where = (f"{len(unusable)} unusable line{'s' if len(unusable) > 1 else ''} may hold some "
-             "of them" if unusable else "no line is unusable: lines were deleted")
+    where = (f"{unusable} unusable line{'s' if unusable > 1 else ''} may hold some of them"
+             if unusable > 0 else "no line that could hold them is unusable: lines were "
+             "deleted")
     return (f"no line holds seq {shown}{more} ({count} event{'s' if count > 1 else ''} "
             f"missing); {where}, and any key's events (its add, its intent) may have been on "
             "them: an item may be missing from this report, or behind its real state")
