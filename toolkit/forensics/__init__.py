@@ -33,8 +33,9 @@ Plan (``checks.plan_item``; the first rule that fits an item decides):
 - ``retry`` a transient failure; ``review`` a permanent or unclassified one.
 
 Over that, our JSONL ledger with corrupt lines or a gap in its events' seq (``_damage``;
-the gap is its own ``seq_gap`` finding, naming the missing seqs) plans every pending, unknown, submitted, partial or failed item but a permanent failure
-``review``: any key's last event may be lost, and salvage parks them.
+the gap is its own ``seq_gap`` finding, naming the missing seqs) plans every pending,
+unknown, submitted, partial or failed item but a permanent failure ``review``: any key's
+last event may be lost, and salvage parks them.
 
 pandas is imported only when ``Report.items`` or ``Report.events`` is first read: importing
 this package, and ``audit --json``, stay cheap.

@@ -9,10 +9,10 @@ inputs roots recorded beside the ledger): an input may be the only copy, and an 
 replaced is one the next run finds damaged. Folders and target are compared as real
 paths (symlinks resolved; a target that does not exist yet by its parent's real path).
 A name that exists and is not a regular file (by ``lstat``: a symlink, a FIFO, a device
-node, a directory) is refused too, since the rename would replace the node itself. The table is then written
-to a temporary file in the target's folder and renamed over the target: a write that
-fails part-way (a full disk, ``RLIMIT_FSIZE``) leaves the previous CSV as it was and no
-partial file.
+node, a directory) is refused too, since the rename would replace the node itself. The
+table is then written to a temporary file in the target's folder and renamed over the
+target: a write that fails part-way (a full disk, ``RLIMIT_FSIZE``) leaves the previous
+CSV as it was and no partial file.
 """
 
 import os
