@@ -272,7 +272,7 @@ def test_missing_odd_named_input_is_named_in_the_detail_as_the_source_column_sho
     assert f"input '{_safe(row['source'])}':" in text  # the detail's first wrapped line
 
 
-def test_seq_gap_kind_undocumented_would_fail_every_kind_is_in_the_readme_findings_list():
+def test_finding_kind_undocumented_seq_gap_is_in_kinds_order_and_in_the_readme_findings():
     """Fault: a finding kind added to the code without its documentation. Property:
     ``seq_gap`` is a kind, listed next to ``corrupt_line`` (the report's order), and
     README's findings list names every kind of ``KINDS``."""
