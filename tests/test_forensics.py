@@ -202,11 +202,13 @@ LIBRARY_WRITTEN = {"litequeue", "persist-queue", "celery-db"}
 LIBRARY_KINDS = {"opaque_payload", "unaudited_table"}
 # Proven on real files renamed and removed after a run (tests/test_outsider_o24_late.py).
 RENAMED_INPUT_KINDS = {"input_missing"}
+# Proven on real ledgers whose lines are really deleted (tests/test_outsider_o25.py).
+DELETED_LINE_KINDS = {"seq_gap"}
 
 
 def test_fixtures_cover_every_anomaly_kind_and_every_supported_format():
     found = {kind for name in LEDGERS for _, kind in EXPECTED[name]["anomalies"]}
-    assert found | LIBRARY_KINDS | RENAMED_INPUT_KINDS == set(KINDS)
+    assert found | LIBRARY_KINDS | RENAMED_INPUT_KINDS | DELETED_LINE_KINDS == set(KINDS)
     assert {EXPECTED[name]["format"] for name in LEDGERS} | LIBRARY_WRITTEN == set(ADAPTERS)
 
 

@@ -194,7 +194,8 @@ def _audit(parser):
         if args.csv:
             from toolkit.forensics.csvout import check_target
 
-            check_target(args.csv, args.path)  # before anything is read or written
+            # before anything is read or written
+            check_target(args.csv, args.path, args.inputs, args.artifacts)
         report = audit(args.path, artifacts=args.artifacts, inputs=args.inputs, output_name=rule)
         if args.csv:
             write_csv(report, args.csv, args.action)

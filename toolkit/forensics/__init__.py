@@ -32,9 +32,10 @@ Plan (``checks.plan_item``; the first rule that fits an item decides):
 - ``run`` pending; ``reconcile`` unknown or submitted (look up before anything);
 - ``retry`` a transient failure; ``review`` a permanent or unclassified one.
 
-Over that, our JSONL ledger with corrupt lines or a gap in its events' seq (``_damage``)
-plans every pending, unknown, submitted, partial or failed item but a permanent failure
-``review``: any key's last event may be lost, and salvage parks them.
+Over that, our JSONL ledger with corrupt lines or a gap in its events' seq (``_damage``;
+the gap is its own ``seq_gap`` finding, naming the missing seqs) plans every pending,
+unknown, submitted, partial or failed item but a permanent failure ``review``: any key's
+last event may be lost, and salvage parks them.
 
 pandas is imported only when ``Report.items`` or ``Report.events`` is first read: importing
 this package, and ``audit --json``, stay cheap.
@@ -233,23 +234,11 @@ def _damage(raw) -> str | None:
     if raw.corrupt_lines:
         return (f"ledger has corrupt lines {', '.join(map(str, sorted(raw.corrupt_lines)[:10]))}"
                 ": any key's last event may be lost; salvage parks it for review")
-    seqs = (raw.events or {}).get("seq") if isinstance(raw.events, dict) else None
-    if not seqs:
-        return None
-    values = iter(seqs)  # the usual ledger: 1, 2, 3, ... in file order (no list, no sort)
-    previous = next(values)
-    gap = type(previous) is not int
-    if not gap:
-        for seq in values:
-            if type(seq) is not int or seq != previous + 1:
-                gap = True
-                break
-            previous = seq
-    if gap:  # any other order: the exact way
-        seqs = sorted(seq for seq in seqs if type(seq) is int)
-        gap = any(after - before > 1 for before, after in zip(seqs, seqs[1:]))
-    if gap:
-        return "ledger events have a seq gap: any key's last event may be lost; review"
+    # the seq_gap finding is line-level and comes after every other line's (jsonl.seq_gaps)
+    gap = next((a for a in reversed(raw.anomalies) if a.kind == "seq_gap"), None)
+    if gap is not None:
+        return "ledger events have a seq gap (see the seq_gap finding): any key's last " \
+               "event may be lost; review"
     return None
 
 

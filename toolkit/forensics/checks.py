@@ -143,6 +143,14 @@ def check_artifact(item, root: str | None, output_name: str | None = None,
     return found
 
 
+def _named(source: str) -> str:
+    """An input's name in a detail exactly as the item's ``source`` holds it, quoted: the
+    text report and the JSON then escape both the same way (``b'bad\\xff.pdf'`` is stored
+    ``bad\\xff.pdf`` and shown as the source column shows it); a ``repr`` here doubled
+    every backslash and wrote a newline as ``\\n`` before the view escaped it again."""
+    return f"'{source}'"
+
+
 def check_input(item, root: str, digests: dict) -> list[Anomaly]:
     key, source, recorded = item.key, item.source, item.input_digest
     if type(source) is not str or not source or type(recorded) is not str:
@@ -154,11 +162,11 @@ def check_input(item, root: str, digests: dict) -> list[Anomaly]:
         digests[real] = file_digest(real)
     _, actual, problem = digests[real]
     if problem:  # gone, renamed or unreadable: its content was never read, so never "stale"
-        return [Anomaly(key, "input_missing", f"input {source!r}: {problem} (its content was "
-                        "not read)")]
+        return [Anomaly(key, "input_missing", f"input {_named(source)}: {problem} (its "
+                        "content was not read)")]
     if actual != recorded.lower():
-        return [Anomaly(key, "stale_input", f"input {source!r} has sha256 {actual[:12]}…, "
-                        f"the item was recorded with {recorded[:12]}…")]
+        return [Anomaly(key, "stale_input", f"input {_named(source)} has sha256 "
+                        f"{actual[:12]}…, the item was recorded with {recorded[:12]}…")]
     return []
 
 

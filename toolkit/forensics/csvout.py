@@ -4,17 +4,22 @@ The target is checked before the audit reads anything: a name that is, or resolv
 (a symlink, a hard link), the audited ledger or one of its companions (``-wal``,
 ``-shm``, ``-journal``, the roots file, the locks, the inputs index, the health
 marker: ``storage.COMPANIONS``, the one list of them) is refused, and so is a name that
-exists and is not a regular file (by ``lstat``: a symlink, a FIFO, a device node, a
-directory), since the rename would replace the node itself. The table is then written
-to a temporary file in the target's folder and renamed over the target: a write that
-fails part-way (a full disk, ``RLIMIT_FSIZE``) leaves the previous CSV as it was and no
-partial file.
+is, or lies inside, a folder of the batch (``--inputs``, ``--artifacts``, the outputs and
+inputs roots recorded beside the ledger): an input may be the only copy, and an artifact
+replaced is one the next run finds damaged. Folders and target are compared as real
+paths (symlinks resolved; a target that does not exist yet by its parent's real path).
+A name that exists and is not a regular file (by ``lstat``: a symlink, a FIFO, a device
+node, a directory) is refused too, since the rename would replace the node itself. The
+table is then written to a temporary file in the target's folder and renamed over the
+target: a write that fails part-way (a full disk, ``RLIMIT_FSIZE``) leaves the previous
+CSV as it was and no partial file.
 """
 
 import os
 import stat
 import tempfile
 
+from toolkit import roots
 from toolkit.errors import ToolkitError
 from toolkit.storage import COMPANIONS
 
@@ -51,9 +56,35 @@ def _require_regular_or_absent(path: str) -> None:
                            "refusing to replace it; name another file")
 
 
-def check_target(target, audited) -> None:
+def _real(path: str) -> str:
+    """``path`` with every symlink resolved; a name that does not exist yet (or is a
+    dangling link) is its parent's real path joined with the name."""
+    path = os.path.abspath(path)
+    if os.path.exists(path):
+        return os.path.realpath(path)
+    return os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def batch_folders(audited, inputs=None, artifacts=None) -> list[tuple[str, str]]:
+    """(what, folder) for each folder of the batch a CSV must never land in: the ones
+    given on the command line, then the roots recorded beside the ledger (the outputs
+    root is where ``audit`` looks without ``--artifacts``; the inputs root may hold the
+    only copy of an input even when ``--inputs`` is not given)."""
+    folders = [("the --inputs folder", inputs), ("the --artifacts folder", artifacts)]
+    recorded = roots.recorded(audited)  # {} for a URL or a ledger without a roots file
+    folders += [("the outputs root recorded beside the ledger", recorded.get("out")),
+                ("the inputs root recorded beside the ledger", recorded.get("inputs"))]
+    return [(what, os.fspath(folder)) for what, folder in folders if folder is not None]
+
+
+def check_target(target, audited, inputs=None, artifacts=None) -> None:
     """Raise (one line, exit 2) if writing ``target`` could touch ``audited`` or a companion,
-    or would replace something that is not a regular file."""
+    would land in a folder of the batch (``batch_folders``), or would replace something
+    that is not a regular file."""
     target = os.fspath(target)
     if "://" not in str(audited):  # a server's database has no file of it here
         for suffix in ("", *COMPANIONS):  # first: the more telling reason for a link to it
@@ -61,6 +92,12 @@ def check_target(target, audited) -> None:
             if _same(target, companion):
                 raise ToolkitError(f"--csv {target!r} is the audited ledger's file "
                                    f"{companion!r}: refusing to write over it; name another file")
+    real = _real(target)
+    for what, folder in batch_folders(audited, inputs, artifacts):
+        if _inside(real, os.path.realpath(folder)):
+            raise ToolkitError(f"--csv {target!r} is in {what} {folder!r}: refusing to write "
+                               "there (an input or an artifact may be the only copy); name a "
+                               "file outside the batch's folders")
     _require_regular_or_absent(target)
 
 

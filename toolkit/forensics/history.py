@@ -98,6 +98,8 @@ class History:
         self.columns = _Columns(numbered)
         self.workers: dict = {}  # one string object per worker name, shared by its events
         self.orphaned: set = set()  # keys seen only in events before any add
+        # seqs of lines kept out of the event table (forensics.jsonl.seq_gaps counts them)
+        self.apart, self.snapshot_seqs = [], set()  # of orphaned events; of snapshots
         self.apply = self._make_apply(self.columns)
         # ``apply`` without the push: returns the event's vocabulary code (an int) when it
         # was applied, else why not; the caller pushes a whole batch (``push_many``)
@@ -147,7 +149,7 @@ class History:
         # ``columns`` None: the fold alone (``fold``), its events pushed by the caller.
         items, illegal = self.items, self._illegal
         finding, get = self.raw.finding, self.items.get
-        orphaned, workers = self.orphaned, self.workers
+        orphaned, workers, apart = self.orphaned, self.workers, self.apart
         _type, _str = type, str
         code_of, words, fields, plain = CODES.get, VOCABULARY, DETAIL_FIELDS, PLAIN_MOVES
         lost_add = self._lost_add
@@ -175,13 +177,19 @@ class History:
                 # Its add line was lost (a corrupt line) or never written: the key is real,
                 # its state unprovable. As in JsonlLedger (``orphans``), every such line
                 # stays corrupt and is folded apart; the key is planned review.
+                # Its fields fold as a normal event's do: a done line keeps the artifact it
+                # records (the audit then checks it, rather than say none is recorded).
                 if item is None:
-                    items[key] = Record(key, to, to, attempt=attempt, updated=ts)
+                    items[key] = item = Record(key, to, to, attempt=attempt, updated=ts)
                     orphaned.add(key)
                     finding(key, "missing_history", lost_add(line, seq, op))
                 else:
                     item.state = item.raw_state = to
                     item.attempt, item.updated = attempt, ts
+                for name in detail:
+                    if name in fields:
+                        setattr(item, name, detail[name])
+                apart.append(seq)
                 return f"{op} of key {key!r} before its add"
             else:
                 state = item.state
@@ -225,6 +233,7 @@ class History:
         if key in self.items:
             self.raw.finding(key, "duplicate_key", f"line {line}: a second snapshot or a "
                              "snapshot after events replaces this key")
+        self.snapshot_seqs.add(seq)
         fields = {name: item[name] for name in item if name in DETAIL_FIELDS}
         self.items[key] = Record(key, state, state, source=item.get("source"),
                                  attempt=item.get("attempt"), updated=item.get("updated"), **fields)

@@ -210,8 +210,54 @@ def read_toolkit_jsonl(path) -> Raw:
             return None if line == 1 else _event(obj, line)
     fast, batch = _event_reader(history, headed, partial(_corrupt, raw))
     _read_lines(path, raw, event, fast, batch)
-    history.finish()
+    events = history.finish()
+    gaps = seq_gaps(events["seq"], [*history.apart, *history.snapshot_seqs])
+    if gaps:  # an orphaned event's line is unusable but holds its own seq, no missing one
+        raw.finding(None, "seq_gap", _gap_detail(gaps, len(raw.corrupt_lines) -
+                                                 len(history.apart)))
     return raw
+
+
+def seq_gaps(seqs, apart=()) -> list[tuple[int, int]]:
+    """The ranges (first, last) of seqs missing between the lowest and the highest seq of
+    the file's lines (``seqs`` of the event table in file order, ``apart`` those of lines
+    folded apart: snapshots, orphaned events). The ledger numbers every line it writes
+    one more than the last, so a missing seq is a line deleted or lost; a gap before the
+    first seq cannot be told from a ledger compacted while empty, and is not one."""
+    values = iter(seqs)  # the usual ledger: 1, 2, 3, ... in file order (no list, no sort)
+    first = previous = next(values, None)
+    ordered = type(first) is int
+    if ordered:
+        for seq in values:
+            if type(seq) is not int or seq != previous + 1:
+                ordered = False
+                break
+            previous = seq
+    if ordered and (not apart or (first - 1 <= min(apart) and max(apart) <= previous)):
+        return []  # snapshots at first - 1, orphans among the events: no seq unaccounted
+    if first is None and (not apart or min(apart) == max(apart)):
+        return []  # snapshots only (one seq), or nothing
+    # any other order: the exact way (an integer beyond 64 bits, a bool, are no seq here)
+    present = sorted({seq for seq in (*seqs, *apart) if type(seq) is int})
+    return [(before + 1, after - 1) for before, after in zip(present, present[1:])
+            if after - before > 1]
+
+
+GAPS_SHOWN = 5  # ranges named in the detail; the count covers them all
+
+
+def _gap_detail(gaps, unusable: int) -> str:
+    """The ``seq_gap`` detail: the first ranges, a count; ``unusable``: the unusable lines
+    that may hold a missing seq."""
+    shown = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in gaps[:GAPS_SHOWN])
+    more = f" and {len(gaps) - GAPS_SHOWN} more ranges" if len(gaps) > GAPS_SHOWN else ""
+    count = sum(b - a + 1 for a, b in gaps)
+    where = (f"{unusable} unusable line{'s' if unusable > 1 else ''} may hold some of them"
+             if unusable > 0 else "no line that could hold them is unusable: lines were "
+             "deleted")
+    return (f"no line holds seq {shown}{more} ({count} event{'s' if count > 1 else ''} "
+            f"missing); {where}, and any key's events (its add, its intent) may have been on "
+            "them: an item may be missing from this report, or behind its real state")
 
 
 @register("jsonl-state", "jsonl", lambda obj: {"file", "status"} <= obj.keys(),

@@ -18,6 +18,7 @@ from typing import Any
 KINDS = (
     "torn_line",              # final line without its newline: the write never finished
     "corrupt_line",           # an interior line that is not a valid record
+    "seq_gap",                # our JSONL: seqs no line holds (lines deleted or lost)
     "corrupt_record",         # a database row that is not a valid record
     "opaque_payload",         # payloads not JSON or text (a pickle): never decoded, names unknown
     "unaudited_table",        # tables beside the queue that the audit did not read (never silent)
