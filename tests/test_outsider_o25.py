@@ -140,7 +140,7 @@ def test_every_line_of_one_key_deleted_is_a_seq_gap_finding_in_text_and_json(jba
     gaps = [a for a in document["anomalies"] if a["kind"] == "seq_gap"]
     assert len(gaps) == 1 and gaps[0]["key"] is None, document["anomalies"]
     named = _ranges(lost)
-    assert f"no line holds seq {named} ({len(lost)} events missing)" in gaps[0]["detail"]
+    assert f"no line holds seq {named} ({len(lost)} events)" in gaps[0]["detail"]
     assert main(["audit", str(ledger)]) == 0
     text = capsys.readouterr().out
     assert "findings (0)" not in text and "seq_gap" in text and named.split(",")[0] in text
@@ -186,7 +186,7 @@ def test_a_deleted_intent_line_is_a_seq_gap_and_no_unsettled_item_is_planned_run
     assert len(lost) == 1
     report = audit(path)
     assert [a.kind for a in report.anomalies if a.key is None] == ["seq_gap"]
-    assert report.anomalies[0].detail.startswith(f"no line holds seq {lost[0]} (1 event ")
+    assert report.anomalies[0].detail.startswith(f"no line holds seq {lost[0]} (1 event)")
     plan = {item.key: action for item, action, _ in report.rows}
     assert plan["k2"] == "review" and "run" not in plan.values()
 
@@ -203,7 +203,7 @@ def test_many_seq_gaps_are_named_by_the_first_five_ranges_and_a_count(tmp_path):
     [gap] = [a for a in audit(path).anomalies if a.kind == "seq_gap"]
     first_five = ", ".join(map(str, sorted(lost)[:5]))
     assert gap.detail.startswith(f"no line holds seq {first_five} and 3 more ranges "
-                                 "(8 events missing)"), gap.detail
+                                 "(8 events)"), gap.detail
 
 
 def test_compacted_ledger_with_its_first_event_deleted_is_a_seq_gap_and_intact_is_none(tmp_path):
@@ -240,7 +240,7 @@ def test_done_whose_add_line_is_deleted_keeps_its_recorded_artifact_in_the_audit
     mine = [(a.kind, a.detail) for a in report.anomalies if a.key == victim]
     assert [kind for kind, _ in mine] == ["missing_history"], mine
     [gap] = [a for a in report.anomalies if a.kind == "seq_gap"]
-    assert gap.detail.startswith(f"no line holds seq {lost[0]} (1 event missing)")
+    assert gap.detail.startswith(f"no line holds seq {lost[0]} (1 event)")
     [(item, action, _)] = [row for row in report.rows if row[0].key == victim]
     assert action == "review" and item.artifact_path and item.artifact_sha256
 

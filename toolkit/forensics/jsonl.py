@@ -11,6 +11,7 @@ from toolkit.forensics import lines as reading
 from toolkit.forensics.lines import SHALLOW, LineReader, decode_one
 from toolkit.forensics.model import Raw, register
 from toolkit.ledger.jsonl import FORMAT as JSONL_FORMAT
+from toolkit.ledger.gaps import describe, missing_ranges
 from toolkit.ledger.jsonl import header_version
 
 
@@ -237,27 +238,21 @@ def seq_gaps(seqs, apart=()) -> list[tuple[int, int]]:
         return []  # snapshots at first - 1, orphans among the events: no seq unaccounted
     if first is None and (not apart or min(apart) == max(apart)):
         return []  # snapshots only (one seq), or nothing
-    # any other order: the exact way (an integer beyond 64 bits, a bool, are no seq here)
-    present = sorted({seq for seq in (*seqs, *apart) if type(seq) is int})
-    return [(before + 1, after - 1) for before, after in zip(present, present[1:])
-            if after - before > 1]
-
-
-GAPS_SHOWN = 5  # ranges named in the detail; the count covers them all
+    # any other order: the ledger's own rule (an integer beyond 64 bits, a bool, are no seq
+    # here), counted from the lowest seq present
+    present = [seq for seq in (*seqs, *apart) if type(seq) is int]
+    return missing_ranges(present, base=min(present) - 1) if present else []
 
 
 def _gap_detail(gaps, unusable: int) -> str:
-    """The ``seq_gap`` detail: the first ranges, a count; ``unusable``: the unusable lines
-    that may hold a missing seq."""
-    shown = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in gaps[:GAPS_SHOWN])
-    more = f" and {len(gaps) - GAPS_SHOWN} more ranges" if len(gaps) > GAPS_SHOWN else ""
-    count = sum(b - a + 1 for a, b in gaps)
+    """The ``seq_gap`` detail: the ranges as the ledger names them (``gaps.describe``);
+    ``unusable``: the unusable lines that may hold a missing seq."""
     where = (f"{unusable} unusable line{'s' if unusable > 1 else ''} may hold some of them"
              if unusable > 0 else "no line that could hold them is unusable: lines were "
              "deleted")
-    return (f"no line holds seq {shown}{more} ({count} event{'s' if count > 1 else ''} "
-            f"missing); {where}, and any key's events (its add, its intent) may have been on "
-            "them: an item may be missing from this report, or behind its real state")
+    return (f"no line holds {describe(gaps)}; {where}, and any key's events (its add, its "
+            "intent) may have been on them: an item may be missing from this report, or "
+            "behind its real state")
 
 
 @register("jsonl-state", "jsonl", lambda obj: {"file", "status"} <= obj.keys(),
