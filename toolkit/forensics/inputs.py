@@ -61,6 +61,7 @@ class Folder:
         self.root, self.items, self.ours = root, items, ours
         self.base, self.real_root = os.path.abspath(root), os.path.realpath(root)
         self.digests: dict = {}       # path -> (size, sha256, problem)
+        self._parents: dict = {}      # folder named -> its real path (one per folder, not item)
         self._holders = None          # sha256 -> the first input name (sorted) holding it
         self._recorded = None         # recorded input digest -> key
 
@@ -75,7 +76,10 @@ class Folder:
             return None, f"{recorded!r} is outside {self.root!r}"
         if full in (self.base, self.real_root):
             return self.real_root, None  # the folder itself: not a regular file
-        parent = os.path.realpath(os.path.dirname(full))
+        folder = os.path.dirname(full)
+        parent = self._parents.get(folder)
+        if parent is None:
+            parent = self._parents[folder] = os.path.realpath(folder)
         if not inside(parent, self.real_root):
             return None, (f"{recorded!r} is in {os.path.relpath(parent, self.real_root)!r} "
                           f"from {self.root!r}, outside it")
