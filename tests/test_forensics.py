@@ -95,26 +95,37 @@ EXPECTED = {
     "state.jsonl": {
         "format": "jsonl-state",
         "corrupt_lines": [5, 10, 15, 18],
-        "anomalies": [(None, "corrupt_line")] * 3 + [(None, "torn_line")] + [
+        # unchecked_inputs: names without a digest are checked for presence only
+        "anomalies": [(None, "corrupt_line")] * 3 + [(None, "torn_line"),
+                                                     (None, "unchecked_inputs")] + [
             ("../outside.pdf", "missing_history"),  # line 10 names no file, after its 9
             ("../outside.pdf", "unsafe_input_path"),
             ("b.pdf", "done_without_artifact"),
             ("c.pdf", "missing_history"),           # line 10 names no file, after its 8
             ("c.pdf", "stale_input"),
             ("d.pdf", "duplicate_key"),             # done, later overridden by failed
+            ("d.pdf", "input_missing"),             # inputs/ holds a, b, c alone
             ("gone.pdf", "artifact_missing"),
+            ("gone.pdf", "input_missing"),
             ("m.pdf", "artifact_mismatch"),
+            ("m.pdf", "input_missing"),
+            ("p.pdf", "input_missing"),
             ("q.pdf", "missing_history"),           # the torn line 18 names it
+            ("q.pdf", "input_missing"),
+            ("t.pdf", "input_missing"),             # failed, retryable: cannot run, review
+            ("u.pdf", "input_missing"),
             ("x.pdf", "unsafe_artifact_path"),      # absolute, elsewhere
+            ("x.pdf", "input_missing"),
         ],
         "by_state": states(pending=3, done=5, failed=4),
         # no lookup in a state file: a done without artifact is verify, a bad one review
-        "plan": plan(skip=1, verify=1, retry=1, review=9),
+        "plan": plan(skip=1, verify=1, review=10),
     },
     "task_items.db": {
         "format": "sqlite-task_items",
         "corrupt_lines": [],
         "anomalies": [
+            (None, "unchecked_inputs"),             # rows that name no input, or no digest
             ("B002", "stuck_unknown"),              # status timeout -> unknown
             ("B005", "stale_input"),
             ("B006", "done_without_artifact"),
@@ -134,6 +145,7 @@ EXPECTED = {
         "format": "sqlite-jobs",
         "corrupt_lines": [],
         "anomalies": [
+            (None, "unchecked_inputs"),             # the jobs table names no input
             ("job-dup", "duplicate_key"),           # unknown row, then a done row
             ("job-mismatch", "artifact_mismatch"),  # size differs
             ("job-missing", "artifact_missing"),
@@ -148,7 +160,7 @@ EXPECTED = {
     "crashed.db": {  # the file alone holds half an uncommitted "mark all done"
         "format": "sqlite-task_items",
         "corrupt_lines": [],
-        "anomalies": [(None, "hot_journal")],
+        "anomalies": [(None, "hot_journal"), (None, "unchecked_inputs")],
         "by_state": states(pending=39, done=1),
         "plan": plan(skip=1, run=39),
     },
@@ -165,7 +177,7 @@ ACTIONS = {
     "state.jsonl": {
         "../outside.pdf": "review", "a.pdf": "skip", "b.pdf": "verify", "c.pdf": "review",
         "d.pdf": "review", "gone.pdf": "review", "m.pdf": "review", "p.pdf": "review",
-        "q.pdf": "review", "t.pdf": "retry", "u.pdf": "review", "x.pdf": "review"},
+        "q.pdf": "review", "t.pdf": "review", "u.pdf": "review", "x.pdf": "review"},
     "task_items.db": {
         "B001": "skip", "B002": "reconcile", "B003": "retry", "B004": "review", "B005": "review",
         "B006": "verify", "B007": "review", "B008": "review", "B010": "review",
@@ -202,13 +214,17 @@ LIBRARY_WRITTEN = {"litequeue", "persist-queue", "celery-db"}
 LIBRARY_KINDS = {"opaque_payload", "unaudited_table"}
 # Proven on real files renamed and removed after a run (tests/test_outsider_o24_late.py).
 RENAMED_INPUT_KINDS = {"input_missing"}
+# Proven on real batches: a renamed input, a ledger naming no inputs
+# (tests/test_outsider_o25_inputs.py).
+INPUT_AS_RUN_KINDS = {"input_renamed", "unchecked_inputs"}
 # Proven on real ledgers whose lines are really deleted (tests/test_outsider_o25.py).
 DELETED_LINE_KINDS = {"seq_gap"}
 
 
 def test_fixtures_cover_every_anomaly_kind_and_every_supported_format():
     found = {kind for name in LEDGERS for _, kind in EXPECTED[name]["anomalies"]}
-    assert found | LIBRARY_KINDS | RENAMED_INPUT_KINDS | DELETED_LINE_KINDS == set(KINDS)
+    assert found | LIBRARY_KINDS | RENAMED_INPUT_KINDS | DELETED_LINE_KINDS \
+        | INPUT_AS_RUN_KINDS == set(KINDS)
     assert {EXPECTED[name]["format"] for name in LEDGERS} | LIBRARY_WRITTEN == set(ADAPTERS)
 
 
@@ -623,7 +639,9 @@ def test_hostile_artifact_and_input_fields_are_findings_not_crashes(tmp_path):
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
     report = audit(path, artifacts=tmp_path, inputs=tmp_path)
     assert [(a.key, a.kind) for a in report.anomalies] == [
-        ("a", "done_without_artifact"), ("b", "unsafe_artifact_path"),
+        (None, "unchecked_inputs"),  # names without a digest: presence alone is checked
+        ("a", "done_without_artifact"), ("a", "input_missing"),
+        ("b", "unsafe_artifact_path"), ("b", "input_missing"), ("c", "input_missing"),
         ("d\x00", "unsafe_input_path")]
 
 
@@ -642,7 +660,8 @@ def test_hostile_values_in_sqlite_rows_are_findings_not_crashes(tmp_path):
             (6, "k3", None, "done", '{"output": 5, "size": "big", "sha256": ["x"]}')])
     report = audit(path, artifacts=tmp_path, inputs=tmp_path)
     assert [(a.key, a.kind) for a in report.anomalies] == [
-        (None, "corrupt_record"), (None, "corrupt_record"), ("k", "corrupt_record"),
+        (None, "corrupt_record"), (None, "corrupt_record"),
+        (None, "unchecked_inputs"), ("k", "corrupt_record"),
         ("k2", "corrupt_record"), ("k2", "done_without_artifact"),
         ("k3", "done_without_artifact")]
     assert report.plan == plan(verify=2, review=1)  # a foreign format: no lookup

@@ -14,8 +14,10 @@ Plan (``checks.plan_item``; the first rule that fits an item decides):
 
 - ``review`` any item whose history cannot be trusted (duplicate_key, illegal_transition,
   missing_history, history_mismatch, unsafe_artifact_path), and any item but a cancelled
-  one whose input changed (stale_input, unsafe_input_path; a done one too: its key no
-  longer names this work);
+  one whose input changed (stale_input, unsafe_input_path; a done one too, until another
+  item holds the new content: then it is history, planned by its artifact). An item whose
+  content is in --inputs under another name (input_renamed) keeps its own plan: run finds
+  it by content;
 - ``review`` a pending, partial, unknown, submitted or transiently failed item whose input
   is missing (input_missing, with ``inputs``: gone, renamed or unreadable, so its content
   was never read): it cannot be sent again without its bytes (unknown or submitted: look

@@ -1,10 +1,11 @@
-"""Checks every format shares: artifacts, inputs, stuck items, and the plan.
+"""Checks every format shares: artifacts, inputs (``forensics.inputs``), stuck items, and
+the plan.
 
-Paths named by a ledger are untrusted. A path is resolved (symlinks included)
-and must stay inside the folder the user named; one that escapes is reported
-and never opened. Only regular files are opened (never a FIFO or a device),
-and only when ``--artifacts`` / ``--inputs`` name the folder: without it the
-audit opens nothing but the ledger.
+Paths named by a ledger are untrusted. An artifact path is resolved (symlinks included)
+and must stay inside the folder the user named; one that escapes is reported and never
+opened (an input name is looked for as ``run`` finds inputs: ``forensics.inputs``). Only
+regular files are opened (never a FIFO or a device), and only when ``--artifacts`` /
+``--inputs`` name the folder: without it the audit opens nothing but the ledger.
 """
 
 import datetime
@@ -18,7 +19,7 @@ from toolkit.forensics.model import Anomaly
 _CHUNK = 1 << 20
 
 
-def _inside(path: str, root: str) -> bool:
+def inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
@@ -37,10 +38,10 @@ def locate(root: str | None, recorded: str) -> tuple[str | None, str | None]:
         return None, None
     base, real_root = os.path.abspath(root), os.path.realpath(root)
     full = os.path.normpath(os.path.join(base, recorded))  # an absolute recorded path wins
-    if not (_inside(full, base) or _inside(full, real_root)):
+    if not (inside(full, base) or inside(full, real_root)):
         return None, f"{recorded!r} is outside {root!r}"
     real = os.path.realpath(full)
-    if not _inside(real, real_root):
+    if not inside(real, real_root):
         # Named relative to the folder, never absolute: a report (or a committed notebook)
         # must not carry the auditing machine's own directories.
         return None, (f"{recorded!r} resolves to {os.path.relpath(real, real_root)!r} "
@@ -48,10 +49,12 @@ def locate(root: str | None, recorded: str) -> tuple[str | None, str | None]:
     return real, None
 
 
-def file_digest(path: str) -> tuple[int | None, str | None, str | None]:
-    """(size, sha256, None) of a regular file, or (None, None, why it cannot be read)."""
+def file_digest(path: str, follow: bool = False) -> tuple[int | None, str | None, str | None]:
+    """(size, sha256, None) of a regular file, or (None, None, why it cannot be read).
+    ``follow``: a symlink at ``path`` is followed (an input entry: run reads it so)."""
+    nofollow = 0 if follow else getattr(os, "O_NOFOLLOW", 0)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | nofollow)
     except OSError as exc:
         return None, None, exc.strerror or str(exc)
     try:
@@ -143,33 +146,6 @@ def check_artifact(item, root: str | None, output_name: str | None = None,
     return found
 
 
-def _named(source: str) -> str:
-    """An input's name in a detail exactly as the item's ``source`` holds it, quoted: the
-    text report and the JSON then escape both the same way (``b'bad\\xff.pdf'`` is stored
-    ``bad\\xff.pdf`` and shown as the source column shows it); a ``repr`` here doubled
-    every backslash and wrote a newline as ``\\n`` before the view escaped it again."""
-    return f"'{source}'"
-
-
-def check_input(item, root: str, digests: dict) -> list[Anomaly]:
-    key, source, recorded = item.key, item.source, item.input_digest
-    if type(source) is not str or not source or type(recorded) is not str:
-        return []  # nothing recorded to compare: cannot check
-    real, unsafe = locate(root, roots.real_name(source))  # the name the run escaped
-    if unsafe:
-        return [Anomaly(key, "unsafe_input_path", f"{unsafe}; not opened")]
-    if real not in digests:
-        digests[real] = file_digest(real)
-    _, actual, problem = digests[real]
-    if problem:  # gone, renamed or unreadable: its content was never read, so never "stale"
-        return [Anomaly(key, "input_missing", f"input {_named(source)}: {problem} (its "
-                        "content was not read)")]
-    if actual != recorded.lower():
-        return [Anomaly(key, "stale_input", f"input {_named(source)} has sha256 "
-                        f"{actual[:12]}…, the item was recorded with {recorded[:12]}…")]
-    return []
-
-
 def _when(value) -> str:
     """A recorded time for people: ISO UTC when it is a plausible epoch, else as given."""
     if type(value) in (int, float) and 0 < value < 1e11:
@@ -192,7 +168,11 @@ def check_stuck(item, now: float) -> list[Anomaly]:
 
 def check_items(items: dict, artifacts: str | None, inputs: str | None, now: float,
                 output_name: str | None = None, lookup: bool = True):
-    found, digests = [], {}
+    # inputs imports this module's file helpers: imported here, when both are loaded
+    from toolkit.forensics.inputs import Folder, unchecked
+
+    found = []
+    folder = Folder(inputs, items, lookup) if inputs is not None else None
     for item in items.values():
         state = item.state
         if state == "done":
@@ -201,8 +181,10 @@ def check_items(items: dict, artifacts: str | None, inputs: str | None, now: flo
             found += check_artifact(item, artifacts)
         elif state == "unknown":
             found += check_stuck(item, now)
-        if inputs is not None:
-            found += check_input(item, inputs, digests)
+        if folder is not None:
+            found += folder.check(item)
+    if folder is not None:
+        found += unchecked(items, lookup)
     return found
 
 
@@ -217,6 +199,9 @@ UNDECIDABLE = {
 ARTIFACT_DAMAGE = frozenset({"done_without_artifact", "artifact_missing", "artifact_mismatch"})
 INPUT_CHANGED = {"stale_input": "the input changed since it was recorded",
                  "unsafe_input_path": "its input path escapes the inputs folder"}
+# In a stale_input detail when another item of the ledger holds the input's new content (a
+# later run took it up): a done item is then history, its artifact standing on its own.
+SUPERSEDED = "its new content is item"
 # A missing input blocks only what would be sent again: pending, partial, a transient failure,
 # and unknown or submitted (a lookup that finds nothing leads to a submit). A done item's
 # artifact stands on its own (skip when verified; a re-fetch by lookup reads no input);
@@ -252,9 +237,17 @@ def plan_item(item, kinds, lookup: bool = True) -> tuple[str, str]:
         return "review", "; ".join(blocking)
     # Before done: a done item whose input changed holds the work of bytes the file no
     # longer has; skip is "done and verified", and the changed input is not (a person
-    # decides). A cancelled item stays cancelled whatever its input now holds.
+    # decides: run it as new work, or put the old bytes back). Once another item holds the
+    # new content (a later run took it up) the done one is history: its artifact's plan,
+    # the finding kept. A cancelled item stays cancelled whatever its input now holds.
     changed = [why for kind, why in INPUT_CHANGED.items() if kind in kinds]
-    if changed and state != "cancelled":
+    superseded = state == "done" and changed and "unsafe_input_path" not in kinds \
+        and SUPERSEDED in details.get("stale_input", "")
+    if changed and state != "cancelled" and not superseded:
+        if state == "done" and "unsafe_input_path" not in kinds:
+            return "review", ("done, but the input changed since it was recorded and no item "
+                              "holds its new content: a run takes it up as a new item (this one "
+                              "stays done), or put the recorded content back")
         return "review", "; ".join(changed) + ": its key no longer names this work"
     if "input_missing" in kinds and (state in ("pending", "partial", "unknown", "submitted")
                                      or (state == "failed" and item.failure == "transient")):
@@ -275,6 +268,9 @@ def plan_item(item, kinds, lookup: bool = True) -> tuple[str, str]:
                 return "verify", VERIFY_WHY
             return "review", ("artifact missing or damaged, and the format has no lookup: "
                               "running it again is a second execution; a person decides")
+        if superseded:
+            return "skip", ("done (history): its input changed since, and another item "
+                            "holds the new content (see stale_input)")
         return "skip", "done"
     if state == "cancelled":
         return "skip", "cancelled"

@@ -22,6 +22,7 @@ KINDS = (
     "corrupt_record",         # a database row that is not a valid record
     "opaque_payload",         # payloads not JSON or text (a pickle): never decoded, names unknown
     "unaudited_table",        # tables beside the queue that the audit did not read (never silent)
+    "unchecked_inputs",       # --inputs given, but items record no input name (or no digest)
     "missing_history",        # events of a key whose add was lost: its state is unprovable
     "hot_journal",            # SQLite: a writer died mid-transaction (its journal remains)
     "duplicate_key",          # conflicting records for one key
@@ -33,6 +34,7 @@ KINDS = (
     "artifact_mismatch",      # size or SHA-256 differs from the record
     "unsafe_input_path",      # the input name escapes --inputs (never opened)
     "input_missing",          # the input file is absent or unreadable (its content never read)
+    "input_renamed",          # its recorded content is in --inputs under another name (run finds it)
     "stale_input",            # the input's content no longer matches its recorded digest
     "stuck_unknown",          # unknown with no reply recorded and no live lease
 )
