@@ -57,6 +57,22 @@ def crash_once_at(point: str):
     return hook
 
 
+@contextlib.contextmanager
+def tmpfs_mount(folder, options: str):
+    """A real tmpfs (``mount -o options``, e.g. ``size=24k``) at the new folder ``folder``:
+    a real full disk or inode table for the faults that need one. Unmounted (lazily) on
+    the way out; the test is skipped where mount is refused (not root)."""
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {mounted.stderr.strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
 class FakeClock:
     """A deterministic clock: each call advances by ``step`` seconds."""
 

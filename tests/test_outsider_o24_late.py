@@ -191,17 +191,11 @@ def test_run_refused_for_its_ledger_leaves_no_provider_database_lock_or_marker(
     assert (ledger.read_bytes() if ledger.exists() else None) == before_bytes
 
 
-def test_headerless_jsonl_upgrade_cut_by_a_file_size_limit_leaves_no_upgrade_file_nor_provider(
-        tmp_path, pdfs):
-    """Fault: a JSONL ledger written before headers (a run gives it its header by writing
-    ``<ledger>.upgrade`` and renaming it over the file) and a real RLIMIT_FSIZE smaller than
-    the file: the write of ``.upgrade`` fails with EFBIG. Property: exit 1, one line; the
-    ledger's bytes are unchanged; no ``.upgrade`` file and no provider database or jobs
-    folder are left; what the folder gains is the documented health marker alone (a storage
-    failure fails closed) and the lock a writer may hold."""
+def _headerless_capped_at_half(tmp_path):
+    """A 1,000-item JSONL ledger written before headers (its header line cut, no lock), the
+    folder's listing and the ledger's bytes, and a ``preexec_fn`` capping a child's files at
+    half the ledger's size (RLIMIT_FSIZE): its header upgrade cannot be written whole."""
     import resource
-    import subprocess
-    import sys
 
     path = tmp_path / "l.jsonl"
     with open_ledger(path, durable=False) as ledger:
@@ -214,6 +208,22 @@ def test_headerless_jsonl_upgrade_cut_by_a_file_size_limit_leaves_no_upgrade_fil
 
     def cap():
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return path, before, data, cap
+
+
+def test_headerless_jsonl_upgrade_cut_by_a_file_size_limit_leaves_no_upgrade_file_nor_provider(
+        tmp_path, pdfs):
+    """Fault: a JSONL ledger written before headers (a run gives it its header by writing
+    ``<ledger>.upgrade`` and renaming it over the file) and a real RLIMIT_FSIZE smaller than
+    the file: the write of ``.upgrade`` fails with EFBIG. Property: exit 1, one line; the
+    ledger's bytes are unchanged; no ``.upgrade`` file and no provider database or jobs
+    folder are left; what the folder gains is the documented health marker alone (a storage
+    failure fails closed) and the lock a writer may hold."""
+    import subprocess
+    import sys
+
+    path, before, data, cap = _headerless_capped_at_half(tmp_path)
 
     result = subprocess.run(
         [sys.executable, "-m", "toolkit", "run", "--inputs", str(pdfs), "--ledger",
@@ -248,21 +258,10 @@ def test_headerless_jsonl_upgrade_cut_by_a_file_size_limit_in_a_library_open_lea
     "File too large"); the ledger's bytes are unchanged and no ``.upgrade`` file is left:
     the ledger that made it removes it, whoever opened it. Only the lock stays (a storage
     failure is not a refusal for what the file holds)."""
-    import resource
     import subprocess
     import sys
 
-    path = tmp_path / "l.jsonl"
-    with open_ledger(path, durable=False) as ledger:
-        for number in range(1000):
-            ledger.add(f"k{number}")
-    path.write_bytes(path.read_bytes().split(b"\n", 1)[1])  # no header: an older ledger
-    (tmp_path / "l.jsonl.lock").unlink()
-    before, data = _listing(tmp_path), path.read_bytes()
-    limit = len(data) // 2
-
-    def cap():
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    path, before, data, cap = _headerless_capped_at_half(tmp_path)
 
     result = subprocess.run([sys.executable, "-c", OPEN_UNDER_LIMIT, opener, str(path)],
                             capture_output=True, text=True, preexec_fn=cap)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import tmpfs_mount
 from toolkit.documents import make_corpus
 from toolkit.ledger import open_ledger
 from toolkit.provider import provider_at
@@ -39,16 +40,8 @@ def run_args(corpus, out, ledger="l.sqlite", provider_db="p.sqlite"):
 def small_out(tmp_path):
     """A real tmpfs of 24 KiB at ``tmp_path / "out"``: room for a few artifacts, not a batch's.
     Unmounted in cleanup; skipped where mount is refused (not root)."""
-    folder = tmp_path / "out"
-    folder.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24k", "tmpfs", str(folder)],
-                             capture_output=True, text=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {mounted.stderr.strip()}")
-    try:
+    with tmpfs_mount(tmp_path / "out", "size=24k") as folder:
         yield folder
-    finally:
-        subprocess.run(["umount", "-l", str(folder)], check=False)
 
 
 def _states(ledger_path) -> dict[str, int]:

@@ -21,6 +21,7 @@ import pytest
 
 from test_review_resolve import cli, parked  # noqa: F401 (fixture)
 from toolkit import storage
+from conftest import tmpfs_mount
 from toolkit.documents import make_corpus
 from toolkit.ledger import open_ledger
 from toolkit.provider import provider_stats
@@ -46,16 +47,8 @@ def _fill(folder) -> list[Path]:
 def inode_less(tmp_path):
     """A real tmpfs mounted at ``tmp_path / "fs"`` with few inodes; unmounted in cleanup,
     skipped where mount is refused (not root)."""
-    folder = tmp_path / "fs"
-    folder.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m,nr_inodes=16", "tmpfs",
-                              str(folder)], capture_output=True, text=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {mounted.stderr.strip()}")
-    try:
+    with tmpfs_mount(tmp_path / "fs", "size=4m,nr_inodes=16") as folder:
         yield folder
-    finally:
-        subprocess.run(["umount", "-l", str(folder)], check=False)
 
 
 def _run(capsys, tmp_path, ledger):
