@@ -15,7 +15,7 @@ import pytest
 from toolkit.cli import main
 from toolkit.documents import make_corpus
 from toolkit.forensics import audit
-from toolkit.forensics.inputs import is_input
+from toolkit.documents import is_input_entry
 from toolkit.identity import content_digest
 from toolkit.ledger import open_ledger
 from toolkit.runner.inputs import scan
@@ -177,7 +177,7 @@ def test_audit_entry_rule_disagreeing_with_runs_scan_is_caught_on_a_real_folder(
     (tmp_path / "dangling.pdf").symlink_to(tmp_path / "nowhere")
     (tmp_path / "folder").mkdir()
     os.mkfifo(tmp_path / "pipe")
-    audited = sorted(name for name in os.listdir(tmp_path) if is_input(str(tmp_path / name), name))
+    audited = sorted(name for name in os.listdir(tmp_path) if is_input_entry(str(tmp_path / name), name))
     assert audited == sorted(path.name for path in scan(tmp_path))
     assert "notes.txt" not in audited and "linked" in audited
 

@@ -22,6 +22,7 @@ purpose so tests exercise that check honestly. Option keys other than
 import hashlib
 import os
 import re
+import stat
 import tempfile
 from collections import Counter
 from dataclasses import dataclass
@@ -62,6 +63,30 @@ class Artifact:
     path: str
     size: int
     sha256: str
+
+
+PDF_MAGIC = b"%PDF-"  # how every PDF file begins
+
+
+def is_input_entry(path, name: str) -> bool:
+    """The one rule for which entries of an inputs folder are inputs (``run``'s scan and
+    ``audit --inputs`` both ask it): a name ending ``.pdf`` in any case, of any file type
+    (an odd one is then quarantined with its reason, never silently skipped), or a regular
+    file (a symlink followed) whose content begins ``%PDF-``. Opened ``O_NONBLOCK`` and
+    judged by ``fstat`` of that descriptor: a FIFO or a device never blocks the open, and
+    what is read is what was checked."""
+    if name.lower().endswith(".pdf"):
+        return True
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode) and os.read(fd, len(PDF_MAGIC)) == PDF_MAGIC
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 @one_at_a_time

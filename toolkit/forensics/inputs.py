@@ -14,19 +14,17 @@ by its name. So the audit answers the same way:
   content is ``stale_input``; its detail says whether another item of the ledger holds
   the new content (``SUPERSEDED``: a later run took it up).
 
-The entry rule is repeated here, not imported (forensics and runner share a rank); a
-test holds the two to the same folder. Only regular files are read (``O_NONBLOCK``,
-``fstat``), and the folder's other entries are hashed only when an item's content is not
-where its name says (once per audit).
+Which entries are inputs is ``documents.is_input_entry``, the rule ``run``'s scan asks.
+Only regular files are read (``O_NONBLOCK``, ``fstat``), and the folder's other entries
+are hashed only when an item's content is not where its name says (once per audit).
 """
 
 import os
 
 from toolkit import roots
+from toolkit.documents import is_input_entry
 from toolkit.forensics.checks import SUPERSEDED, file_digest, inside
 from toolkit.forensics.model import Anomaly
-
-PDF_MAGIC = b"%PDF-"  # runner.inputs.PDF_MAGIC
 
 
 def named(source: str) -> str:
@@ -35,23 +33,6 @@ def named(source: str) -> str:
     ``bad\\xff.pdf`` and shown as the source column shows it); a ``repr`` here doubled
     every backslash and wrote a newline as ``\\n`` before the view escaped it again."""
     return f"'{source}'"
-
-
-def is_input(path: str, name: str) -> bool:
-    """``runner.inputs.scan``'s rule for one entry: ``*.pdf`` in any case, or a regular
-    file (symlinks followed) whose content starts ``%PDF-``."""
-    if name.lower().endswith(".pdf"):
-        return True
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError:
-        return False
-    try:
-        return os.path.isfile(path) and os.read(fd, len(PDF_MAGIC)) == PDF_MAGIC
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
 
 
 class Folder:
@@ -102,7 +83,7 @@ class Folder:
                 names = sorted(entry.name for entry in entries)
             for name in names:
                 path = os.path.join(self.real_root, name)
-                if is_input(path, name):
+                if is_input_entry(path, name):
                     _, found, problem = self.digest(path)
                     if not problem:
                         self._holders.setdefault(found, roots.escaped_name(os.fsencode(name)))

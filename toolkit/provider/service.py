@@ -44,6 +44,7 @@ import uuid
 from pathlib import Path
 
 from ..errors import KeyReuseError, PermanentError, ToolkitError, TransientError
+from ..documents import PDF_MAGIC
 from ..identity import canonical_json
 from .contract import Contract, ProviderConflict
 from .fake import FakeProvider
@@ -51,7 +52,6 @@ from .fake import FakeProvider
 from .wire import (  # noqa: F401 - shared with the client, which never imports this module
     CHUNK, CONTRACT_HEADER, HOST, JOB_HEADER, MAX_UPLOAD, ServiceFaults, content_digest,
     parse_digest)
-PDF_MAGIC = b"%PDF-"
 
 
 class _BadRequest(Exception):

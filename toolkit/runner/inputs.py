@@ -1,8 +1,8 @@
 """Finding a batch's inputs, and reading each exactly once, without ever blocking.
 
-An entry of the inputs folder is an input when its name ends in ``.pdf`` in any
-case (``SCAN.PDF``), or when it is a regular file whose content starts as a PDF
-does (``%PDF-``). Only regular files are read: the entry is opened with
+An entry of the inputs folder is an input (``documents.is_input_entry``) when its
+name ends in ``.pdf`` in any case (``SCAN.PDF``), or when it is a regular file whose
+content starts as a PDF does (``%PDF-``). Only regular files are read: the entry is opened with
 ``O_NONBLOCK`` (a FIFO or a device never blocks the open) and ``fstat`` of the
 open descriptor decides (what we read is what we checked, not what the name
 pointed at a moment earlier). Anything else that looks like an input (a
@@ -17,9 +17,9 @@ import stat
 from pathlib import Path, PurePath
 
 from toolkit import roots
+from toolkit.documents import is_input_entry
 from toolkit.errors import ToolkitError
 
-PDF_MAGIC = b"%PDF-"
 _CHUNK = 1 << 20
 
 
@@ -123,25 +123,10 @@ def read_stat(path, limit: int | None = None) -> tuple[bytes, os.stat_result]:
 
 
 def scan(folder) -> list[Path]:
-    """The input entries of ``folder``, sorted: ``*.pdf`` in any case (of any file type,
-    so that odd ones are quarantined, not silently skipped) and regular files that are
-    PDFs by content."""
-    found = []
-    for entry in os.scandir(folder):
-        if entry.name.lower().endswith(".pdf"):
-            found.append(Path(entry.path))
-            continue
-        try:
-            regular = entry.is_file(follow_symlinks=True)
-        except OSError:
-            regular = False
-        if regular:
-            try:
-                if read_input(entry.path, len(PDF_MAGIC)) == PDF_MAGIC:
-                    found.append(Path(entry.path))
-            except Odd:
-                pass  # not named as an input and not readable as one: not ours
-    return sorted(found)
+    """The input entries of ``folder``, sorted (``documents.is_input_entry``: the rule the
+    audit's ``--inputs`` check asks too)."""
+    return sorted(Path(entry.path) for entry in os.scandir(folder)
+                  if is_input_entry(entry.path, entry.name))
 
 
 def within(inner, outer) -> bool:
