@@ -7,8 +7,12 @@ from toolkit.cli import command, emit
 from toolkit.errors import ToolkitError
 
 
-def _existing(path) -> None:
-    """A file ledger must exist (opening would create one): one line and exit 2 if not."""
+def _existing(path, *, writes: bool = True) -> None:
+    """A file ledger must exist (opening would create one): one line and exit 2 if not.
+
+    An empty file (0 bytes) is refused only to a command that ``writes``: opening it would
+    write a header or a schema into it. A view reads a private copy, so to ``review`` it is
+    an empty ledger with nothing parked, as ``ledger`` and ``audit`` read it."""
     from toolkit.ledger.postgres import postgres_url
 
     if postgres_url(path):
@@ -18,7 +22,7 @@ def _existing(path) -> None:
     require_regular(path, "--ledger")  # a FIFO or a device is never opened
     if not Path(path).is_file():
         raise ToolkitError(f"no ledger at {str(path)!r}")
-    if Path(path).stat().st_size == 0:  # opening it would write a header or a schema into it
+    if writes and Path(path).stat().st_size == 0:
         raise ToolkitError(f"{str(path)!r} is empty: not a ledger (nothing was written)")
     if Path(path).suffix.lower() not in (".sqlite", ".db", ".sqlite3", ".jsonl"):
         raise ToolkitError(f"{str(path)!r} is not a ledger: use .sqlite, .db, .jsonl or a "
@@ -44,7 +48,7 @@ def _review(parser):
         from toolkit.ledger.postgres import postgres_url
         from toolkit.runner.review import parked
 
-        _existing(args.ledger)
+        _existing(args.ledger, writes=False)
         if postgres_url(args.ledger):
             with open_ledger(args.ledger) as ledger:
                 items = parked(ledger)
