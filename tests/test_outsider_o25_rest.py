@@ -120,7 +120,7 @@ def _fill(where: Path) -> None:
 def test_health_probe_writes_nothing_into_the_ledger_and_a_full_disk_is_not_ready(
         folder, suffix):
     """Fault: `health` on a ready ledger wrote a probe row into the SQLite ledger (and
-    took a JSONL ledger's lock file), so a monitor polling health changes the ledger it
+    created a JSONL ledger's lock file beside it), so a monitor polling health changes the ledger it
     watches and contends with a live batch. Property: health reads a private copy and
     probes the disk beside the ledger: ready, exit 0, and the folder is byte for byte as
     it was; on a full disk (a real tmpfs filled to ENOSPC) it is not ready, exit 1, and
@@ -129,6 +129,7 @@ def test_health_probe_writes_nothing_into_the_ledger_and_a_full_disk_is_not_read
     ledger = where / f"l{suffix}"
     with open_ledger(ledger) as opened:
         opened.add("k", source="a.pdf")
+    (where / f"{ledger.name}.lock").unlink(missing_ok=True)  # a ledger copied without it
     before = tree(where)
     ready = tk(where, "health", "--ledger", ledger.name)
     assert ready.returncode == 0 and ready.stdout.strip() == "ready", ready
