@@ -215,7 +215,7 @@ def read_toolkit_jsonl(path) -> Raw:
         def event(obj, line, _event=history.event):
             return None if line == 1 else _event(obj, line)
     fast, batch = _event_reader(history, headed, partial(_corrupt, raw))
-    _read_lines(path, raw, event, fast, batch, partial(_glued, history))
+    _read_lines(path, raw, event, fast, batch, partial(_glued, history, [FILE_TRIES]))
     events = history.finish()
     gaps = seq_gaps(events["seq"], [*history.apart, *history.snapshot_seqs])
     if gaps:  # an orphaned event's line is unusable but holds its own seq, no missing one
@@ -224,17 +224,17 @@ def read_toolkit_jsonl(path) -> Raw:
     return raw
 
 
-def _glued(history: History, line, number: int) -> str:
+def _glued(history: History, budget: list, line, number: int) -> str:
     """Words for a line that is not JSON but holds whole events glued together: a write
     cut before its newline (torn, or only the newline lost), and the next line written
     right after it. Each whole event found is noted in ``history.glued`` (its key's
     ``missing_history`` then names this line, not intact lines of other keys); none is
-    used, as the ledger uses none of a corrupt line."""
+    used, as the ledger uses none of a corrupt line. ``budget``: see ``whole_events``."""
     if type(line) is bytes:
         line = line.decode("utf-8", "surrogateescape")
     if type(line) is not str:
         return ""  # not text at all (lines.Bad)
-    found = list(whole_events(line))
+    found = list(whole_events(line, budget))
     for seq, op, key in found:
         history.glued.setdefault(key, []).append((number, seq, op))
     if not found:
@@ -246,17 +246,26 @@ def _glued(history: History, line, number: int) -> str:
 
 _DECODE = json.JSONDecoder().raw_decode
 _OPS = ("add", "move", "claim", "release")
+# An event is a few hundred bytes (a long --note a few KiB): each try parses a window of
+# this many characters, and a line gets at most LINE_TRIES tries, a file FILE_TRIES, so
+# text made of '{"' (a deep, unclosed nest) costs ~0.1 s in all, never a parse per '{"'.
+WINDOW, LINE_TRIES, FILE_TRIES = 1 << 16, 16, 512
 
 
-def whole_events(text: str):
+def whole_events(text: str, budget: list | None = None):
     """(seq, op, key) of each whole event object in ``text``, in order: tried from its
     start, then from each '{"' after the last object found (or after a start that is no
     object), so a torn head is skipped and nested objects (an event's detail) are never
-    taken for events: an event is an object with an integer seq, a known op and a key."""
-    at, end = 0, len(text.rstrip())
-    while 0 <= at < end:
+    taken for events: an event is an object with an integer seq, a known op and a key.
+    ``budget`` (``[tries left]``, shared by a file's lines) bounds the work."""
+    budget = [FILE_TRIES] if budget is None else budget
+    at, end, tries = 0, len(text.rstrip()), LINE_TRIES
+    while 0 <= at < end and tries > 0 and budget[0] > 0:
+        tries, budget[0] = tries - 1, budget[0] - 1
         try:
-            obj, stop = _DECODE(text, at)
+            obj, stop = _DECODE(text[at:at + WINDOW]) if end - at > WINDOW else \
+                _DECODE(text, at)
+            stop += at if end - at > WINDOW else 0
         except (ValueError, RecursionError):
             obj, stop = None, None
         if (type(obj) is dict and type(obj.get("seq")) is int and obj.get("op") in _OPS
