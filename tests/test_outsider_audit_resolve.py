@@ -40,8 +40,9 @@ def test_csv_onto_the_audited_ledger_or_a_companion_is_refused_exit_2_nothing_wr
 @pytest.mark.slow
 def test_csv_write_past_rlimit_fsize_leaves_the_old_csv_whole_and_no_partial_file(
         parked, tmp_path, capsys):
-    """What breaks: the CSV write hits a real RLIMIT_FSIZE (EFBIG) part-way. Must hold: exit 2,
-    one line naming the target, the previous CSV byte-identical, no temporary file left."""
+    """What breaks: the CSV write hits a real RLIMIT_FSIZE (EFBIG) part-way. Must hold: exit 1
+    (a storage error, as for --json: free space, run again), one line naming the target,
+    the previous CSV byte-identical, no temporary file left."""
     path = parked[0]
     target = tmp_path / "report" / "items.csv"
     target.parent.mkdir()
@@ -50,7 +51,7 @@ def test_csv_write_past_rlimit_fsize_leaves_the_old_csv_whole_and_no_partial_fil
             "from toolkit.cli import main; sys.exit(main(sys.argv[1:]))")
     done = subprocess.run([sys.executable, "-c", code, "audit", str(path), "--csv", str(target)],
                           capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert done.returncode == 1 and done.stderr.count("\n") == 1
     assert str(target) in done.stderr and "too large" in done.stderr
     assert target.read_bytes() == b"previous,report\n"
     assert os.listdir(target.parent) == ["items.csv"]

@@ -16,9 +16,12 @@ def _health(parser):
     parser.add_argument("--json", action="store_true", help="print one JSON document")
 
     def run(args):
+        from toolkit.forensics.private import opened_view
         from toolkit.runner.ops import clear_health, health
 
-        state = clear_health(args.ledger) if args.clear else health(args.ledger, probe=True)
+        # a view of a private copy: health never writes into the ledger (only --clear does)
+        state = clear_health(args.ledger) if args.clear else \
+            health(args.ledger, probe=True, view=opened_view)
         text = "ready" if state["ready"] else f"not ready: {state['reason']}"
         emit(state, args.json, text)
         return 0 if state["ready"] else 1

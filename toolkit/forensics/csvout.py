@@ -12,7 +12,9 @@ A name that exists and is not a regular file (by ``lstat``: a symlink, a FIFO, a
 node, a directory) is refused too, since the rename would replace the node itself. The
 table is then written to a temporary file in the target's folder and renamed over the
 target: a write that fails part-way (a full disk, ``RLIMIT_FSIZE``) leaves the previous
-CSV as it was and no partial file.
+CSV as it was and no partial file. Such a failure of the storage (``storage.FULL_OR_FAILING``)
+is ``StorageError``, exit 1 ("free space, run again"), as ``--json`` on a full disk is;
+any other refusal of the path (no such folder, no permission) is bad input, exit 2.
 """
 
 import os
@@ -20,8 +22,8 @@ import stat
 import tempfile
 
 from toolkit import roots
-from toolkit.errors import ToolkitError
-from toolkit.storage import COMPANIONS
+from toolkit.errors import StorageError, ToolkitError
+from toolkit.storage import COMPANIONS, FULL_OR_FAILING
 
 
 def _same(a: str, b: str) -> bool:
@@ -119,7 +121,7 @@ def write_atomic(table, path, **options) -> None:
         fd, temp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.",
                                     suffix=".tmp")
     except OSError as exc:
-        raise ToolkitError(f"cannot write --csv {path!r}: {exc.strerror or exc}") from None
+        raise _write_error(path, exc) from None
     try:
         # mkstemp makes 0600: give the CSV the mode of the file it replaces, or what a new
         # file gets under this process's umask (read by setting it back at once)
@@ -136,4 +138,10 @@ def write_atomic(table, path, **options) -> None:
             os.unlink(temp)
         except OSError:
             pass
-        raise ToolkitError(f"cannot write --csv {path!r}: {exc.strerror or exc}") from None
+        raise _write_error(path, exc) from None
+
+
+def _write_error(path: str, exc: OSError) -> ToolkitError:
+    """The storage's fault (exit 1) or the path's (exit 2), one line either way."""
+    kind = StorageError if exc.errno in FULL_OR_FAILING else ToolkitError
+    return kind(f"cannot write --csv {path!r}: {exc.strerror or exc}")

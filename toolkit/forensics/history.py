@@ -100,6 +100,9 @@ class History:
         self.orphaned: set = set()  # keys seen only in events before any add
         # seqs of lines kept out of the event table (forensics.jsonl.seq_gaps counts them)
         self.apart, self.snapshot_seqs = [], set()  # of orphaned events; of snapshots
+        self.apart_lines: set = set()  # lines of orphaned events (none held a lost add)
+        self.unusable, self._scanned = [], 0  # the other unusable lines, read so far
+        self.glued: dict = {}  # key -> [(line, seq, op)] whole in a glued line (jsonl._glued)
         self.apply = self._make_apply(self.columns)
         # ``apply`` without the push: returns the event's vocabulary code (an int) when it
         # was applied, else why not; the caller pushes a whole batch (``push_many``)
@@ -150,6 +153,7 @@ class History:
         items, illegal = self.items, self._illegal
         finding, get = self.raw.finding, self.items.get
         orphaned, workers, apart = self.orphaned, self.workers, self.apart
+        apart_lines = self.apart_lines
         _type, _str = type, str
         code_of, words, fields, plain = CODES.get, VOCABULARY, DETAIL_FIELDS, PLAIN_MOVES
         lost_add = self._lost_add
@@ -182,7 +186,7 @@ class History:
                 if item is None:
                     items[key] = item = Record(key, to, to, attempt=attempt, updated=ts)
                     orphaned.add(key)
-                    finding(key, "missing_history", lost_add(line, seq, op))
+                    finding(key, "missing_history", lost_add(line, seq, op, key))
                 else:
                     item.state = item.raw_state = to
                     item.attempt, item.updated = attempt, ts
@@ -190,6 +194,8 @@ class History:
                     if name in fields:
                         setattr(item, name, detail[name])
                 apart.append(seq)
+                if line is not None:
+                    apart_lines.add(line)
                 return f"{op} of key {key!r} before its add"
             else:
                 state = item.state
@@ -239,17 +245,27 @@ class History:
                                  attempt=item.get("attempt"), updated=item.get("updated"), **fields)
         return None
 
-    def _lost_add(self, line, seq, op) -> str:
+    def _lost_add(self, line, seq, op, key) -> str:
         """The ``missing_history`` detail of a key met first by ``op``: its add is missing.
 
-        A JSONL file is read in line order, so every unusable line recorded so far lies
-        before ``line``: the add may have been on one of them (damaged or torn), or, with
-        none, it was deleted or never written. A table's events have no lines to name."""
+        A JSONL file is read in line order, so every unusable line so far lies before
+        ``line``: the add may have been on one of them, or, with none, it was deleted or
+        never written. An add found whole inside a glued line is named; other keys'
+        orphaned events (whole lines of those keys) never held it. A table has no lines."""
         if line is None:
             return (f"event seq={seq}: its add event is missing (no earlier event adds "
                     f"this key); this {op} is its first event left")
-        earlier = self.raw.corrupt_lines
-        if not earlier:
+        glued = [(at, at_seq) for at, at_seq, at_op in self.glued.get(key, ())
+                 if at_op == "add"]
+        # amortized: only the lines found unusable since the last call are looked at
+        lines, apart = self.raw.corrupt_lines, self.apart_lines
+        self.unusable += [at for at in lines[self._scanned:] if at not in apart]
+        self._scanned, earlier = len(lines), self.unusable
+        if glued:
+            at, at_seq = glued[-1]
+            where = (f"its add (seq {at_seq}) is whole inside unusable line {at} (a write "
+                     "cut before its newline, with the next line glued to it)")
+        elif not earlier:
             where = "no line before it is unusable: the add line was deleted or never written"
         else:  # the nearest ones, in line order; the report lists them all
             shown = ", ".join(map(str, earlier[-3:]))

@@ -64,8 +64,11 @@ def _corrupt(raw: Raw, number: int, why: str) -> None:
     raw.finding(None, "corrupt_line", f"line {number}: {why}", line=number)
 
 
-def _read_lines(path, raw: Raw, use, fast=None, batch=None):
+def _read_lines(path, raw: Raw, use, fast=None, batch=None, unparsed=None):
     """Parse every complete line; ``use(obj, line)`` returns None or why it is invalid.
+
+    ``unparsed(line, number)`` (optional) is asked about each line that is not JSON and
+    returns more words for its finding ("" for none).
 
     ``batch(lines, first)`` (optional) tries a whole batch of lines first and returns
     False, having used none of them, when it does not take every one; then each line
@@ -101,6 +104,8 @@ def _read_lines(path, raw: Raw, use, fast=None, batch=None):
             else:
                 why = _reference(scan, line, number, use)
             if why is not None:
+                if unparsed is not None and why.startswith("not JSON"):
+                    why += unparsed(line, number)
                 _corrupt(raw, number, why)
     if reader.torn is not None:
         number, size = reader.torn
@@ -210,13 +215,65 @@ def read_toolkit_jsonl(path) -> Raw:
         def event(obj, line, _event=history.event):
             return None if line == 1 else _event(obj, line)
     fast, batch = _event_reader(history, headed, partial(_corrupt, raw))
-    _read_lines(path, raw, event, fast, batch)
+    _read_lines(path, raw, event, fast, batch, partial(_glued, history, [FILE_TRIES]))
     events = history.finish()
     gaps = seq_gaps(events["seq"], [*history.apart, *history.snapshot_seqs])
     if gaps:  # an orphaned event's line is unusable but holds its own seq, no missing one
         raw.finding(None, "seq_gap", _gap_detail(gaps, len(raw.corrupt_lines) -
                                                  len(history.apart)))
     return raw
+
+
+def _glued(history: History, budget: list, line, number: int) -> str:
+    """Words for a line that is not JSON but holds whole events glued together: a write
+    cut before its newline (torn, or only the newline lost), and the next line written
+    right after it. Each whole event found is noted in ``history.glued`` (its key's
+    ``missing_history`` then names this line, not intact lines of other keys); none is
+    used, as the ledger uses none of a corrupt line. ``budget``: see ``whole_events``."""
+    if type(line) is bytes:
+        line = line.decode("utf-8", "surrogateescape")
+    if type(line) is not str:
+        return ""  # not text at all (lines.Bad)
+    found = list(whole_events(line, budget))
+    for seq, op, key in found:
+        history.glued.setdefault(key, []).append((number, seq, op))
+    if not found:
+        return ""
+    named = ", ".join(f"seq {seq} ({op} of key {key!r})" for seq, op, key in found)
+    return (f"; whole events inside it (a write cut before its newline, the next line "
+            f"glued to it): {named}")
+
+
+_DECODE = json.JSONDecoder().raw_decode
+_OPS = ("add", "move", "claim", "release")
+# An event is a few hundred bytes (a long --note a few KiB): each try parses a window of
+# this many characters, and a line gets at most LINE_TRIES tries, a file FILE_TRIES, so
+# text made of '{"' (a deep, unclosed nest) costs ~0.1 s in all, never a parse per '{"'.
+WINDOW, LINE_TRIES, FILE_TRIES = 1 << 16, 16, 512
+
+
+def whole_events(text: str, budget: list | None = None):
+    """(seq, op, key) of each whole event object in ``text``, in order: tried from its
+    start, then from each '{"' after the last object found (or after a start that is no
+    object), so a torn head is skipped and nested objects (an event's detail) are never
+    taken for events: an event is an object with an integer seq, a known op and a key.
+    ``budget`` (``[tries left]``, shared by a file's lines) bounds the work."""
+    budget = [FILE_TRIES] if budget is None else budget
+    at, end, tries = 0, len(text.rstrip()), LINE_TRIES
+    while 0 <= at < end and tries > 0 and budget[0] > 0:
+        tries, budget[0] = tries - 1, budget[0] - 1
+        try:
+            obj, stop = _DECODE(text[at:at + WINDOW]) if end - at > WINDOW else \
+                _DECODE(text, at)
+            stop += at if end - at > WINDOW else 0
+        except (ValueError, RecursionError):
+            obj, stop = None, None
+        if (type(obj) is dict and type(obj.get("seq")) is int and obj.get("op") in _OPS
+                and type(obj.get("key")) is str):
+            yield obj["seq"], obj["op"], obj["key"]
+            at = text.find('{"', stop)
+        else:
+            at = text.find('{"', at + 1)
 
 
 def seq_gaps(seqs, apart=()) -> list[tuple[int, int]]:

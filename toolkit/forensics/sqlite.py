@@ -138,7 +138,13 @@ def _read_snapshot(path, adapters, text_factory, bad=()):
         try:
             db.execute("BEGIN")  # one snapshot for every query below
             schema = tables(db)
-            adapter = next((a for a in adapters if a.sniff(db, schema)), None)
+            # No table at all is what a writer killed as it created its ledger leaves (a
+            # WAL header, no schema): an empty ledger, 0 items, as a 0-byte file is, and as
+            # `ledger` and `review` read it; `run` creates its tables in it.
+            # (only with nothing in its schema: a view or an index alone is someone else's)
+            blank = not schema and not db.execute("SELECT 1 FROM sqlite_master").fetchone()
+            adapter = EMPTY if blank else next((a for a in adapters if a.sniff(db, schema)),
+                                               None)
             if adapter is None:
                 listed = ", ".join(sorted(schema)) or "none"
                 raise ToolkitError(f"SQLite database with unexpected tables ({listed})")
@@ -151,6 +157,18 @@ def _read_snapshot(path, adapters, text_factory, bad=()):
             return adapter.name, raw
         immutable = False  # a writer appeared: read again through the WAL
     raise AssertionError("unreachable")
+
+
+class _Empty:
+    """The reading of a database with no table: format ``empty``, no items."""
+    name = "empty"
+
+    @staticmethod
+    def read(db, schema) -> Raw:
+        return Raw()
+
+
+EMPTY = _Empty()
 
 
 def _require(schema, table, columns, name):

@@ -15,6 +15,7 @@ from toolkit.errors import (LeaseHeldError, LedgerError, NotReadyError, StaleTok
                             StorageError, ToolkitError)
 from toolkit.ledger import State, open_ledger, owner_alive, postgres_health, why_illegal
 from toolkit.ledger.postgres import postgres_url
+from toolkit.storage import FULL_OR_FAILING
 
 S = State
 
@@ -37,10 +38,15 @@ def _marker_reason(ledger_path) -> str | None:
         return "unreadable health marker"
 
 
-def health(ledger_path, probe: bool = False) -> dict:
+def health(ledger_path, probe: bool = False, view=None) -> dict:
     """``{"ready": bool, "reason": str | None}`` for the ledger at ``ledger_path``.
 
-    With ``probe``, a ledger without a marker must also take a small durable write.
+    ``view(path)`` (the CLI passes ``forensics.private.opened_view``) opens the ledger
+    from a private copy, never in place, so nothing is written into it or beside it (no
+    schema into an empty file, no migration, no lock, no ``-shm``), and a live batch's
+    transactions never wait for it; without it the ledger is opened in place (after
+    ``clear_health``'s own write). With ``probe``, the disk the ledger's next write needs
+    must also take a small durable write: a temporary file in the ledger's folder, removed.
 
     Raises:
         ToolkitError: the path is not a ledger (a directory, another file, an unknown suffix).
@@ -48,7 +54,14 @@ def health(ledger_path, probe: bool = False) -> dict:
     if postgres_url(ledger_path):  # a URL has no file beside it: a table in its schema
         return postgres_health.health(ledger_path)
     path = Path(ledger_path)
-    require_ledger_path(path)
+    require_ledger_shape(path)
+    if path.exists():  # first: a file that is no ledger is bad input whatever its marker says
+        try:
+            damage = _damage(path, view or _open_existing)
+        except StorageError as exc:  # the private copy could not be made or opened
+            return {"ready": False, "reason": str(exc)}
+        if damage is not None:
+            return {"ready": False, "reason": damage}
     reason = _marker_reason(ledger_path)
     if reason is not None:
         return {"ready": False, "reason": reason}
@@ -58,13 +71,37 @@ def health(ledger_path, probe: bool = False) -> dict:
         return {"ready": False, "reason": "cannot be written: read-only file system"}
     if probe:
         try:
-            with _open_existing(path) as ledger:
-                if (damage := integrity(ledger)) is not None:
-                    return {"ready": False, "reason": damage}
-                ledger.probe()
+            probe_beside(path, "cannot be written")
         except StorageError as exc:
-            return {"ready": False, "reason": f"cannot be written: {exc}"}
+            return {"ready": False, "reason": str(exc)}
     return {"ready": True, "reason": None}
+
+
+def _damage(path: Path, view) -> str | None:
+    """``integrity`` of the ledger as ``view(path)`` opens it, naming ``path`` (not a private
+    copy's name); an empty file (0 bytes, or an SQLite file with no schema: a writer killed
+    as it created it) is an empty ledger, as ``ledger``, ``review`` and ``audit`` read it.
+
+    Raises:
+        ToolkitError: not a ledger of ours (a foreign database or JSONL file).
+        StorageError: the ledger cannot be read, or its private copy cannot be written.
+    """
+    try:
+        with view(path) as ledger:
+            damage = integrity(ledger)
+            return None if damage is None else damage.replace(str(ledger.path), str(path))
+    except StorageError:
+        raise
+    except LedgerError as exc:
+        raise ToolkitError(str(exc)) from exc
+    except ToolkitError as exc:  # the private copy failed: its OSError is the cause
+        cause = exc.__cause__
+        if not isinstance(cause, OSError):
+            raise
+        if cause.errno in FULL_OR_FAILING:  # a full disk or a file-size limit
+            raise StorageError(f"cannot be written: {cause.strerror} (a private copy of "
+                               f"{str(path)!r}, to read it without writing into it)") from exc
+        raise StorageError(f"cannot be read: {exc}") from exc
 
 
 def integrity(ledger) -> str | None:
@@ -75,7 +112,23 @@ def integrity(ledger) -> str | None:
 
 def require_ledger_path(path: Path) -> None:
     """One-line ToolkitError for a path that cannot be a ledger file of ours (for a path
-    with no file, or an empty one, only by stat: nothing is created or opened)."""
+    with no file, or an empty one, only by stat: nothing is created or opened). A
+    non-empty file is opened in place (``run`` writes into it next anyway)."""
+    if not require_ledger_shape(path):
+        return
+    if _read_only_fs(path):
+        return  # SQLite cannot even open it (its -shm): "not ready", decided by the probe
+    try:  # a foreign database or JSONL file: refused without changing it
+        _open_existing(path).close()
+    except StorageError:
+        return  # ours, but the disk fails: that is "not ready", decided by the probe
+    except LedgerError as exc:
+        raise ToolkitError(str(exc)) from exc
+
+
+def require_ledger_shape(path: Path) -> bool:
+    """What ``require_ledger_path`` refuses by stat and by the first 16 bytes alone, without
+    opening the file as a ledger; True when a non-empty file is there to be opened."""
     suffix = path.suffix.lower()
     if suffix not in (".sqlite", ".db", ".sqlite3", ".jsonl"):
         raise ToolkitError(f"{str(path)!r} is not a ledger: use .sqlite, .db, .jsonl or a "
@@ -90,19 +143,12 @@ def require_ledger_path(path: Path) -> None:
     # never opened (opening a FIFO blocks; reading /dev/zero never ends)
     require_regular(path, "--ledger")
     if not path.exists() or path.stat().st_size == 0:
-        return
+        return False
     if suffix != ".jsonl":
         with open(path, "rb") as handle:
             if handle.read(16) != b"SQLite format 3\x00":
                 raise ToolkitError(f"{str(path)!r} is not an SQLite database, not a ledger")
-    if _read_only_fs(path):
-        return  # SQLite cannot even open it (its -shm): "not ready", decided by the probe
-    try:  # a foreign database or JSONL file: refused without changing it
-        _open_existing(path).close()
-    except StorageError:
-        return  # ours, but the disk fails: that is "not ready", decided by the probe
-    except LedgerError as exc:
-        raise ToolkitError(str(exc)) from exc
+    return True
 
 
 def _read_only_fs(path: Path) -> bool:
@@ -163,7 +209,7 @@ def clear_health(ledger_path) -> dict:
             raise ToolkitError(f"no ledger at {str(path)!r}: nothing to clear")
         # The halted run never created its ledger (its provider's database failed first):
         # nothing was recorded. What must be proven writable is the folder it will go in.
-        _probe_folder(path.parent)
+        probe_beside(path, "ledger still not writable")
     else:
         if _read_only_fs(path):
             raise StorageError("ledger still not writable: read-only file system")
@@ -182,19 +228,23 @@ def clear_health(ledger_path) -> dict:
     return health(ledger_path)
 
 
-def _probe_folder(folder: Path) -> None:
-    """A small durable write (and its removal) in ``folder``; StorageError if refused."""
-    probe = folder / f".probe-{os.getpid()}"
+def probe_beside(path: Path, what: str) -> None:
+    """A small durable write (and its removal) in the folder of the ledger ``path``: the
+    disk its next write needs, asked without writing into the ledger. 384 bytes, a short
+    write retried (a file-size limit then fails it). StorageError naming ``what`` if refused."""
+    probe = path.parent / f".{path.name}.probe-{os.getpid()}"
     try:
-        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
-            os.write(fd, b"probe")
+            view = memoryview(b"probe\n" * 64)
+            while view:
+                view = view[os.write(fd, view):]
             os.fsync(fd)
         finally:
             os.close(fd)
             probe.unlink(missing_ok=True)
     except OSError as exc:
-        raise StorageError(f"ledger still not writable: {exc.strerror or exc}: {folder}") from exc
+        raise StorageError(f"{what}: {exc.strerror or exc}: {path.parent}") from exc
 
 
 def require_healthy(ledger_path) -> None:
