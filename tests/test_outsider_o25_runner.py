@@ -117,3 +117,17 @@ def test_swapped_databases_are_refused_exit_2_and_nothing_is_modified(batch, led
     with sqlite3.connect(f"file:{batch / 'p.db'}?mode=ro", uri=True) as db:
         assert db.execute("SELECT value FROM counters WHERE scope='all' "
                           "AND counter='executions'").fetchone() == (3,)
+
+
+def test_provider_db_in_a_missing_folder_is_refused_exit_2_and_nothing_is_created(tmp_path):
+    """What breaks: ``--provider-db nodir/p.db`` (a typo in the folder) silently created the
+    folder and a new, empty provider: every document executed again there. What must hold:
+    one line, exit 2, as for a ledger in a missing folder; no folder, ledger or database
+    created."""
+    corpus = tmp_path / "in"
+    make_corpus(corpus, docs=1, poison=0, seed=0)
+    before = sorted(path.name for path in tmp_path.iterdir())
+    refused = toolkit(tmp_path, *run_args(corpus, tmp_path / "out", "l.sqlite", "nodir/p.db"))
+    assert refused.returncode == 2, refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1 and "nodir" in refused.stderr
+    assert sorted(path.name for path in tmp_path.iterdir()) == before

@@ -182,6 +182,9 @@ def check_batch_paths(args) -> list[Path]:
         require_regular(args.ledger, "--ledger")
     if args.provider_db:
         require_regular(args.provider_db, "--provider-db")
+        if not Path(args.provider_db).parent.is_dir():  # a typo, as --ledger's is refused
+            raise ToolkitError(f"--provider-db {args.provider_db!r}: no folder "
+                               f"{str(Path(args.provider_db).parent)!r} to hold it")
     inputs = scan(folder)
     if not inputs:
         raise ToolkitError(f"no PDF files in {args.inputs!r}")
