@@ -5,6 +5,7 @@ import json.scanner
 import typing
 from functools import partial
 
+from toolkit.forensics.columns import OPS
 from toolkit.forensics.foreign import StateFile
 from toolkit.forensics.history import SNAPSHOT, History
 from toolkit.forensics import lines as reading
@@ -245,7 +246,6 @@ def _glued(history: History, budget: list, line, number: int) -> str:
 
 
 _DECODE = json.JSONDecoder().raw_decode
-_OPS = ("add", "move", "claim", "release")
 # An event is a few hundred bytes (a long --note a few KiB): each try parses a window of
 # this many characters, and a line gets at most LINE_TRIES tries, a file FILE_TRIES, so
 # text made of '{"' (a deep, unclosed nest) costs ~0.1 s in all, never a parse per '{"'.
@@ -268,7 +268,7 @@ def whole_events(text: str, budget: list | None = None):
             stop += at if end - at > WINDOW else 0
         except (ValueError, RecursionError):
             obj, stop = None, None
-        if (type(obj) is dict and type(obj.get("seq")) is int and obj.get("op") in _OPS
+        if (type(obj) is dict and type(obj.get("seq")) is int and obj.get("op") in OPS
                 and type(obj.get("key")) is str):
             yield obj["seq"], obj["op"], obj["key"]
             at = text.find('{"', stop)
