@@ -46,14 +46,15 @@ def test_csv_write_past_rlimit_fsize_leaves_the_old_csv_whole_and_no_partial_fil
     path = parked[0]
     target = tmp_path / "report" / "items.csv"
     target.parent.mkdir()
-    target.write_bytes(b"previous,report\n")
+    previous = b'"key","source","state"\n"k0","a.pdf","done"\n'  # an earlier audit's CSV
+    target.write_bytes(previous)
     code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_FSIZE, (100, 100)); "
             "from toolkit.cli import main; sys.exit(main(sys.argv[1:]))")
     done = subprocess.run([sys.executable, "-c", code, "audit", str(path), "--csv", str(target)],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 1 and done.stderr.count("\n") == 1
     assert str(target) in done.stderr and "too large" in done.stderr
-    assert target.read_bytes() == b"previous,report\n"
+    assert target.read_bytes() == previous
     assert os.listdir(target.parent) == ["items.csv"]
 
 

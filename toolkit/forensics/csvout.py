@@ -9,7 +9,9 @@ inputs roots recorded beside the ledger): an input may be the only copy, and an 
 replaced is one the next run finds damaged. Folders and target are compared as real
 paths (symlinks resolved; a target that does not exist yet by its parent's real path).
 A name that exists and is not a regular file (by ``lstat``: a symlink, a FIFO, a device
-node, a directory) is refused too, since the rename would replace the node itself. The
+node, a directory) is refused too, since the rename would replace the node itself, and so
+is a file that is neither empty nor an audit CSV (what a bind mount or a hard link to an
+input, another ledger or a provider's database would be). The
 table is then written to a temporary file in the target's folder and renamed over the
 target: a write that fails part-way (a full disk, ``RLIMIT_FSIZE``) leaves the previous
 CSV as it was and no partial file. Such a failure of the storage (``storage.FULL_OR_FAILING``)
@@ -83,6 +85,26 @@ def batch_folders(audited, inputs=None, artifacts=None) -> list[tuple[str, str]]
     return [(what, os.fspath(folder)) for what, folder in folders if folder is not None]
 
 
+CSV_HEAD = b'"key","source"'  # how every per-item CSV begins (write_csv quotes every cell)
+
+
+def _require_ours_or_absent(path: str) -> None:
+    """Refuse to replace a file that is not empty and not a per-item CSV: another ledger, a
+    provider's database, a PDF (an input reached through a symlink or a bind mount, an
+    artifact) would be destroyed by the rename, and no rule on paths sees every way to
+    reach one. Called after ``_require_regular_or_absent``: the open cannot block."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(len(CSV_HEAD))
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise ToolkitError(f"cannot write --csv {path!r}: {exc.strerror or exc}") from None
+    if head and head != CSV_HEAD:
+        raise ToolkitError(f"--csv {path!r} exists and is not an audit CSV (it begins "
+                           f"{head[:8]!r}): refusing to replace it; name another file")
+
+
 def check_target(target, audited, inputs=None, artifacts=None) -> None:
     """Raise (one line, exit 2) if writing ``target`` could touch ``audited`` or a companion,
     would land in a folder of the batch (``batch_folders``), or would replace something
@@ -101,6 +123,7 @@ def check_target(target, audited, inputs=None, artifacts=None) -> None:
                                "there (an input or an artifact may be the only copy); name a "
                                "file outside the batch's folders")
     _require_regular_or_absent(target)
+    _require_ours_or_absent(target)
 
 
 def _mode_for(path: str) -> int:

@@ -14,6 +14,7 @@ long documents page by page (checkpoints, ``partial``, resume) are ``PageByPage`
 """
 
 import contextlib
+import errno
 import os
 import threading
 from pathlib import Path
@@ -317,13 +318,14 @@ class Runner(PageByPage, Pipeline):
     def _unwritable(self, target, exc) -> None:
         """The one rule for an artifact that cannot be written under --out.
 
-        Full or failing storage (``storage.FULL_OR_FAILING``: no space, a quota, a file-size
-        limit, EIO) is re-raised: ``Pipeline.run`` halts the batch with one line and marks
-        health not-ready, as for the ledger's storage, since every further document would
-        be executed and then fail to land. Anything else (a directory in the way, no
-        permission) is this item's: named on stderr, the run goes on and exits 1.
+        Full, failing or read-only storage (``storage.FULL_OR_FAILING``: no space, a quota,
+        a file-size limit, EIO; and EROFS) is re-raised: ``Pipeline.run`` halts the batch
+        with one line and marks health not-ready, as for the ledger's storage, since every
+        further document would be executed and then fail to land. Anything else (a
+        directory in the way, no permission) is this item's: named on stderr, the run goes
+        on and exits 1.
         """
-        if exc.errno in FULL_OR_FAILING:
+        if exc.errno in FULL_OR_FAILING or exc.errno == errno.EROFS:  # no write can land
             raise exc
         self.local_errors.append(f"cannot write {target}: {exc.strerror or exc}")
 

@@ -176,6 +176,15 @@ def check_batch_paths(args) -> list[Path]:
         if "://" not in str(place) and within(place, folder):
             raise ToolkitError(f"{flag} {str(place)!r} is inside --inputs {args.inputs!r}: "
                                "give it a place outside the inputs folder")
+    seen: dict = {}  # one path for two of them: the run would create one and break the other
+    for flag, place in (("--ledger", args.ledger), ("--provider-db", args.provider_db),
+                        ("--out", args.out)):
+        if place and "://" not in str(place):
+            real = os.path.realpath(place)
+            if real in seen:
+                raise ToolkitError(f"{flag} {str(place)!r} is the same path as {seen[real]}: "
+                                   "give each its own place")
+            seen[real] = f"{flag} {str(place)!r}"
     if Path(args.out).exists() and not Path(args.out).is_dir():
         raise ToolkitError(f"--out {args.out!r} exists and is not a directory")
     if "://" not in str(args.ledger):
