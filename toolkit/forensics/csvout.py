@@ -25,6 +25,7 @@ import tempfile
 
 from toolkit import roots
 from toolkit.errors import StorageError, ToolkitError
+from toolkit.forensics.checks import inside
 from toolkit.storage import COMPANIONS, FULL_OR_FAILING
 
 
@@ -67,10 +68,6 @@ def _real(path: str) -> str:
     if os.path.exists(path):
         return os.path.realpath(path)
     return os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
-
-
-def _inside(path: str, folder: str) -> bool:
-    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
 def batch_folders(audited, inputs=None, artifacts=None) -> list[tuple[str, str]]:
@@ -118,7 +115,7 @@ def check_target(target, audited, inputs=None, artifacts=None) -> None:
                                    f"{companion!r}: refusing to write over it; name another file")
     real = _real(target)
     for what, folder in batch_folders(audited, inputs, artifacts):
-        if _inside(real, os.path.realpath(folder)):
+        if inside(real, os.path.realpath(folder)):
             raise ToolkitError(f"--csv {target!r} is in {what} {folder!r}: refusing to write "
                                "there (an input or an artifact may be the only copy); name a "
                                "file outside the batch's folders")
