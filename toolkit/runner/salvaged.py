@@ -1,0 +1,99 @@
+"""A salvaged ledger: a request it never recorded may have been sent already.
+
+``ledger --salvage`` writes a new ledger from what was readable and, when lines were lost,
+marks it in its header (``ledger.salvage``; the mark outlives compaction). A key every
+line of which was lost is not in that ledger at all: a run takes its input up as new work,
+and a provider without idempotent keys would execute the document again. So on a marked
+ledger every request the ledger never recorded -- a document's first, a long document's
+next page -- is looked up at the provider after its intent and before it is sent, the
+way an ``unknown`` item is reconciled:
+
+  found                           adopted: ``submitted`` with that job, then polled and
+                                  fetched as usual; never executed a second time
+  not found (the lag used up)     new work: sent -- unless a file under the outputs root
+                                  carries the key in its name (an output, a page
+                                  checkpoint): then ``needs_review``, naming it
+  no answer (lookup unavailable)  ``needs_review``, with that reason and such files
+
+The rule lasts as long as the ledger: one lookup per new request, never a guess. A ledger
+never salvaged sends new work without a lookup. A retry (a new attempt after a failure the
+ledger recorded) is not a request the lost lines can hold, and is sent as usual.
+"""
+
+import os
+from pathlib import Path
+
+from toolkit.ledger import State
+from toolkit.ledger.salvage import lost_lines
+
+S = State
+CONTINUE, REST = True, False
+UNANSWERED = object()  # ``Runner._look_up``: the lookups got no answer
+CHECKPOINTS = ".checkpoints"  # pages.py's folder under --out: <key>.<page:04d>.pdf
+SHOWN = 3  # files named in a reason, at most
+
+
+def _index(folders) -> dict[str, list[Path]]:
+    """Files under the outputs roots by the first 8 characters of the key their name
+    carries: outputs ``<stem>.<key8>.pdf`` (``roots.output_path``) and page checkpoints
+    ``.checkpoints/<key>.<page>.pdf``. One listing per run, not one per new key."""
+    found: dict[str, list[Path]] = {}
+    for folder in folders:
+        for where, key8 in ((Path(folder), lambda name: name[-12:-4]),
+                            (Path(folder) / CHECKPOINTS, lambda name: name[:8])):
+            try:
+                names = os.listdir(where)
+            except OSError:  # no such folder (yet): nothing there carries a key
+                continue
+            for name in names:
+                if name.endswith(".pdf") and len(name) > 12:
+                    found.setdefault(key8(name), []).append(where / name)
+    return found
+
+
+def traces(index: dict[str, list[Path]], key: str, pages_done: int | None) -> list[Path]:
+    """The files of ``index`` named by ``key``: its output, and checkpoints of pages after
+    the ``pages_done`` the ledger records (those are its own)."""
+    out = []
+    for path in index.get(key[:8], ()):
+        name = path.name
+        if path.parent.name != CHECKPOINTS:
+            if name.endswith(f".{key[:8]}.pdf"):
+                out.append(path)
+        elif name.startswith(f"{key}.") and name[len(key) + 1:-4].isdigit() and \
+                int(name[len(key) + 1:-4]) > (pages_done or 0):
+            out.append(path)
+    return sorted(out)
+
+
+class Salvaged:
+    """Mixed into ``Runner``: it uses the runner's ``_look_up``, ``_move`` and ``_submit``."""
+
+    def _look_first(self, item, token, budget):
+        """After the intent of a request a salvaged ledger never recorded: look it up,
+        then adopt, send or park it (the table above)."""
+        job = self._look_up(item, token, budget)
+        if job is not None and job is not UNANSWERED:
+            self._move(item, S.SUBMITTED, token, job_id=job.job_id, sync=False,
+                       note="found by lookup before a first send (salvaged ledger)")
+            return CONTINUE
+        files = self._traces_of(item)
+        if job is None and not files:
+            return self._submit(item, token, budget)  # "not found" answered: new work
+        said = ("no lookup answered" if job is UNANSWERED else
+                "the provider has no job for it (not found), yet")
+        named = ", ".join(map(str, files[:SHOWN])) + (
+            f" and {len(files) - SHOWN} more" if len(files) > SHOWN else "")
+        found = f"{'; ' if job is UNANSWERED else ' '}{named} under the outputs root " \
+            f"carr{'ies' if len(files) == 1 else 'y'} its key" if files else ""
+        self._move(item, S.NEEDS_REVIEW, token, reason=(
+            f"{lost_lines(self.ledger.salvaged)}: this request was never recorded, so it may "
+            f"have been sent before the lines were lost; {said}{found}; check it at the "
+            "provider, then release or cancel it"))
+        return REST
+
+    def _traces_of(self, item) -> list[Path]:
+        """Files under --out (and the recorded outputs root) named by the item's key."""
+        if getattr(self, "_traces", None) is None:
+            self._traces = _index([self.out_dir, *self.other_roots])
+        return traces(self._traces, item.key, item.pages_done)
