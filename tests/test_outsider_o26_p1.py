@@ -28,11 +28,11 @@ from toolkit.provider.records import provider_records
 pytestmark = pytest.mark.slow
 
 
-def _run(tmp_path, ledger, contract="non-idempotent", inputs="in"):
+def _run(tmp_path, ledger, contract="non-idempotent", *extra):
     return subprocess.run(
-        [sys.executable, "-m", "toolkit", "run", "--inputs", str(tmp_path / inputs), "--ledger",
+        [sys.executable, "-m", "toolkit", "run", "--inputs", str(tmp_path / "in"), "--ledger",
          str(ledger), "--provider-db", str(tmp_path / "p.db"), "--out", str(tmp_path / "out"),
-         "--contract", contract, "--no-progress"],
+         "--contract", contract, "--no-progress", *extra],
         capture_output=True, text=True, timeout=300)
 
 
@@ -53,18 +53,19 @@ def _lookups(tmp_path) -> dict[str, int]:
     return counts
 
 
-def _lost_batch(tmp_path, docs=3) -> tuple[str, dict]:
+def _lost_batch(tmp_path, docs=3, *extra, long_docs=0) -> tuple[str, dict]:
     """A real batch run to rest on a non-idempotent provider; every line of one done key
     deleted; the ledger refused, then salvaged into ``S.jsonl``. (lost key, stats)."""
-    make_corpus(tmp_path / "in", docs=docs, poison=0, seed=7)
+    make_corpus(tmp_path / "in", docs=docs, poison=0, seed=7, long_docs=long_docs,
+                long_pages=4)
     ledger = tmp_path / "L.jsonl"
-    first = _run(tmp_path, ledger)
+    first = _run(tmp_path, ledger, "non-idempotent", *extra)
     assert first.returncode == 0, first.stderr
     with open_ledger(ledger) as opened:
-        lost = opened.items()[1]
+        lost = max(opened.items(), key=lambda item: (item.pages_done or 0, item.key))
     assert lost.state == "done"
     assert _delete_key(ledger, lost.key) >= 4
-    refused = _run(tmp_path, ledger)
+    refused = _run(tmp_path, ledger, "non-idempotent", *extra)
     assert refused.returncode == 2 and "missing" in refused.stderr, refused.stderr
     result = salvage(ledger, tmp_path / "S.jsonl")
     assert result["seq_gaps"] and lost.key not in result["needs_review"]
@@ -91,6 +92,27 @@ def test_every_line_of_a_key_deleted_then_salvaged_the_rerun_executes_it_once_an
     assert verify(tmp_path / "out" / item.artifact_path, item.artifact_size,
                   item.artifact_sha256)
     assert _lookups(tmp_path) == {lost: 1}  # the two keys the salvage kept: no lookup
+
+
+def test_every_line_of_a_long_document_deleted_then_salvaged_no_page_is_executed_twice(
+        tmp_path):
+    """Fault: every line of a long document routed page by page (4 page requests, each its
+    own key) deleted, the ledger salvaged. Property: the rerun looks up each page's
+    request before sending it (4 lookups), adopts each job and assembles the document
+    again: no page executed twice, the item done with a verified artifact."""
+    paged = ("--page-by-page-from", "3")
+    lost, before = _lost_batch(tmp_path, 1, *paged, long_docs=1)
+    rerun = _run(tmp_path, tmp_path / "S.jsonl", "non-idempotent", *paged)
+    assert rerun.returncode == 0, rerun.stderr
+    after = provider_stats(tmp_path / "p.db")
+    assert (after["submit_calls"], after["executions"]) == \
+        (before["submit_calls"], before["executions"])
+    with open_ledger(tmp_path / "S.jsonl") as salvaged:
+        item = salvaged.get(lost)
+    assert item.state == "done" and item.pages_done == 4, item
+    assert verify(tmp_path / "out" / item.artifact_path, item.artifact_size,
+                  item.artifact_sha256)
+    assert sorted(_lookups(tmp_path).items()) == [(f"{lost}#p{n}", 1) for n in range(1, 5)]
 
 
 def test_every_line_of_a_key_deleted_and_no_lookup_answers_parks_it_unsent(tmp_path):
