@@ -177,6 +177,31 @@ def test_new_document_on_a_salvaged_ledger_is_looked_up_once_then_sent_and_unsal
     assert provider_stats(tmp_path / "p.db")["executions"] == len(states)
 
 
+def test_retries_on_a_salvaged_ledger_look_each_new_attempt_up_once_before_sending_it(
+        tmp_path):
+    """Fault: the provider refuses submits transiently (seeded, 50 %) on the rerun of a
+    salvaged ledger with new documents, so items go failed(transient) and are retried
+    under new attempt keys. Property: every attempt's key is looked up exactly once, before
+    its first submit (a lost history may have sent it); every document executes once."""
+    _lost_batch(tmp_path, docs=2)
+    make_corpus(tmp_path / "more", docs=4, poison=0, seed=9)
+    for path in sorted((tmp_path / "more").glob("*.pdf")):
+        path.rename(tmp_path / "in" / f"new-{path.name}")
+    first = len(provider_records(tmp_path / "p.db")["calls"])
+    _run(tmp_path, tmp_path / "S.jsonl", "non-idempotent,transient=0.5,seed=3")
+    looked: dict[str, int] = {}
+    for call in provider_records(tmp_path / "p.db")["calls"][first:]:
+        if call["op"] == "lookup":
+            looked[call["idem_key"]] = looked.get(call["idem_key"], 0) + 1
+        elif call["op"] == "submit":
+            assert looked.get(call["idem_key"]) == 1, (call, looked)
+    retried = {key.rpartition(":")[0] for key in looked if not key.endswith(":1")}
+    assert retried and set(looked.values()) == {1}, looked
+    per_task = provider_stats(tmp_path / "p.db")["per_task"]
+    assert {task: counts["executions"] for task, counts in per_task.items()
+            if counts["executions"] != 1} == {}
+
+
 def _lookups_before(tmp_path) -> set[str]:
     """The keys the salvaged ledger knew (kept by the salvage from the first run)."""
     with JsonlLedger(tmp_path / "L.jsonl", view=True) as old:

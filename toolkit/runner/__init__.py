@@ -162,9 +162,7 @@ class Runner(Salvaged, PageByPage, Pipeline):
         self.hook("before_intent", item.key)
         item = self._move(item, S.UNKNOWN, token, note="intent", **fields)  # before the side effect
         self.hook("after_intent", item.key)
-        if getattr(self.ledger, "salvaged", None) is not None:  # lines lost: sent already?
-            return self._look_first(item, token, budget)  # (``salvaged``)
-        return self._submit(item, token, budget)
+        return self._send_new(item, token, budget)  # a salvaged ledger looks it up first
 
     def _submit(self, item, token, budget):
         """Submit the current attempt's key; the item is ``unknown`` while we wait."""
@@ -396,4 +394,4 @@ class Runner(Salvaged, PageByPage, Pipeline):
         if item.pages_done is not None:  # a long document goes on where its checkpoint ends
             fields["pages_done"] = self._resume_pages(item)
         item = self._move(item, S.UNKNOWN, token, note="retry", **fields)  # new attempt, new key
-        return self._submit(item, token, budget)
+        return self._send_new(item, token, budget)

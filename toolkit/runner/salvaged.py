@@ -5,8 +5,8 @@ marks it in its header (``ledger.salvage``; the mark outlives compaction). A key
 line of which was lost is not in that ledger at all: a run takes its input up as new work,
 and a provider without idempotent keys would execute the document again. So on a marked
 ledger every request the ledger never recorded -- a document's first, a long document's
-next page -- is looked up at the provider after its intent and before it is sent, the
-way an ``unknown`` item is reconciled:
+next page, a retry's new attempt -- is looked up at the provider after its intent and
+before it is sent, the way an ``unknown`` item is reconciled:
 
   found                           adopted: ``submitted`` with that job, then polled and
                                   fetched as usual; never executed a second time
@@ -15,9 +15,9 @@ way an ``unknown`` item is reconciled:
                                   checkpoint): then ``needs_review``, naming it
   no answer (lookup unavailable)  ``needs_review``, with that reason and such files
 
-The rule lasts as long as the ledger: one lookup per new request, never a guess. A ledger
-never salvaged sends new work without a lookup. A retry (a new attempt after a failure the
-ledger recorded) is not a request the lost lines can hold, and is sent as usual.
+The rule lasts as long as the ledger: one lookup per new request, never a guess (a retry
+too: a key the lost lines held may have been adopted at an attempt they had retried). A
+ledger never salvaged sends new work without a lookup.
 """
 
 import os
@@ -69,9 +69,12 @@ def traces(index: dict[str, list[Path]], key: str, pages_done: int | None) -> li
 class Salvaged:
     """Mixed into ``Runner``: it uses the runner's ``_look_up``, ``_move`` and ``_submit``."""
 
-    def _look_first(self, item, token, budget):
-        """After the intent of a request a salvaged ledger never recorded: look it up,
-        then adopt, send or park it (the table above)."""
+    def _send_new(self, item, token, budget):
+        """Send the request whose intent was just written (a first send, a page, a retry):
+        at once, or on a salvaged ledger after a lookup (the table above)."""
+        if getattr(self.ledger, "salvaged", None) is None:
+            return self._submit(item, token, budget)
+        budget.lookups = 0  # a new request: its own lookups, as a new page gets its own
         job = self._look_up(item, token, budget)
         if job is not None and job is not UNANSWERED:
             self._move(item, S.SUBMITTED, token, job_id=job.job_id, sync=False,
