@@ -29,39 +29,36 @@ from toolkit.ledger.salvage import lost_lines
 S = State
 CONTINUE, REST = True, False
 UNANSWERED = object()  # ``Runner._look_up``: the lookups got no answer
-CHECKPOINTS = ".checkpoints"  # pages.py's folder under --out: <key>.<page:04d>.pdf
 SHOWN = 3  # files named in a reason, at most
 
 
-def _index(folders) -> dict[str, list[Path]]:
-    """Files under the outputs roots by the first 8 characters of the key their name
-    carries: outputs ``<stem>.<key8>.pdf`` (``roots.output_path``) and page checkpoints
-    ``.checkpoints/<key>.<page>.pdf``. One listing per run, not one per new key."""
-    found: dict[str, list[Path]] = {}
-    for folder in folders:
-        for where, key8 in ((Path(folder), lambda name: name[-12:-4]),
-                            (Path(folder) / CHECKPOINTS, lambda name: name[:8])):
-            try:
-                names = os.listdir(where)
-            except OSError:  # no such folder (yet): nothing there carries a key
-                continue
-            for name in names:
-                if name.endswith(".pdf") and len(name) > 12:
-                    found.setdefault(key8(name), []).append(where / name)
+def _index(outputs, checkpoints) -> dict[str, list[tuple[Path, bool]]]:
+    """Files by the first 8 characters of the key their name carries, each with whether it
+    is a checkpoint: outputs ``<stem>.<key8>.pdf`` in the folders ``outputs``
+    (``roots.output_path``), page checkpoints ``<key>.<page:04d>.pdf`` in ``checkpoints``
+    (``pages.py``). One listing per run, not one per new key."""
+    found: dict[str, list[tuple[Path, bool]]] = {}
+    for where, is_checkpoint in [*((Path(f), False) for f in outputs), (checkpoints, True)]:
+        try:
+            names = os.listdir(where)
+        except OSError:  # no such folder (yet): nothing there carries a key
+            continue
+        for name in names:
+            if name.endswith(".pdf") and len(name) > 12:
+                key8 = name[:8] if is_checkpoint else name[-12:-4]
+                found.setdefault(key8, []).append((where / name, is_checkpoint))
     return found
 
 
-def traces(index: dict[str, list[Path]], key: str, pages_done: int | None) -> list[Path]:
+def traces(index, key: str, pages_done: int | None) -> list[Path]:
     """The files of ``index`` named by ``key``: its output, and checkpoints of pages after
     the ``pages_done`` the ledger records (those are its own)."""
     out = []
-    for path in index.get(key[:8], ()):
-        name = path.name
-        if path.parent.name != CHECKPOINTS:
-            if name.endswith(f".{key[:8]}.pdf"):
-                out.append(path)
-        elif name.startswith(f"{key}.") and name[len(key) + 1:-4].isdigit() and \
-                int(name[len(key) + 1:-4]) > (pages_done or 0):
+    for path, is_checkpoint in index.get(key[:8], ()):
+        page = path.name[len(key) + 1:-4]
+        if (path.name.endswith(f".{key[:8]}.pdf") if not is_checkpoint else
+                path.name.startswith(f"{key}.") and page.isdigit() and
+                int(page) > (pages_done or 0)):
             out.append(path)
     return sorted(out)
 
@@ -98,5 +95,5 @@ class Salvaged:
     def _traces_of(self, item) -> list[Path]:
         """Files under --out (and the recorded outputs root) named by the item's key."""
         if getattr(self, "_traces", None) is None:
-            self._traces = _index([self.out_dir, *self.other_roots])
+            self._traces = _index([self.out_dir, *self.other_roots], self._checkpoint_dir())
         return traces(self._traces, item.key, item.pages_done)
