@@ -270,7 +270,7 @@ def _report(path, name, raw, anomalies) -> Report:
         by_state[state] += 1
         rows.append((item, action, why))
     return Report(path, name, rows, raw.events, sorted(raw.corrupt_lines),
-                  anomalies, plan, by_state)
+                  anomalies, plan, by_state, list(raw.notes))
 
 
 __all__ = [

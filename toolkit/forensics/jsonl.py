@@ -13,7 +13,8 @@ from toolkit.forensics.lines import SHALLOW, LineReader, decode_one
 from toolkit.forensics.model import Raw, register
 from toolkit.ledger.jsonl import FORMAT as JSONL_FORMAT
 from toolkit.ledger.gaps import describe, missing_ranges
-from toolkit.ledger.jsonl import header_version
+from toolkit.ledger.jsonl import SALVAGED, read_header
+from toolkit.ledger.salvage import lost_lines
 
 
 def _slow(text: str):
@@ -210,7 +211,11 @@ def read_toolkit_jsonl(path) -> Raw:
     raw = Raw()
     history = History(raw)
     with open(path, "rb") as handle:
-        headed = header_version(handle.readline()) is not None
+        header = read_header(handle.readline())
+    headed = header is not None
+    if headed and header.get(SALVAGED) is not None:  # written by ``ledger --salvage``
+        raw.notes.append(f"{lost_lines(header[SALVAGED])}: a run looks up every request "
+                         "this ledger never recorded before sending it")
     event = history.event
     if headed:  # line 1 is the header, not an event; the hot loop stays a plain call
         def event(obj, line, _event=history.event):

@@ -92,6 +92,7 @@ class Report:
     anomalies: list[Anomaly]
     plan: dict[str, int]
     by_state: dict[str, int]
+    notes: list[str] = dataclasses.field(default_factory=list)  # what the file says of itself
 
     @functools.cached_property
     def items(self):
@@ -112,7 +113,7 @@ class Report:
         return {"format": self.format, "items": len(self.rows), "by_state": dict(self.by_state),
                 "corrupt_lines": list(self.corrupt_lines),
                 "anomalies": [anomaly.to_json() for anomaly in self.anomalies],
-                "plan": dict(self.plan)}
+                "plan": dict(self.plan), **({"notes": list(self.notes)} if self.notes else {})}
 
 
 EVENT_HINTS = {"seq": "int64", "ts": "float64", "attempt": "int64", "token": "int64",
@@ -194,6 +195,7 @@ class Raw:
     events: dict[str, list] | None = None
     corrupt_lines: list[int] = dataclasses.field(default_factory=list)
     anomalies: list[Anomaly] = dataclasses.field(default_factory=list)
+    notes: list[str] = dataclasses.field(default_factory=list)  # e.g. a salvage's mark
 
     def finding(self, key, kind, detail, line=None):
         if line is not None:

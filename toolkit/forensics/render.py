@@ -37,6 +37,7 @@ def render_text(report, limit: int = 40, action: str | None = None) -> str:
            f"format   {report.format}",
            f"items    {len(items)}   ({_counts(report.by_state)})",
            f"plan     {_counts(report.plan)}"]
+    out += [f"note     {note}" for note in report.notes]
     if report.corrupt_lines:
         lines = report.corrupt_lines
         shown = ", ".join(map(str, lines[:20])) + (" …" if len(lines) > 20 else "")

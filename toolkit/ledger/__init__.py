@@ -88,6 +88,10 @@ class Ledger:
     # DEFERRED SYNC (``sync=False``; the rule is in group.py's docstring): committed and
     # visible, its fsync left to the next barrier. Backends that cannot defer sync all.
     defers_sync = False
+    # The mark of a ledger written by ``ledger --salvage`` (salvage.py), or None: lines were
+    # lost before it, so any request it never recorded may have been sent (the runner looks
+    # each one up before sending it). Only JSONL ledgers are salvaged.
+    salvaged: dict | None = None
 
     def __init__(self, path, *, durable: bool = True, clock=time.time, on_event=None):
         self.path = Path(path)

@@ -33,19 +33,37 @@ SNAPSHOT = "snapshot"
 # next writer, in one atomic rewrite. A newer version is refused.
 FORMAT, VERSION = "resume-toolkit-ledger-jsonl", 1
 HEADER_LINE = json.dumps({"format": FORMAT, "version": VERSION}, sort_keys=True).encode() + b"\n"
+# A salvaged ledger says so in its header (``salvage.py``): {"salvaged": {"from": name,
+# "lost": what}}. Readers that check only format and version (older toolkits, the audit's
+# format check) read it as any version-1 header; compaction writes it again.
+SALVAGED = "salvaged"
 KEY_PATTERN = re.compile(rb'"key": "([^"\\]{1,200})"')
 SEQ_PATTERN = re.compile(rb'"seq": (\d{1,30})[,}]')
 
 
 def header_version(raw: bytes) -> int | None:
     """The version a header line names, or None when ``raw`` is not a header line."""
+    header = read_header(raw)
+    return None if header is None else header["version"]
+
+
+def read_header(raw: bytes) -> dict | None:
+    """The header line as an object (format, version, a salvage mark), or None."""
     try:
         obj = json.loads(raw)
     except ValueError:
         return None
     if isinstance(obj, dict) and obj.get("format") == FORMAT and type(obj.get("version")) is int:
-        return obj["version"]
+        return obj
     return None
+
+
+def header_line(salvaged: dict | None = None) -> bytes:
+    """Line 1 of a ledger: ``HEADER_LINE``, or with the mark of a salvage."""
+    if salvaged is None:
+        return HEADER_LINE
+    return json.dumps({"format": FORMAT, "version": VERSION, SALVAGED: salvaged},
+                      sort_keys=True).encode() + b"\n"
 
 
 def item_to_json(item: Item) -> dict:
@@ -134,8 +152,9 @@ class JsonlLedger(Ledger):
         self._valid_end = len(data) - len(tail)
         if tail:
             self.torn_tail = {"line": len(lines) + 1, "bytes": len(tail)}
-        if lines and (version := header_version(lines[0])) is not None:
-            self.version = version
+        self.salvaged: dict | None = None  # the header's mark of a salvage (salvage.py)
+        if lines and (header := read_header(lines[0])) is not None:
+            self.version, self.salvaged = header["version"], header.get(SALVAGED)
         # Seqs (gaps.py): the usual history is base+1, base+2, ... in file order, checked
         # line by line; anything else is measured exactly once the file is read.
         expected, regular, base, unfolded, unreadable = 1, True, 0, [], 0
@@ -349,7 +368,8 @@ class JsonlLedger(Ledger):
             lines = [json.dumps({SNAPSHOT: item_to_json(item), "seq": self._seq}, sort_keys=True)
                      for item in self._items()]
             with open(tmp, "wb") as handle:
-                handle.write(HEADER_LINE + "".join(line + "\n" for line in lines).encode())
+                handle.write(header_line(self.salvaged)  # a salvage's mark is kept
+                             + "".join(line + "\n" for line in lines).encode())
                 handle.flush()
                 os.fsync(handle.fileno())
             os.replace(tmp, self.path)

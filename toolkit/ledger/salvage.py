@@ -5,6 +5,11 @@ place or silently. Salvage reads the old file (refusing nothing it can read), wr
 a *new* ledger of snapshot lines, and parks every key a corrupt line may belong to
 in ``needs_review`` with the reason, so that nobody acts on a state we cannot prove.
 The old file is left exactly as it was, for the audit.
+
+What no salvage can know is a key every line of which was lost: the new ledger does not
+name it at all. So a salvage that lost anything marks the new ledger (``salvaged`` in its
+header line, kept by compaction and by a later salvage), and the runner looks up every
+request such a ledger never recorded before sending it (``runner.salvaged``).
 """
 
 import dataclasses
@@ -14,15 +19,17 @@ from pathlib import Path
 from toolkit.errors import LedgerError, ToolkitError
 from toolkit.ledger import LEASE_FIELDS, PERMANENT, Item, State
 from toolkit.ledger.gaps import describe
-from toolkit.ledger.jsonl import HEADER_LINE, SNAPSHOT, JsonlLedger, item_to_json
+from toolkit.ledger.jsonl import SNAPSHOT, JsonlLedger, header_line, item_to_json
 
 
 def salvage(path, new_path) -> dict:
     """Write ``new_path`` from the readable part of the JSONL ledger ``path``.
 
     Returns ``{"items", "needs_review": [keys], "corrupt_lines": [n], "unattributed": [n],
-    "seq_gaps": [(first, last)]}`` (``unattributed``: corrupt lines in which no key can be
-    read at all; ``seq_gaps``: the ranges of missing seqs, ``JsonlLedger.missing_seqs``).
+    "seq_gaps": [(first, last)], "salvaged": mark}`` (``unattributed``: corrupt lines in
+    which no key can be read at all; ``seq_gaps``: the ranges of missing seqs,
+    ``JsonlLedger.missing_seqs``; ``salvaged``: the new header's mark, or None when
+    nothing was lost and the old ledger had none).
 
     Raises:
         ToolkitError: ``new_path`` exists, or ``path`` is no JSONL ledger of ours.
@@ -40,11 +47,16 @@ def salvage(path, new_path) -> dict:
         affected, lines, seq = sorted(old.affected_keys), list(old.corrupt_lines), old._seq
         unattributed = list(old.unattributed_lines)
         gaps = list(old.missing_seqs)  # (first, last) ranges: the ledger's own rule, gaps.py
+        mark = old.salvaged  # an earlier salvage's mark stays: its lost keys are still lost
     finally:
         old.close()
     reason = (f"salvaged from {path.name}: corrupt lines {', '.join(map(str, lines))} may hold "
               "events of this item; check it at the provider, then release or cancel it")
     if lines or gaps:
+        named = ", ".join(map(str, lines[:10])) + (f" and {len(lines) - 10} more"
+                                                   if len(lines) > 10 else "")
+        mark = {"from": path.name, "lost": " and ".join(filter(None, [
+            lines and f"corrupt lines {named}", gaps and f"the events of {describe(gaps)}"]))}
         # A lost line (or a missing seq) may have been any key's last event: an intent
         # already sent, for instance, whose key now reads as pending. So every item not
         # settled for good (done, cancelled, needs_review, failed permanent) is parked,
@@ -59,10 +71,11 @@ def salvage(path, new_path) -> dict:
                                          reason=reason, **dict.fromkeys(LEASE_FIELDS))
     body = b"".join(json.dumps({SNAPSHOT: item_to_json(item), "seq": seq}, sort_keys=True)
                     .encode() + b"\n" for item in items.values())
-    write_atomic(HEADER_LINE + body, new_path)
+    write_atomic(header_line(mark) + body, new_path)
     try:  # prove the new file reads back as an intact ledger of ours
         check = JsonlLedger(new_path, view=True)
-        intact = not check.corrupt_lines and len(check.items()) == len(items)
+        intact = not check.corrupt_lines and len(check.items()) == len(items) and \
+            check.salvaged == mark
         check.close()
     except LedgerError as exc:
         raise ToolkitError(f"salvaged ledger does not read back: {exc}") from exc
@@ -71,10 +84,18 @@ def salvage(path, new_path) -> dict:
     if not intact:
         raise ToolkitError(f"salvaged ledger {str(new_path)!r} does not read back whole")
     return {"items": len(items), "needs_review": affected, "corrupt_lines": lines,
-            "unattributed": unattributed, "seq_gaps": gaps}
+            "unattributed": unattributed, "seq_gaps": gaps, "salvaged": mark}
 
 
 def _settled(item: Item) -> bool:
     """No automation moves it again, whatever a lost event said: nothing to resend."""
     return item.state in (State.DONE, State.CANCELLED, State.NEEDS_REVIEW) or (
         item.state is State.FAILED and item.failure == PERMANENT)
+
+
+def lost_lines(mark) -> str:
+    """A salvage mark in words: ``'salvaged from L.jsonl (the events of seq 3-9 (7 events))'``."""
+    if not isinstance(mark, dict):
+        return "salvaged ledger"
+    lost = f" ({mark['lost']})" if mark.get("lost") else ""
+    return f"salvaged from {mark.get('from', 'a damaged ledger')}{lost}"

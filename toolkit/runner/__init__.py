@@ -27,6 +27,7 @@ from toolkit.provider import JobStatus, ProviderConflict
 from toolkit.runner import artifacts
 from toolkit.runner.ops import mark_unhealthy
 from toolkit.runner.pages import PageByPage
+from toolkit.runner.salvaged import UNANSWERED, Salvaged
 from toolkit.runner.pipeline import (HOOK_POINTS, Pipeline, RetryPolicy, Snapshot, _Budget,
                                      default_worker, resubmit_is_safe)
 from toolkit.storage import FULL_OR_FAILING
@@ -37,7 +38,7 @@ __all__ = ["HOOK_POINTS", "CONTINUE", "REST", "Pipeline", "RetryPolicy", "Runner
            "default_worker", "resubmit_is_safe"]
 
 
-class Runner(PageByPage, Pipeline):
+class Runner(Salvaged, PageByPage, Pipeline):
     """Drive a batch to rest with the safe strategy: reconcile, then act.
 
     Run it again after any crash: it reconciles what it finds.
@@ -88,6 +89,7 @@ class Runner(PageByPage, Pipeline):
 
     def run(self, inputs) -> dict[str, int]:
         """``Pipeline.run``, then the barrier: what the run reports is durable."""
+        self._traces = None  # this run's files under --out named by a key (``salvaged``)
         counts = super().run(inputs)
         if not self.halted:
             try:
@@ -160,7 +162,7 @@ class Runner(PageByPage, Pipeline):
         self.hook("before_intent", item.key)
         item = self._move(item, S.UNKNOWN, token, note="intent", **fields)  # before the side effect
         self.hook("after_intent", item.key)
-        return self._submit(item, token, budget)
+        return self._send_new(item, token, budget)  # a salvaged ledger looks it up first
 
     def _submit(self, item, token, budget):
         """Submit the current attempt's key; the item is ``unknown`` while we wait."""
@@ -199,15 +201,17 @@ class Runner(PageByPage, Pipeline):
     def _after_timeout(self, item, token):
         return CONTINUE  # no reply proves nothing: stay unknown, reconcile by lookup
 
-    def _unknown(self, item, token, budget):
-        """Query before resubmitting: the provider's answer, then its contract, decide."""
+    def _look_up(self, item, token, budget):
+        """The provider's job of the item's request key; None when "not found" is the answer
+        (the contract's lag used up); ``UNANSWERED`` when the lookup budget went on tries
+        that got no answer (lookup unavailable, no reply) or on a lag not yet used up."""
         self._stage = "lookup"
         key = item.request_key
         misses = 0
         limit = max(self.policy.lookups, self.contract.lag + 1)
         while True:
             if budget.lookups >= limit:
-                return REST  # e.g. lookup unavailable: rest unresolved, never guess
+                return UNANSWERED
             budget.lookups += 1
             self._renew(item, token)
             try:
@@ -218,13 +222,21 @@ class Runner(PageByPage, Pipeline):
                 self._backoff(budget.lookups)
                 continue
             if job is not None:
-                self._move(item, S.SUBMITTED, token, job_id=job.job_id, note="found by lookup",
-                           sync=False)
-                return CONTINUE
+                return job
             misses += 1
             if misses > self.contract.lag:
-                break  # the contract's lag is used up: "not found" is now an answer
+                return None  # the contract's lag is used up: "not found" is now an answer
             self._backoff(budget.lookups)
+
+    def _unknown(self, item, token, budget):
+        """Query before resubmitting: the provider's answer, then its contract, decide."""
+        job = self._look_up(item, token, budget)
+        if job is UNANSWERED:
+            return REST  # e.g. lookup unavailable: rest unresolved, never guess
+        if job is not None:
+            self._move(item, S.SUBMITTED, token, job_id=job.job_id, note="found by lookup",
+                       sync=False)
+            return CONTINUE
         if resubmit_is_safe(self.contract):
             return self._submit(item, token, budget)  # the same key: the provider dedupes
         self._move(item, S.NEEDS_REVIEW, token,
@@ -382,4 +394,4 @@ class Runner(PageByPage, Pipeline):
         if item.pages_done is not None:  # a long document goes on where its checkpoint ends
             fields["pages_done"] = self._resume_pages(item)
         item = self._move(item, S.UNKNOWN, token, note="retry", **fields)  # new attempt, new key
-        return self._submit(item, token, budget)
+        return self._send_new(item, token, budget)
