@@ -17,7 +17,8 @@ and CrashMonkey, at the level of this protocol:
 
 Snapshot mode (``mode="snapshot"``, see ``snapshot``) records the uncrashed
 run once, copying the batch folder at each durable step, and starts each crash
-point's reruns from its copy instead of replaying the prefix and killing it.
+point's reruns from its copy instead of replaying the prefix and killing it;
+a few supervisor processes (one per job) take the points one after another.
 
 With ``pairs``, the first rerun is killed too, at each of its own durable
 steps (bounded by ``max_pairs``). Children are forked from a parent that has
@@ -56,7 +57,7 @@ from toolkit.explore.powerloss import (LEDGERS, drop_unsynced, lost_acknowledged
 from toolkit.explore.snapshot import folder, refusal
 
 MODES = ("real", "snapshot")  # real: replay the prefix, SIGKILL at step k; snapshot: copies
-SHARED = 16  # snapshot mode: crash points run one after another by one supervisor, at most
+SHARED = 16  # snapshot mode: at most this many points run one after another per supervisor
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

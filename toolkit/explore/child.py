@@ -282,13 +282,18 @@ def _messages(data: bytes) -> list[dict]:
 def run_here(body, *args, **kwargs) -> tuple[list[dict], int]:
     """Run ``body`` in this process, as ``fork`` runs it in a child; return (messages, status).
 
-    For a process that was itself just forked from the exploring parent (a
-    crash point's supervisor): it is as fresh as a child of it would be. The
-    messages go to a temporary file, not a pipe (no reader while it runs).
+    For a crash point's supervisor, a fork of the exploring parent (see
+    ``snapshot`` for what it may keep of the points it ran before). The
+    messages go to a file, not a pipe (no reader while it runs): in memory
+    (``memfd_create``) where the system has it, else a temporary file.
     """
-    import tempfile
+    if hasattr(os, "memfd_create"):
+        sink = open(os.memfd_create("explore-messages"), "w+b")  # close-on-exec
+    else:
+        import tempfile
 
-    with tempfile.TemporaryFile() as sink:
+        sink = tempfile.TemporaryFile()
+    with sink:
         status = 0
         try:
             send(sink.fileno(), t="end", **body(sink.fileno(), *args, **kwargs))
