@@ -1,7 +1,10 @@
 """Section 5: crash exploration (snapshot and real-SIGKILL modes) and the drill catalogue.
 
 * crash points/s: ``toolkit.explore`` on the same batch in both modes, back to
-  back in each repetition (the ratio is per repetition). A point counts only
+  back in each repetition (the ratio is per repetition). Snapshot mode runs
+  its points a few per supervisor process (``toolkit.explore.SHARED``); the
+  same run also measures it with one supervisor per point (``SHARED = 1``,
+  the path before sharing), interleaved, for the ratio. A point counts only
   when its recovery ran and the checker judged it (``total()["recovered"]``;
   every row must: no point takes another's result, there is no memo of
   recoveries, and no two copies of the two-document batch are alike anyway).
@@ -32,33 +35,50 @@ def explore(cfg) -> list[Row]:
     except ImportError as exc:
         return [Row("5", "crash points explored/s", None, ">= 100 /s",
                     note=f"not measured: toolkit.explore not importable ({exc})")]
-    log(f"5 crash exploration, {cfg.explore_docs} documents, snapshot and real modes")
-    points, cpu = {}, {"snapshot": [], "real": []}
+    import toolkit.explore
 
-    def one(mode):
+    log(f"5 crash exploration, {cfg.explore_docs} documents, snapshot and real modes")
+    points, supervisors = {}, {}
+    cpu = {"snapshot": [], "real": [], "snapshot-1": []}
+    shared = toolkit.explore.SHARED
+
+    def one(mode, per_supervisor=shared):
         def run():
-            before = cpu_seconds()
-            result = run_explore(Plan(docs=cfg.explore_docs, every=cfg.explore_every, jobs=0,
-                                      mode=mode))
+            toolkit.explore.SHARED = per_supervisor
+            try:
+                before = cpu_seconds()
+                result = run_explore(Plan(docs=cfg.explore_docs, every=cfg.explore_every,
+                                          jobs=0, mode=mode))
+            finally:
+                toolkit.explore.SHARED = shared
             recovered = result.total()["recovered"]  # recovery ran and was judged
             assert result.mode == mode and recovered == len(result.rows), result.total()
-            points[mode] = recovered
-            cpu[mode].append((cpu_seconds() - before) / recovered * 1000)
+            label = mode if per_supervisor == shared else f"{mode}-1"
+            points[label], supervisors[label] = recovered, result.supervisors
+            cpu[label].append((cpu_seconds() - before) / recovered * 1000)
             return rate(recovered, result.seconds)
         return run
 
     r = interleave(cfg.heavy_reps, {"snapshot": one("snapshot"), "real": one("real"),
+                                    "snapshot-1": one("snapshot", 1),
                                     "forks": lambda: bare_forks(cfg.forks)})
     snap, real = Figure(r["snapshot"], "/s"), Figure(r["real"], "/s")
     every = f", every {cfg.explore_every}th step" if cfg.explore_every > 1 else ""
     batch = f"safe, {cfg.explore_docs} docs{every}, {points['snapshot']} points"
-    return [Row("5", f"crash points explored/s, snapshot mode ({batch}, copy+recover+check)",
+    return [Row("5", f"crash points explored/s, snapshot mode ({batch}, copy+recover+check, "
+                     f"{supervisors['snapshot']} supervisor processes)",
                 snap, *check(snap, ">=", 100)),
             Row("5", f"crash points explored/s, real SIGKILL mode ({batch}, replay+check)",
                 real),
             Row("5", "  ratio snapshot / real mode", ratio(r["snapshot"], r["real"])),
+            Row("5", "  snapshot mode, one supervisor process per point (no sharing)",
+                Figure(r["snapshot-1"], "/s")),
+            Row("5", "  ratio shared supervisors / one per point",
+                ratio(r["snapshot"], r["snapshot-1"])),
             Row("5", "  CPU per crash point, snapshot mode (parent + children)",
                 Figure(cpu["snapshot"], "ms")),
+            Row("5", "  CPU per crash point, snapshot mode, one supervisor per point",
+                Figure(cpu["snapshot-1"], "ms")),
             Row("5", "  CPU per crash point, real SIGKILL mode (parent + children)",
                 Figure(cpu["real"], "ms")),
             Row("5", f"  snapshot-mode points/s if CPU-bound on {default_jobs()} cores",

@@ -273,7 +273,9 @@ def _illegal_transition(h: History):
             yield Anomaly("illegal_transition", e.key, f"event {e.seq}: {why}", (e,))
         if to is not None and (item is not None or e.op == "add"):
             try:
-                items[e.key] = apply_event(item, dataclasses.replace(e, to=to))
+                # a copy only when ``to`` was read from a plain string (a JSONL/odd record)
+                moved = e if e.to is to else dataclasses.replace(e, to=to)
+                items[e.key] = apply_event(item, moved)
             except (TypeError, AttributeError, ValueError):
                 pass  # an odd detail: keep the state we knew
 

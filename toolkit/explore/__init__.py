@@ -17,7 +17,8 @@ and CrashMonkey, at the level of this protocol:
 
 Snapshot mode (``mode="snapshot"``, see ``snapshot``) records the uncrashed
 run once, copying the batch folder at each durable step, and starts each crash
-point's reruns from its copy instead of replaying the prefix and killing it.
+point's reruns from its copy instead of replaying the prefix and killing it;
+a few supervisor processes (one per job) take the points one after another.
 
 With ``pairs``, the first rerun is killed too, at each of its own durable
 steps (bounded by ``max_pairs``). Children are forked from a parent that has
@@ -47,14 +48,16 @@ from pathlib import Path
 
 from toolkit import liveness, pool
 from toolkit.errors import ToolkitError
-from toolkit.explore.child import KILL, TEAR, Paths, fork, fork_many, run_batch, run_here
+from toolkit.explore.child import (KILL, TEAR, Paths, fork, fork_many, fork_shared, run_batch,
+                                   run_here)
 from toolkit.explore.judge import VERDICTS, _judge, _note_kill, _rested
-from toolkit.explore.memo import input_checks, provider_work, same_checks
+from toolkit.explore.memo import input_checks, install
 from toolkit.explore.powerloss import (LEDGERS, drop_unsynced, lost_acknowledged, lost_deferred,
                                        synced_size)
 from toolkit.explore.snapshot import folder, refusal
 
 MODES = ("real", "snapshot")  # real: replay the prefix, SIGKILL at step k; snapshot: copies
+SHARED = 16  # snapshot mode: at most this many points run one after another per supervisor
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -138,6 +141,7 @@ class Exploration:
     seconds: float
     mode: str = "real"  # the mode the points ran in (snapshot mode may fall back to real)
     note: str = ""  # why it fell back
+    supervisors: int = 0  # processes the points ran in (snapshot mode: a few share them)
 
     def total(self) -> dict:
         count = collections.Counter(row["verdict"] for row in self.rows)
@@ -252,7 +256,8 @@ def explore(plan: Plan, workdir=None, progress=None) -> Exploration:
                 (row["point"], row["how"], row["recovery_point"])]:
             row["verdict"] = "diverged"  # not the step the baseline had: not deterministic
     return Exploration(plan, rows, baseline["row"], steps, seconds,
-                       "real" if snapshots is None else "snapshot", note or "")
+                       "real" if snapshots is None else "snapshot", note or "",
+                       len({result["pid"] for result in results}))
 
 
 def _warm(inputs) -> None:
@@ -280,11 +285,16 @@ def _explore_points(plan, root, inputs, names, points, jobs, tick, record=False,
                     steps=(), memo=None):
     calls = [_call(plan, root, inputs, names, f"{point.k}-{point.how}-{point.j}", point,
                    record=record) for point in points]
-    if snapshots is not None:  # each point starts from the copy taken at its step
-        for (_, _, kwargs), point in zip(calls, points):
-            kwargs.update(start=folder(snapshots, point.k, point.how == TEAR),
-                          start_step=steps[point.k - 1], memo=memo)
-    return [_result(*result) for result in fork_many(calls, jobs, tick)]
+    if snapshots is None:
+        return [_result(*result) for result in fork_many(calls, jobs, tick)]
+    for (_, _, kwargs), point in zip(calls, points):  # each starts from its step's copy
+        kwargs.update(start=folder(snapshots, point.k, point.how == TEAR),
+                      start_step=steps[point.k - 1], memo=memo)
+    # A few supervisors (one per job, at most SHARED points each) run the points one after
+    # another: a fork per point, its copy-on-write faults and cold caches were over half of
+    # a point's CPU. Each point still recovers in its own folder (``_explore_point``).
+    size = min(SHARED, -(-len(calls) // max(1, jobs)))
+    return [_result(*result) for result in fork_shared(calls, jobs, size, tick)]
 
 
 def _result(messages, status) -> dict:
@@ -298,17 +308,18 @@ def _result(messages, status) -> dict:
 def _explore_point(fd, plan: Plan, work: Path, inputs, names, point: Point,
                    record_first=False, record_recovery=False, snapshots=None, start=None,
                    start_step=None, memo=None) -> dict:
-    """One crash point, in its own (forked) supervisor process: crash, rerun, judge.
+    """One crash point, in a (forked) supervisor process: crash, rerun, judge.
 
     ``start`` (snapshot mode): the copy of the batch folder taken at step
     ``start_step``; the reruns start from it instead of a replay killed there.
-    ``memo`` (snapshot mode): the provider's work cache and the inputs' checks.
+    The supervisor may have run other points before (``fork_shared``), each in
+    its own folder. ``memo`` (snapshot mode): the provider's work cache and the
+    inputs' checks.
     """
     import shutil
 
-    if memo is not None:  # this process and the runs it forks: see ``memo``
-        provider_work(memo[0])
-        same_checks(memo[1])
+    if memo is not None:  # this process and the runs it forks, once: see ``memo``
+        install(memo)
 
     shutil.rmtree(work, ignore_errors=True)  # a leftover of an interrupted exploration
     work.parent.mkdir(parents=True, exist_ok=True)
@@ -338,8 +349,11 @@ def _explore_point(fd, plan: Plan, work: Path, inputs, names, point: Point,
     rested, recovery_steps = _rested(messages), []
     while not rested and row["runs"] < plan.runs:
         kill_at = point.j if row["runs"] == 0 else None
-        # From a copy, the first rerun runs here: this supervisor is a fresh fork of the
-        # exploring parent, as a child of it would be; one fork saved per point.
+        # From a copy, the first rerun runs here, in this supervisor: a fork of the exploring
+        # parent that may have recovered and judged other points (other folders) before;
+        # what a run keeps of its process is its identity (pid and start, new for the copy:
+        # the recording's owner is gone) and caches of pure functions. One fork per point
+        # saved, and the copy-on-write faults of a fresh one.
         run = run_here if start is not None and row["runs"] == 0 else fork
         messages, status = run(run_batch, plan, paths, inputs, names, run=row["runs"] + 1,
                                 kill_at=kill_at, record=record_recovery and row["runs"] == 0)
@@ -356,7 +370,7 @@ def _explore_point(fd, plan: Plan, work: Path, inputs, names, point: Point,
         row.update(acked=acked, lost_acked=len(lost), lost_deferred=deferred)
     shutil.rmtree(work, ignore_errors=True)
     return {"row": row, "first_steps": first_steps, "recovery_steps": recovery_steps,
-            "position": position}
+            "position": position, "pid": os.getpid()}
 
 
 __all__ = ["KILL", "LEDGERS", "TEAR", "VERDICTS", "Exploration", "Plan", "Point", "explore"]

@@ -282,13 +282,18 @@ def _messages(data: bytes) -> list[dict]:
 def run_here(body, *args, **kwargs) -> tuple[list[dict], int]:
     """Run ``body`` in this process, as ``fork`` runs it in a child; return (messages, status).
 
-    For a process that was itself just forked from the exploring parent (a
-    crash point's supervisor): it is as fresh as a child of it would be. The
-    messages go to a temporary file, not a pipe (no reader while it runs).
+    For a crash point's supervisor, a fork of the exploring parent (see
+    ``snapshot`` for what it may keep of the points it ran before). The
+    messages go to a file, not a pipe (no reader while it runs): in memory
+    (``memfd_create``) where the system has it, else a temporary file.
     """
-    import tempfile
+    if hasattr(os, "memfd_create"):
+        sink = open(os.memfd_create("explore-messages"), "w+b")  # close-on-exec
+    else:
+        import tempfile
 
-    with tempfile.TemporaryFile() as sink:
+        sink = tempfile.TemporaryFile()
+    with sink:
         status = 0
         try:
             send(sink.fileno(), t="end", **body(sink.fileno(), *args, **kwargs))
@@ -319,6 +324,48 @@ def fork_many(calls, jobs: int, done=None) -> list[tuple[list[dict], int]]:
         if done is not None:
             done(index, results[index])
     pool.run([_task(*call) for call in calls], jobs, reaped)
+    return results
+
+
+def fork_shared(calls, jobs: int, size: int, done=None) -> list[tuple[list[dict], int]]:
+    """Like ``fork_many``, but each forked child runs up to ``size`` calls, one after another.
+
+    Calls are dealt round-robin to ``ceil(len(calls) / size)`` children (early and
+    late ones mixed: their costs differ). Each call's result is an ``end``
+    message and its exception an ``error`` message, both tagged with the call's
+    ``index``; a call that raised ends its child (the later ones of that child
+    get no message, as from a child that died). Returns ``(messages, status)``
+    per call, in the order of ``calls``; ``done(index, result)`` as each child is
+    reaped, for each of its calls in order.
+    """
+    count = -(-len(calls) // max(1, size))
+    groups = [list(range(first, len(calls), count)) for first in range(count)]
+
+    def task(indices):
+        def run(fd: int) -> int:
+            for index in indices:
+                body, args, kwargs = calls[index]
+                try:
+                    send(fd, t="end", index=index, **body(fd, *args, **kwargs))
+                except BaseException as exc:  # the parent must hear of it, then we stop
+                    try:
+                        send(fd, t="error", index=index, error=f"{type(exc).__name__}: {exc}",
+                             traceback=traceback.format_exc()[-3000:])
+                    except BaseException:
+                        pass
+                    return pool.FAILED
+            return 0
+        return run
+
+    results = [None] * len(calls)
+
+    def reaped(group, result):
+        messages = _messages(result[0])
+        for index in groups[group]:
+            results[index] = ([m for m in messages if m.get("index") == index], result[1])
+            if done is not None:
+                done(index, results[index])
+    pool.run([task(indices) for indices in groups], jobs, reaped)
     return results
 
 

@@ -32,6 +32,19 @@ from pathlib import Path
 from toolkit import documents
 
 
+_INSTALLED = []  # the memo this process answers from: a supervisor runs several points
+
+
+def install(memo) -> None:
+    """``provider_work(memo[0])`` and ``same_checks(memo[1])`` in this (forked) process,
+    once: a second install would wrap the wrappers."""
+    if any(installed is memo for installed in _INSTALLED):
+        return
+    provider_work(memo[0])
+    same_checks(memo[1])
+    _INSTALLED.append(memo)
+
+
 def provider_work(cache: Path) -> None:
     """In this (forked) process, make ``documents.process`` compute each result once."""
     real = documents.process

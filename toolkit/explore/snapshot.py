@@ -51,6 +51,18 @@ What differs, and is guarded or refused:
   falls back to the real mode (``Recorder``).
 * the first rerun cannot be killed (``pairs``) nor the ledger cut to its last
   fsync (``power_loss``): those stay in the real mode, the default.
+* the recovering process: in the real mode a fresh fork of a fresh supervisor;
+  here the supervisor itself (``run_here``), which may have recovered and
+  judged other points before (``SHARED`` points per supervisor, each in its
+  own folder, one after another; ``child.fork_shared``). A fork per point and
+  its copy-on-write faults were over half of a point's CPU. What a run keeps
+  of its process between points: its identity (pid and start ticks: never the
+  recording's, which is gone), caches of pure functions (``memo``, compiled
+  patterns), nothing of a ledger, a provider or a lease (each run opens and
+  closes its own, and joins its heartbeats). A point that raises ends its
+  supervisor (the exploration stops, as when a supervisor fails).
+  ``tests/test_explore_speed_paths.py`` proves the rows equal those of one
+  fresh supervisor per point, for a safe design and a violating one.
 
 ``tests/test_explore_snapshot.py`` proves that both modes give the same row
 (verdict, anomalies, executions, submits, outcome) at every point of a batch.
