@@ -58,7 +58,9 @@ def health(ledger_path, probe: bool = False, view=None) -> dict:
     if path.exists():  # first: a file that is no ledger is bad input whatever its marker says
         try:
             damage = _damage(path, view or _open_existing)
-        except StorageError as exc:  # the private copy could not be made or opened
+        except StorageError as exc:  # the ledger cannot be read
+            if not getattr(exc, "about_the_ledger", True):
+                raise  # the view's own scratch space (TMPDIR) is full: no verdict on the ledger
             return {"ready": False, "reason": str(exc)}
         if damage is not None:
             return {"ready": False, "reason": damage}
