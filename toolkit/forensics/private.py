@@ -51,6 +51,7 @@ class ScratchFull(CopyError, StorageError):
 # What a private folder's writes can meet that is the scratch space's, never the ledger's:
 # reading a file never answers these.
 _SCRATCH_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+_ROOM = 1 << 20  # less free in TMPDIR than a copy's -shm and -wal may need: "full"
 
 
 def scratch_full(exc: BaseException, path) -> ScratchFull | None:
@@ -59,11 +60,14 @@ def scratch_full(exc: BaseException, path) -> ScratchFull | None:
     errno_ = getattr(exc, "errno", None)
     if errno_ not in _SCRATCH_FULL and getattr(exc, "sqlite_errorname", "") != "SQLITE_FULL":
         return None
-    limit = " (this process's file-size limit, RLIMIT_FSIZE)" if errno_ == errno.EFBIG else ""
     why = getattr(exc, "strerror", None) or "database or disk is full"
-    return ScratchFull(f"TMPDIR {tempfile.gettempdir()!r} is full ({why}{limit}): a private "
-                       f"copy of {str(path)!r} is read there, so the ledger is never written; "
-                       "free space there or set TMPDIR to a folder with room, and run again")
+    where = f"TMPDIR {tempfile.gettempdir()!r}"
+    state, fix = (f"{where}: {why}, this process's file-size limit (RLIMIT_FSIZE)", "raise "
+                  "the limit") if errno_ == errno.EFBIG else (f"{where} is full ({why})",
+                                                              "free space there")
+    return ScratchFull(f"{state}: a private copy of {str(path)!r} is read there, so that the "
+                       f"ledger is never written; {fix} or set TMPDIR to a folder with room, "
+                       "and run again")
 
 
 @contextlib.contextmanager
@@ -158,21 +162,39 @@ def opened_view(path):
         with ledger:
             try:
                 yield ledger
-            except StorageError as exc:  # reading the copy: SQLite's temporary space is TMPDIR's
+            except StorageError as exc:  # the copy's -wal and -shm grow in TMPDIR as it is read
                 raise _for_user(exc, name, path) from None
 
 
 def _for_user(exc: ToolkitError, name, path) -> ToolkitError:
-    """``exc`` naming ``path`` for the private ``name``; ScratchFull if it is TMPDIR's."""
+    """``exc`` naming ``path`` for the private ``name``; ScratchFull if it is TMPDIR's: a
+    full-disk errno, or any storage error of a private copy (SQLite writes only the copy's
+    -wal and -shm, in TMPDIR: an -shm that does not fit is "disk I/O error")."""
     full = scratch_full(exc.__cause__ or exc, path)
     if full is not None:
         return full
+    if isinstance(exc, StorageError) and not Path(name).is_symlink():
+        free = _free_bytes(Path(name).parent)
+        state = "is full" if free is not None and free < _ROOM else "failed"
+        return ScratchFull(f"TMPDIR {tempfile.gettempdir()!r} {state} ({exc.__cause__ or exc}"
+                           f"{f', {free} bytes free' if free is not None else ''}): a private "
+                           f"copy of {str(path)!r} is read there, so that the ledger is never "
+                           "written; free space there or set TMPDIR to a folder with room, "
+                           "and run again")
     text = str(exc).replace(str(name), str(path))
     text = text.replace(": refusing to write into it", "")
     try:
         return type(exc)(text)
     except TypeError:  # an error type built from several fields
         return ToolkitError(text)
+
+
+def _free_bytes(folder) -> int | None:
+    try:
+        info = os.statvfs(folder)
+    except OSError:
+        return None
+    return info.f_bavail * info.f_frsize
 
 
 @contextlib.contextmanager
