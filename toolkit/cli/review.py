@@ -11,8 +11,8 @@ def _existing(path, *, writes: bool = True) -> None:
     """A file ledger must exist (opening would create one): one line and exit 2 if not.
 
     An empty file (0 bytes) is refused only to a command that ``writes``: opening it would
-    write a header or a schema into it. A view reads a private copy, so to ``review`` it is
-    an empty ledger with nothing parked, as ``ledger`` and ``audit`` read it."""
+    write a header or a schema into it. A view never writes (``forensics.private``), so to
+    ``review`` it is an empty ledger with nothing parked, as ``ledger`` and ``audit`` read it."""
     from toolkit.ledger.postgres import postgres_url
 
     if postgres_url(path):

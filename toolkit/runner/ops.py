@@ -208,20 +208,22 @@ def clear_health(ledger_path) -> dict:
     path = Path(ledger_path)
     require_ledger_path(path)
     marker = health_marker(ledger_path)
-    if not path.exists():
-        if not marker.exists():  # a typo must not create a ledger: there is nothing to clear
-            raise ToolkitError(f"no ledger at {str(path)!r}: nothing to clear")
-        # The halted run never created its ledger (its provider's database failed first):
-        # nothing was recorded. What must be proven writable is the folder it will go in.
-        probe_beside(path, "ledger still not writable")
-    else:
-        if _read_only_fs(path):
-            raise StorageError("ledger still not writable: read-only file system")
-        with _writer_excluded(path) as holder:
-            if holder is not None:  # a live writer: it may fail next; ours is no proof
-                return {"ready": False, "reason": f"in use by {holder}: its writer holds the "
-                        "lock, so --clear cannot prove it writable (the marker stays); run "
-                        "--clear again when it ends"}
+    # Under the JSONL writer's lock (when the file is there): no writer starts between
+    # the probe and the marker's removal.
+    with _writer_excluded(path) as holder:
+        if holder is not None:  # our probe proves nothing of another writer's appends
+            return {"ready": False, "reason": f"in use by {holder}: its writer holds the lock, "
+                    "so --clear cannot prove it writable (the marker stays); run --clear "
+                    "again when it ends"}
+        if not path.exists():
+            if not marker.exists():  # a typo must not create a ledger: nothing to clear
+                raise ToolkitError(f"no ledger at {str(path)!r}: nothing to clear")
+            # The halted run never created its ledger (its provider's database failed
+            # first): nothing was recorded. What must be proven writable is its folder.
+            probe_beside(path, "ledger still not writable")
+        else:
+            if _read_only_fs(path):
+                raise StorageError("ledger still not writable: read-only file system")
             try:
                 with _open_existing(path) as ledger:
                     if (damage := integrity(ledger)) is not None:
@@ -229,9 +231,9 @@ def clear_health(ledger_path) -> dict:
                     ledger.probe()
             except StorageError as exc:
                 raise StorageError(f"ledger still not writable: {exc}") from exc
-            if marker.exists():  # under the lock: no writer started since the probe
-                marker.unlink()
-                fsync_dir(marker.parent)  # the removal is durable too
+        if marker.exists():
+            marker.unlink()
+            fsync_dir(marker.parent)  # the removal is durable too
     if not path.exists():  # cleared; the next run creates the ledger in the proven folder
         return {"ready": True, "reason": None}
     return health(ledger_path)
