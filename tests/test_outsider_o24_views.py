@@ -41,7 +41,7 @@ def test_view_of_jsonl_ledger_with_a_lost_add_line_names_the_damage_and_exits_2(
     assert code == 2 and captured.out == ""
     error = captured.err.strip()
     assert len(error.splitlines()) == 1
-    assert "line 2 is damaged" in error and "`audit` reports what is wrong" in error
+    assert "corrupt lines 2 " in error and f"python -m toolkit audit {path}" in error
     assert path.read_bytes() == before
 
 

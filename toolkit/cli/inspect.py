@@ -32,6 +32,7 @@ def _ledger(parser):
             if args.salvage:
                 from toolkit.ledger.salvage import salvage
 
+                _outside_batch(args.salvage, args.path)  # before anything is read or written
                 result = salvage(args.path, args.salvage)
                 emit(result, args.json, f"wrote {args.salvage}: {result['items']} items, "
                      f"{len(result['needs_review'])} in needs_review (corrupt lines "
@@ -56,27 +57,37 @@ def _ledger(parser):
     return run
 
 
+def _outside_batch(new, ledger) -> None:
+    """Refuse (one line, exit 2) a salvaged ledger ``new`` in a folder of the ledger's batch
+    (the outputs and inputs roots recorded beside it), as ``audit --csv`` refuses its file
+    there: ``run`` refuses a ledger inside its ``--inputs`` (outputs would be the next
+    run's inputs), and the run's companions of the new ledger would land among the inputs
+    or artifacts. Compared as real paths (``forensics.checks.inside``, the rule
+    ``audit --csv`` asks)."""
+    from toolkit.forensics.checks import inside
+    from toolkit.forensics.csvout import batch_folders
+
+    real = os.path.realpath(os.path.abspath(new))  # a name not there yet: its folder's real path
+    for what, folder in batch_folders(ledger):
+        if inside(real, os.path.realpath(folder)):
+            raise ToolkitError(f"--salvage {new!r} is in {what} {folder!r}: refusing to write "
+                               "a ledger there (an input or an artifact may be the only copy, "
+                               "and run refuses a ledger inside its --inputs); name a file "
+                               "outside the batch's folders")
+
+
 def refuse_damaged(ledger, path) -> None:
     """A view of a JSONL ledger with corrupt interior lines or missing seqs (lines deleted)
     would list the items of the lines it could read and silently drop the ones whose
     history was lost (an add line gone hides its item): a confident wrong answer. Refused
     with one line, exit 2, as a SQLite ledger holding a record not ours is; ``audit`` and
-    ``--salvage`` read past it. What counts as damage is the ledger's rule (``jsonl.py``)."""
-    lines = getattr(ledger, "corrupt_lines", None)
-    gaps = getattr(ledger, "missing_seqs", None)  # lines deleted: an item gone, or stale
-    if not lines and not gaps:
-        return
-    from toolkit.ledger.gaps import describe
-
-    shown = ", ".join(map(str, lines[:10])) + (f" and {len(lines) - 10} more"
-                                               if len(lines) > 10 else "")
-    many = len(lines) > 1
-    damage = [f"line{'s' if many else ''} {shown} {'are' if many else 'is'} damaged or "
-              "unusable"] if lines else []
-    damage += [f"the events of {describe(gaps)} are missing (lines deleted)"] if gaps else []
-    raise ToolkitError(f"ledger {str(path)!r}: {' and '.join(damage)}, so items may be "
-                       f"missing or stale: `audit` reports what is wrong, `ledger {path} "
-                       "--salvage NEW.jsonl` keeps what is readable")
+    ``--salvage`` read past it. What counts as damage, and its wording, is the ledger's
+    (``JsonlLedger.corruption``), naming the user's ``path``, never a private name."""
+    corruption = getattr(ledger, "corruption", None)
+    text = corruption and corruption(
+        refusing="to list its items, which may be missing or stale")
+    if text:
+        raise ToolkitError(text.replace(str(ledger.path), str(path)))
 
 
 def readable(read, ledger, path):

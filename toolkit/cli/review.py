@@ -11,8 +11,8 @@ def _existing(path, *, writes: bool = True) -> None:
     """A file ledger must exist (opening would create one): one line and exit 2 if not.
 
     An empty file (0 bytes) is refused only to a command that ``writes``: opening it would
-    write a header or a schema into it. A view reads a private copy, so to ``review`` it is
-    an empty ledger with nothing parked, as ``ledger`` and ``audit`` read it."""
+    write a header or a schema into it. A view never writes (``forensics.private``), so to
+    ``review`` it is an empty ledger with nothing parked, as ``ledger`` and ``audit`` read it."""
     from toolkit.ledger.postgres import postgres_url
 
     if postgres_url(path):
@@ -22,34 +22,13 @@ def _existing(path, *, writes: bool = True) -> None:
     require_regular(path, "--ledger")  # a FIFO or a device is never opened
     if not Path(path).is_file():
         raise ToolkitError(f"no ledger at {str(path)!r}")
-    if writes and (Path(path).stat().st_size == 0 or _blank_sqlite(path)):
+    from toolkit.forensics.sqlite import blank_file
+
+    if writes and (Path(path).stat().st_size == 0 or blank_file(path)):
         raise ToolkitError(f"{str(path)!r} is empty: not a ledger (nothing was written)")
     if Path(path).suffix.lower() not in (".sqlite", ".db", ".sqlite3", ".jsonl"):
         raise ToolkitError(f"{str(path)!r} is not a ledger: use .sqlite, .db, .jsonl or a "
                            "postgresql:// URL")
-
-
-def _blank_sqlite(path) -> bool:
-    """An SQLite file with nothing in its schema (a writer killed as it created the
-    ledger): as empty as a 0-byte file. Asked of a private copy (nothing written beside
-    the original), and only when the file's own header says its schema never changed
-    (schema cookie 0, bytes 40-43): its ``-wal`` may still hold the tables."""
-    with open(path, "rb") as handle:
-        header = handle.read(100)
-    if not header.startswith(b"SQLite format 3\0") or header[40:44] != bytes(4):
-        return False
-    import sqlite3
-
-    from toolkit.forensics.private import private_copy
-
-    with private_copy(path) as copy:
-        db = sqlite3.connect(copy)
-        try:
-            return db.execute("SELECT 1 FROM sqlite_master").fetchone() is None
-        except sqlite3.Error:  # not a database after all: opening it says so
-            return False
-        finally:
-            db.close()
 
 
 def _one_line(value) -> str:

@@ -199,8 +199,9 @@ UNDECIDABLE = {
 ARTIFACT_DAMAGE = frozenset({"done_without_artifact", "artifact_missing", "artifact_mismatch"})
 INPUT_CHANGED = {"stale_input": "the input changed since it was recorded",
                  "unsafe_input_path": "its input path escapes the inputs folder"}
-# In a stale_input detail when another item of the ledger holds the input's new content (a
-# later run took it up): a done item is then history, its artifact standing on its own.
+# In a stale_input detail when another item of the ledger holds the input's new content (an
+# item already there, or a later run took it up): a done item is then history, its artifact
+# standing on its own.
 SUPERSEDED = "its new content is item"
 # A missing input blocks only what would be sent again: pending, partial, a transient failure,
 # and unknown or submitted (a lookup that finds nothing leads to a submit). A done item's
@@ -238,8 +239,8 @@ def plan_item(item, kinds, lookup: bool = True) -> tuple[str, str]:
     # Before done: a done item whose input changed holds the work of bytes the file no
     # longer has; skip is "done and verified", and the changed input is not (a person
     # decides: run it as new work, or put the old bytes back). Once another item holds the
-    # new content (a later run took it up) the done one is history: its artifact's plan,
-    # the finding kept. A cancelled item stays cancelled whatever its input now holds.
+    # new content (taken up before the change, or by a later run) the done one is history:
+    # its artifact's plan, the finding kept. A cancelled item stays cancelled whatever its input now holds.
     changed = [why for kind, why in INPUT_CHANGED.items() if kind in kinds]
     superseded = state == "done" and changed and "unsafe_input_path" not in kinds \
         and SUPERSEDED in details.get("stale_input", "")

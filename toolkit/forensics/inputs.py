@@ -12,7 +12,7 @@ by its name. So the audit answers the same way:
   swapped) is ``input_renamed``: run finds it by content, so it keeps its own plan;
 - otherwise a name that is gone is ``input_missing``, and a name that now holds other
   content is ``stale_input``; its detail says whether another item of the ledger holds
-  the new content (``SUPERSEDED``: a later run took it up).
+  the new content (``SUPERSEDED``: taken up before the change or by a later run).
 
 Which entries are inputs is ``documents.is_input_entry``, the rule ``run``'s scan asks.
 Only regular files are read (``O_NONBLOCK``, ``fstat``), and the folder's other entries
@@ -126,7 +126,8 @@ class Folder:
             return [Anomaly(key, "input_missing", f"input {named(source)}: {problem} (its "
                             "content was not read)")]
         other = self.item_with(actual)
-        later = (f"; {SUPERSEDED} {other} (a later run took it up)" if other is not None
+        later = (f"; {SUPERSEDED} {other} (taken up before the change, or by a later run)"
+                 if other is not None
                  else "; no item holds its new content yet (a run takes it up as a new item)")
         return [Anomaly(key, "stale_input", f"input {named(source)} has sha256 {actual[:12]}…, "
                         f"the item was recorded with {recorded[:12]}…{later}")]

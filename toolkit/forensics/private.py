@@ -11,9 +11,15 @@ The copy is of one moment: the file and its ``-wal`` are copied, then their
 size and mtime are compared with what they were before; a writer that moved
 meanwhile makes us copy again (a checkpoint between the two copies would
 otherwise pair an old database with a restarted WAL).
+
+A JSONL ledger needs no copy (``opened_view``): it is read in place through a name in a
+private folder (see ``_jsonl_in_place``), its one lock file made there. The copy is
+made in TMPDIR; when TMPDIR is full (or the copy passes this process's file-size limit),
+the error says so, naming TMPDIR (``ScratchFull``, exit 1): it says nothing of the ledger.
 """
 
 import contextlib
+import errno
 import fcntl
 import os
 import shutil
@@ -21,7 +27,7 @@ import struct
 import tempfile
 from pathlib import Path
 
-from toolkit.errors import ToolkitError
+from toolkit.errors import StorageError, ToolkitError
 
 # SQLite's unix VFS: every connection to a WAL database holds a shared lock on one byte of
 # its -shm file (the "dead man switch", offset 120 + 8 lock bytes) for as long as it is open.
@@ -33,6 +39,46 @@ _TRIES = 5
 class CopyError(ToolkitError):
     """The copy itself failed (disk full under TMPDIR, an unreadable file): a storage
     error, never a sign that the file is of no known format."""
+
+
+class ScratchFull(CopyError, StorageError):
+    """TMPDIR, where a view makes its private folder, is full or the copy passed this
+    process's file-size limit: the storage's (exit 1, "free space, run again"), and no
+    verdict on the ledger, which was never written (``about_the_ledger``)."""
+    about_the_ledger = False
+
+
+# What a private folder's writes can meet that is the scratch space's, never the ledger's:
+# reading a file never answers these.
+_SCRATCH_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+_ROOM = 1 << 20  # less free in TMPDIR than a copy's -shm and -wal may need: "full"
+
+
+def scratch_full(exc: BaseException, path) -> ScratchFull | None:
+    """The one-line error naming TMPDIR when ``exc`` (an OSError, or SQLite's "database or
+    disk is full" on the private copy) is the scratch space's; None otherwise."""
+    errno_ = getattr(exc, "errno", None)
+    if errno_ not in _SCRATCH_FULL and getattr(exc, "sqlite_errorname", "") != "SQLITE_FULL":
+        return None
+    why = getattr(exc, "strerror", None) or "database or disk is full"
+    where = f"TMPDIR {tempfile.gettempdir()!r}"
+    state, fix = (f"{where}: {why}, this process's file-size limit (RLIMIT_FSIZE)", "raise "
+                  "the limit") if errno_ == errno.EFBIG else (f"{where} is full ({why})",
+                                                              "free space there")
+    return ScratchFull(f"{state}: a private copy of {str(path)!r} is read there, so that the "
+                       f"ledger is never written; {fix} or set TMPDIR to a folder with room, "
+                       "and run again")
+
+
+@contextlib.contextmanager
+def _scratch(path):
+    """A private folder in TMPDIR, removed afterwards; ScratchFull if it cannot be made."""
+    try:
+        folder = tempfile.TemporaryDirectory(prefix="toolkit-view-")
+    except OSError as exc:  # no free inode (or no space) in TMPDIR for the folder itself
+        raise (scratch_full(exc, path) or exc) from exc
+    with folder as name:
+        yield Path(name)
 
 
 def _fingerprint(path: Path):
@@ -77,8 +123,8 @@ def private_copy(path):
             read or copied.
     """
     path = Path(os.path.realpath(path))  # a symlink's -wal is the one beside its target
-    with tempfile.TemporaryDirectory(prefix="toolkit-view-") as folder:
-        copy = Path(folder) / path.name
+    with _scratch(path) as folder:
+        copy = folder / path.name
         for _ in range(_TRIES):
             before = _fingerprint(path)
             try:
@@ -89,7 +135,8 @@ def private_copy(path):
                     if source.exists():
                         shutil.copyfile(source, target)
             except OSError as exc:
-                raise CopyError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from exc
+                raise (scratch_full(exc, path) or
+                       CopyError(f"cannot read {str(path)!r}: {exc.strerror or exc}")) from exc
             if _fingerprint(path) == before:
                 break
         else:
@@ -99,21 +146,102 @@ def private_copy(path):
 
 @contextlib.contextmanager
 def opened_view(path):
-    """``open_ledger`` on a private copy of ``path`` (as ``ledger`` and ``review`` read):
-    an error names the user's ``path``, never the private copy, and says nothing of
-    writing (a view never writes)."""
+    """The file ledger at ``path`` opened for reading (as ``health``, ``ledger`` and ``review``
+    read it), never written, nothing made beside it. JSONL: read in place, without a copy
+    (``_jsonl_in_place``). SQLite: ``open_ledger`` on a private copy, since opening one
+    writes (journal mode, -wal and -shm, a schema into an empty file, a migration) and even
+    ``mode=ro`` rebuilds a dead writer's -shm. An error names the user's ``path``, never the
+    private name, and says nothing of writing (a view never writes); the scratch space full
+    is ``ScratchFull``, naming TMPDIR.
+    """
+    with _jsonl_in_place(path) as (name, opener):
+        try:
+            ledger = opener(name)
+        except ToolkitError as exc:
+            raise _for_user(exc, name, path) from None
+        with ledger:
+            try:
+                yield ledger
+            except StorageError as exc:  # the copy's -wal and -shm grow in TMPDIR as it is read
+                raise _for_user(exc, name, path) from None
+
+
+def _for_user(exc: ToolkitError, name, path) -> ToolkitError:
+    """``exc`` naming ``path`` for the private ``name``; ScratchFull if it is TMPDIR's: a
+    full-disk errno, or any storage error of a private copy (SQLite writes only the copy's
+    -wal and -shm, in TMPDIR: an -shm that does not fit is "disk I/O error")."""
+    full = scratch_full(exc.__cause__ or exc, path)
+    if full is not None:
+        return full
+    if isinstance(exc, StorageError) and not Path(name).is_symlink():
+        free = _free_bytes(Path(name).parent)
+        state = "is full" if free is not None and free < _ROOM else "failed"
+        return ScratchFull(f"TMPDIR {tempfile.gettempdir()!r} {state} ({exc.__cause__ or exc}"
+                           f"{f', {free} bytes free' if free is not None else ''}): a private "
+                           f"copy of {str(path)!r} is read there, so that the ledger is never "
+                           "written; free space there or set TMPDIR to a folder with room, "
+                           "and run again")
+    text = str(exc).replace(str(name), str(path))
+    text = text.replace(": refusing to write into it", "")
+    try:
+        return type(exc)(text)
+    except TypeError:  # an error type built from several fields
+        return ToolkitError(text)
+
+
+def _free_bytes(folder) -> int | None:
+    try:
+        info = os.statvfs(folder)
+    except OSError:
+        return None
+    return info.f_bavail * info.f_frsize
+
+
+@contextlib.contextmanager
+def _jsonl_in_place(path):
+    """``(name, opener)``: a JSONL ledger read in place, else a private copy (``open_ledger``).
+
+    ``JsonlLedger(view=True)`` reads whole lines and never writes, but it opens its file
+    read-write and makes ``<name>.lock``. So it is given a name in a private folder, a
+    symlink to ``/proc/self/fd/N`` (N our read-only descriptor of the ledger): its lock is
+    made in that folder, never beside the ledger, and the bytes read are those of the file
+    we opened, even if a compaction renames a new file over the ledger meanwhile (a copy
+    would need its fingerprint check for that). ``/proc/self/fd/N`` is never resolved to
+    the ledger's path (that is why ``open_ledger``'s ``canonical_path`` is not called), and
+    opening it creates nothing even if the ledger was just removed. A file we may not
+    open read-write (a read-only file or mount), no ``/proc``, or SQLite: the private copy.
+    """
     from toolkit.ledger import open_ledger
 
-    with private_copy(path) as copy:
-        try:
-            ledger = open_ledger(copy)
-        except ToolkitError as exc:
-            text = str(exc).replace(str(copy), str(path))
-            text = text.replace(": refusing to write into it", "")
+    fd = _writable_descriptor(path) if Path(path).suffix.lower() == ".jsonl" else None
+    if fd is None:
+        with private_copy(path) as copy:
+            yield copy, open_ledger
+        return
+    from toolkit.ledger.jsonl import JsonlLedger
+
+    try:
+        with _scratch(path) as folder:
+            name = folder / Path(path).name
             try:
-                error = type(exc)(text)
-            except TypeError:  # an error type built from several fields
-                error = ToolkitError(text)
-            raise error from None
-        with ledger:
-            yield ledger
+                name.symlink_to(f"/proc/self/fd/{fd}")
+            except OSError as exc:
+                raise (scratch_full(exc, path) or exc) from exc
+            yield name, lambda where: JsonlLedger(where, view=True)
+    finally:
+        os.close(fd)
+
+
+def _writable_descriptor(path) -> int | None:
+    """A read-only descriptor of ``path`` whose ``/proc/self/fd`` name opens read-write (the
+    test opens and closes it, writing nothing), or None."""
+    try:
+        fd = os.open(os.path.realpath(path), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None  # the copy says why
+    try:
+        os.close(os.open(f"/proc/self/fd/{fd}", os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC))
+        return fd
+    except OSError:
+        os.close(fd)
+        return None

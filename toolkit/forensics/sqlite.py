@@ -138,13 +138,8 @@ def _read_snapshot(path, adapters, text_factory, bad=()):
         try:
             db.execute("BEGIN")  # one snapshot for every query below
             schema = tables(db)
-            # No table at all is what a writer killed as it created its ledger leaves (a
-            # WAL header, no schema): an empty ledger, 0 items, as a 0-byte file is, and as
-            # `ledger` and `review` read it; `run` creates its tables in it.
-            # (only with nothing in its schema: a view or an index alone is someone else's)
-            blank = not schema and not db.execute("SELECT 1 FROM sqlite_master").fetchone()
-            adapter = EMPTY if blank else next((a for a in adapters if a.sniff(db, schema)),
-                                               None)
+            adapter = EMPTY if no_schema(db) else next(
+                (a for a in adapters if a.sniff(db, schema)), None)
             if adapter is None:
                 listed = ", ".join(sorted(schema)) or "none"
                 raise ToolkitError(f"SQLite database with unexpected tables ({listed})")
@@ -157,6 +152,33 @@ def _read_snapshot(path, adapters, text_factory, bad=()):
             return adapter.name, raw
         immutable = False  # a writer appeared: read again through the WAL
     raise AssertionError("unreachable")
+
+
+def no_schema(db) -> bool:
+    """Nothing at all in the schema of the database ``db`` reads: what a writer killed as it
+    created its ledger leaves (a WAL header, no table). An empty ledger, 0 items, as a 0-byte
+    file is, to ``audit``, ``ledger``, ``review`` and ``health``; ``run`` creates its tables
+    in it. Only with nothing in it: a view or an index alone is someone else's."""
+    return db.execute("SELECT 1 FROM sqlite_master").fetchone() is None
+
+
+def blank_file(path) -> bool:
+    """Whether the SQLite file at ``path`` has ``no_schema``: asked of a private copy
+    (nothing written beside the original), and only when the file's own header says its
+    schema never changed (schema cookie 0, bytes 40-43): its ``-wal`` may still hold the
+    tables. A file that is no SQLite database is not blank (opening it says what it is)."""
+    with open(path, "rb") as handle:
+        header = handle.read(100)
+    if not header.startswith(b"SQLite format 3\0") or header[40:44] != bytes(4):
+        return False
+    with private_copy(path) as copy:
+        db = sqlite3.connect(copy)
+        try:
+            return no_schema(db)
+        except sqlite3.Error:  # not a database after all: opening it says so
+            return False
+        finally:
+            db.close()
 
 
 class _Empty:

@@ -261,9 +261,10 @@ class JsonlLedger(Ledger):
         self._end = None
         self.version = VERSION
 
-    def corruption(self) -> str | None:
+    def corruption(self, refusing: str = "to write on it") -> str | None:
         """One line naming the corrupt lines and the keys affected, and the missing seqs
-        (lines deleted), or None when intact: the ledger's one verdict on its file."""
+        (lines deleted), or None when intact: the ledger's one verdict on its file, and its
+        one wording (a view names what it refuses instead: ``refusing``)."""
         lines, damage = self.corrupt_lines, []
         if lines:
             keys = ", ".join(sorted(k[:12] for k in self.affected_keys)[:10]) or "not readable"
@@ -273,8 +274,8 @@ class JsonlLedger(Ledger):
         if self.missing_seqs:  # lines deleted: any key's intent may be among them
             damage.append(f"is missing the events of {describe(self.missing_seqs)}, lines "
                           "deleted: any key's intent may be among them")
-        return (f"JSONL ledger {str(self.path)!r} {' and '.join(damage)}; refusing to write on "
-                f"it: run 'python -m toolkit audit {self.path}', then 'python -m toolkit "
+        return (f"JSONL ledger {str(self.path)!r} {' and '.join(damage)}; refusing {refusing}: "
+                f"run 'python -m toolkit audit {self.path}', then 'python -m toolkit "
                 f"ledger {self.path} --salvage NEW.jsonl'") if damage else None
 
     def _txn(self):

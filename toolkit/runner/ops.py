@@ -6,6 +6,8 @@ later run refuses to start until ``clear_health`` has proven the ledger
 writable again and removed it.
 """
 
+import contextlib
+import fcntl
 import json
 import os
 from pathlib import Path
@@ -15,7 +17,7 @@ from toolkit.errors import (LeaseHeldError, LedgerError, NotReadyError, StaleTok
                             StorageError, ToolkitError)
 from toolkit.ledger import State, open_ledger, owner_alive, postgres_health, why_illegal
 from toolkit.ledger.postgres import postgres_url
-from toolkit.storage import FULL_OR_FAILING
+from toolkit.storage import FULL_OR_FAILING, LOCK, lock_holder
 
 S = State
 
@@ -58,7 +60,9 @@ def health(ledger_path, probe: bool = False, view=None) -> dict:
     if path.exists():  # first: a file that is no ledger is bad input whatever its marker says
         try:
             damage = _damage(path, view or _open_existing)
-        except StorageError as exc:  # the private copy could not be made or opened
+        except StorageError as exc:  # the ledger cannot be read
+            if not getattr(exc, "about_the_ledger", True):
+                raise  # the view's own scratch space (TMPDIR) is full: no verdict on the ledger
             return {"ready": False, "reason": str(exc)}
         if damage is not None:
             return {"ready": False, "reason": damage}
@@ -204,28 +208,61 @@ def clear_health(ledger_path) -> dict:
     path = Path(ledger_path)
     require_ledger_path(path)
     marker = health_marker(ledger_path)
-    if not path.exists():
-        if not marker.exists():  # a typo must not create a ledger: there is nothing to clear
-            raise ToolkitError(f"no ledger at {str(path)!r}: nothing to clear")
-        # The halted run never created its ledger (its provider's database failed first):
-        # nothing was recorded. What must be proven writable is the folder it will go in.
-        probe_beside(path, "ledger still not writable")
-    else:
-        if _read_only_fs(path):
-            raise StorageError("ledger still not writable: read-only file system")
-        try:
-            with _open_existing(path) as ledger:
-                if (damage := integrity(ledger)) is not None:
-                    return {"ready": False, "reason": damage}  # the marker stays
-                ledger.probe()
-        except StorageError as exc:
-            raise StorageError(f"ledger still not writable: {exc}") from exc
-    if marker.exists():
-        marker.unlink()
-        fsync_dir(marker.parent)  # the removal is durable too
+    # Under the JSONL writer's lock (when the file is there): no writer starts between
+    # the probe and the marker's removal.
+    with _writer_excluded(path) as holder:
+        if holder is not None:  # our probe proves nothing of another writer's appends
+            return {"ready": False, "reason": f"in use by {holder}: its writer holds the lock, "
+                    "so --clear cannot prove it writable (the marker stays); run --clear "
+                    "again when it ends"}
+        if not path.exists():
+            if not marker.exists():  # a typo must not create a ledger: nothing to clear
+                raise ToolkitError(f"no ledger at {str(path)!r}: nothing to clear")
+            # The halted run never created its ledger (its provider's database failed
+            # first): nothing was recorded. What must be proven writable is its folder.
+            probe_beside(path, "ledger still not writable")
+        else:
+            if _read_only_fs(path):
+                raise StorageError("ledger still not writable: read-only file system")
+            try:
+                with _open_existing(path) as ledger:
+                    if (damage := integrity(ledger)) is not None:
+                        return {"ready": False, "reason": damage}  # the marker stays
+                    ledger.probe()
+            except StorageError as exc:
+                raise StorageError(f"ledger still not writable: {exc}") from exc
+        if marker.exists():
+            marker.unlink()
+            fsync_dir(marker.parent)  # the removal is durable too
     if not path.exists():  # cleared; the next run creates the ledger in the proven folder
         return {"ready": True, "reason": None}
     return health(ledger_path)
+
+
+@contextlib.contextmanager
+def _writer_excluded(path: Path):
+    """Yield None while we hold a JSONL ledger's writer lock (``<real path>.lock``, taken as
+    the writer takes it: exclusive, never waiting), so no writer starts until we are done;
+    else yield who holds it ("live process N", or "a live process" when /proc does not
+    say). No lock file yet, or an SQLite ledger (its writers share it): None, nothing taken."""
+    if path.suffix.lower() != ".jsonl":
+        yield None
+        return
+    try:
+        fd = os.open(f"{os.path.realpath(path)}{LOCK}", os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        yield None  # no writer ever opened it: nobody holds it
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pid = lock_holder(fd)
+            yield f"live process {pid}" if pid else "a live process"
+            return
+        yield None
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def probe_beside(path: Path, what: str) -> None:
