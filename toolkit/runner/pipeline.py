@@ -32,6 +32,7 @@ from toolkit.runner.ops import mark_unhealthy, recover_abandoned, require_health
 HOOK_POINTS = ("before_intent", "after_intent", "after_submit", "before_commit",
                "during_fetch", "during_lookup", "after_checkpoint")
 _AT_REST = (Item, Light)  # what process() may return that says whether it rests
+_VALUE = {state: state.value for state in State}  # a dict look-up: ``.value`` is Python code
 CHUNK = 256  # inputs a run keys, looks up and processes together: all it holds of a batch
 
 
@@ -240,14 +241,16 @@ class Pipeline(Intake):
         """Count the chunk's items at rest; keep the others' keys to count at the end.
 
         An item ``process`` returned at rest is counted as returned (rest is final for
-        automation); any other is read again."""
-        ended = ended or {}
-        rest = {key: item for key, item in ended.items()
-                if isinstance(item, _AT_REST) and item.resting}  # an Item, or a scan's row
-        rest.update(self.ledger.get_many(key for key in keys if key not in rest))
-        for key, item in rest.items():
+        automation); any other is read again (one query for the chunk)."""
+        again = [key for key in keys if key not in ended] if ended else list(keys)
+        for key, item in (ended or {}).items():
+            if isinstance(item, _AT_REST) and item.resting:  # an Item, or a scan's row
+                counts[_VALUE[item.state]] += 1
+            else:
+                again.append(key)
+        for key, item in self.ledger.get_many(again).items() if again else ():
             if item.resting:
-                counts[item.state.value] += 1
+                counts[_VALUE[item.state]] += 1
             else:
                 restless.add(key)
 
