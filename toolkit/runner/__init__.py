@@ -81,6 +81,26 @@ class Runner(PageByPage, Pipeline):
             pass  # someone took the lease over; our writes were fenced anyway
         return self.ledger.get(key)
 
+    def _process_chunk(self, keys, ended=None) -> dict:
+        """``Pipeline._process_chunk``, the chunk's reusable done items first (``_reused``)."""
+        return super()._process_chunk(keys, self._reused(keys))
+
+    def _reused(self, keys) -> dict:
+        """The done items of ``keys`` that enqueue read (``_known``: vouched for by the ledger)
+        whose artifact's stat is the one recorded at done, by key: reused exactly as
+        ``process`` reuses them, in one pass with no call of it per item (a rerun of a
+        large, nearly done batch is mostly these). Any other item, and every item of a
+        strategy with its own ``process``, goes to ``process``; none with ``--verify``."""
+        if self.verify_all or type(self).process is not Runner.process:
+            return {}
+        known, vouches, done, reused = self._known, self._stat_vouches, S.DONE, {}
+        for key in keys:
+            item = known.get(key)
+            if item is not None and item.state is done and vouches(item):
+                reused[key] = item
+        self.reused += len(reused)
+        return reused
+
     def _claim(self, key: str) -> int:
         # Deferred sync (Ledger, "DEFERRED SYNC"): a claim guards against live workers,
         # who see it at commit; the intent's fsync makes it durable before any submit.
@@ -338,10 +358,8 @@ class Runner(PageByPage, Pipeline):
         (a rerun with another ``--out``): reads and a copy, no state."""
         if not item.artifact_path:
             return False
-        path = item.artifact_path  # os.path.join's rule, without its Python call per item
-        if not self.verify_all and artifacts.unchanged(
-                path if path[0] == "/" else self._out_slash + path, item):
-            return True  # the very file recorded at done (an absolute path stays itself)
+        if self._stat_vouches(item):
+            return True  # the very file recorded at done
         if documents.verify(self._artifact_file(item), item.artifact_size, item.artifact_sha256):
             return True
         if Path(item.artifact_path).is_absolute():
@@ -354,6 +372,13 @@ class Runner(PageByPage, Pipeline):
             self._unplaced.add(item.key)
             self._unwritable(target, exc)  # a full disk halts the batch
             return False
+
+    def _stat_vouches(self, item) -> bool:
+        """True when ``item``'s artifact under ``--out`` has the stat recorded at done
+        (``artifacts.unchanged``); never with ``--verify``, which hashes every one."""
+        path = item.artifact_path  # os.path.join's rule, without its Python call per item
+        return bool(path) and not self.verify_all and artifacts.unchanged(
+            path if path[0] == "/" else self._out_slash + path, item)  # absolute: itself
 
     def _done(self, item, token, budget):
         """A done item whose artifact is damaged is re-fetched, never re-executed."""

@@ -36,6 +36,7 @@ of it, not the batch's.
 
 import contextlib
 import glob
+import io
 import os
 import tempfile
 import time
@@ -110,24 +111,15 @@ def _stamp_text(info: os.stat_result) -> str:
 
 
 def _parse(line: str):
-    """``(name, stamp text, digest, line)`` of one line; None if it is not one (damaged,
-    foreign). The stamp stays text: a stat is compared with it as ``_stamp_text`` writes
-    it, so a stamp that is not five decimal numbers never matches (the file is read)."""
-    parts = line.split(" ", 5)
-    if len(parts) != 6 or line[-1] != "\n":
-        return None
-    rest = parts[5]
-    if len(rest) < 66 or rest[64] != " ":
-        return None
-    name = rest[65:-1]
-    return (_unescape(name) if "\\" in name else name), line[:len(line) - len(rest) - 1], \
-        rest[:64], line
+    """``(name, stamp text, digest, line)`` of one line; None if it is not one (``_recorded``
+    holds the rule)."""
+    return next(_recorded(io.StringIO(line, newline="\n")), None)
 
 
 def _bounded_line(lines) -> str:
     """The next line of ``lines`` ("" at its end), read in bounded memory: a line over
     ``MAX_LINE`` (no newline within it: a damaged or foreign file) is read through to its
-    newline in bounded pieces and returned cut, so that ``_parse`` skips it."""
+    newline in bounded pieces and returned cut, so that it never parses."""
     line = lines.readline(MAX_LINE)
     if len(line) == MAX_LINE and not line.endswith("\n"):
         while (rest := lines.readline(MAX_LINE)) and not rest.endswith("\n"):
@@ -137,20 +129,28 @@ def _bounded_line(lines) -> str:
 
 
 def _recorded(lines):
-    """The entries of the recorded index after its header, in its order (``_parse``); a
-    line that does not parse is skipped, a read that fails ends it."""
+    """The entries ``(name, stamp text, digest, line)`` of the recorded index after its
+    header, in its order; a line that is not one (damaged, foreign, torn: no newline) is
+    skipped, a read that fails ends it. The stamp stays text: a stat is compared with it
+    as ``_stamp_text`` writes it, so a stamp that is not five decimal numbers never
+    matches (the file is read). The parse is inline: it runs once per input of a rerun."""
     readline = lines.readline
     try:
-        while True:
-            line = readline(MAX_LINE)
-            if not line:
-                return
-            if len(line) == MAX_LINE and line[-1] != "\n":  # damage: read around, skipped
-                while (rest := readline(MAX_LINE)) and not rest.endswith("\n"):
-                    pass
+        while line := readline(MAX_LINE):
+            if line[-1] != "\n":
+                if len(line) == MAX_LINE:  # damage: read around, skipped
+                    while (rest := readline(MAX_LINE)) and not rest.endswith("\n"):
+                        pass
                 continue
-            if (entry := _parse(line)) is not None:
-                yield entry
+            parts = line.split(" ", 5)
+            if len(parts) != 6:
+                continue
+            rest = parts[5]
+            if len(rest) < 66 or rest[64] != " ":
+                continue
+            name = rest[65:-1]
+            yield ((_unescape(name) if "\\" in name else name),
+                   line[:len(line) - len(rest) - 1], rest[:64], line)
     except (OSError, UnicodeError):
         return
 

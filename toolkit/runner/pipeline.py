@@ -199,10 +199,8 @@ class Pipeline(Intake):
                 if ahead is not None:  # handed to this chunk, and let go of by the run
                     self._ahead = ahead[start:start + CHUNK]
                     ahead[start:start + CHUNK] = [None] * len(self._ahead)
-                chunk, ended = self.enqueue(paths[start:start + CHUNK]), {}
-                for key in chunk:
-                    ended[key] = self._known.get(key) if key in self.quarantined \
-                        else self.process(key)
+                chunk = self.enqueue(paths[start:start + CHUNK])
+                ended = self._process_chunk(chunk)
                 if bar is not None:
                     bar.update(min(CHUNK, len(paths) - start))
                 self._tally(chunk, counts, restless, ended)
@@ -236,6 +234,16 @@ class Pipeline(Intake):
         if not self.halted:
             self.strays = self._strays()
         return counts
+
+    def _process_chunk(self, keys, ended=None) -> dict:
+        """``process`` each of ``keys`` not in ``ended`` (a strategy's items settled in a pass
+        of its own), except poison, which never is; return where each ended, by key."""
+        ended = {} if ended is None else ended
+        known, quarantined, process = self._known, self.quarantined, self.process
+        for key in keys:
+            if key not in ended:
+                ended[key] = known.get(key) if key in quarantined else process(key)
+        return ended
 
     def _tally(self, keys, counts, restless, ended=None) -> None:
         """Count the chunk's items at rest; keep the others' keys to count at the end.
