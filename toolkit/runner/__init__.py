@@ -91,7 +91,7 @@ class Runner(PageByPage, Pipeline):
         ``process`` reuses them, in one pass with no call of it per item (a rerun of a
         large, nearly done batch is mostly these). Any other item, and every item of a
         strategy with its own ``process``, goes to ``process``; none with ``--verify``."""
-        if self.verify_all or type(self).process is not Runner.process:
+        if self.verify_all or type(self).process is not _PROCESS:  # replaced: it decides
             return {}
         known, vouches, done, reused = self._known, self._stat_vouches, S.DONE, {}
         for key in keys:
@@ -408,3 +408,6 @@ class Runner(PageByPage, Pipeline):
             fields["pages_done"] = self._resume_pages(item)
         item = self._move(item, S.UNKNOWN, token, note="retry", **fields)  # new attempt, new key
         return self._submit(item, token, budget)
+
+
+_PROCESS = Runner.process  # the safe strategy's own (``_reused`` stands in for it)
