@@ -28,7 +28,7 @@ from toolkit.runner import artifacts
 from toolkit.runner.ops import mark_unhealthy
 from toolkit.runner.pages import PageByPage
 from toolkit.runner.pipeline import (HOOK_POINTS, Pipeline, RetryPolicy, Snapshot, _Budget,
-                                     default_worker, resubmit_is_safe)
+                                     default_worker, no_hook, resubmit_is_safe)
 from toolkit.storage import FULL_OR_FAILING
 
 S = State
@@ -64,12 +64,16 @@ class Runner(PageByPage, Pipeline):
         # No try/finally: after a crash the lease stays, exactly as after kill -9.
         budget = _Budget()
         try:
+            item = self.ledger.get(key)  # as the claim left it
             while True:
-                item = self.ledger.get(key)
                 step = self._steps().get((item.state, item.failure if item.state is S.FAILED
                                           else None))
+                self._in_hand = None
                 if step is None or step(item, token, budget) is REST:
                     break
+                # The item the step's last move committed is what a read would return now
+                # (a later change by anyone else fails our next fenced write): no re-read.
+                item = self._in_hand or self.ledger.get(key)
         except (StaleTokenError, StateConflictError):
             # Our lease expired and another owner took the item: it is theirs now (every
             # write of ours was fenced). Note it and go on with the next item.
@@ -124,7 +128,12 @@ class Runner(PageByPage, Pipeline):
 
     # -- one step per state --------------------------------------------------------
     def _move(self, item, to, token, **fields) -> Item:
-        return self.ledger.move(item.key, item.state, to, token=token, worker=self.worker, **fields)
+        """``ledger.move`` from where ``item`` is; its result is the item in hand (``process``
+        reads it instead of the ledger; ``_renew`` trusts the fence it passed)."""
+        self._in_hand = self.ledger.move(item.key, item.state, to, token=token,
+                                         worker=self.worker, **fields)
+        self._fenced = self._in_hand
+        return self._in_hand
 
     def _caller(self, token) -> dict:
         """Who submits (worker, fencing token), for a provider that records it: the fake
@@ -139,7 +148,18 @@ class Runner(PageByPage, Pipeline):
         return {"worker": self.worker, "token": token} if self._records_callers else {}
 
     def _renew(self, item, token):
-        """Before each provider call: keep the lease alive (fenced: raises if it was lost)."""
+        """Before each provider call: keep the lease alive (fenced: raises if it was lost).
+
+        Not asked of the ledger when our own move of this item just passed the same fence
+        and left more than half of the lease (``renew`` would check the token and not
+        write): nothing ran since but this thread's code, no provider call, no hook (with
+        a hook installed, which may do anything, it is always asked)."""
+        moved, self._fenced = self._fenced, None
+        if moved is not None and self.hook is no_hook and moved.key == item.key and \
+                moved.token == token and moved.lease_owner == self.worker and \
+                moved.lease_expires is not None and \
+                moved.lease_expires - self.ledger.clock() > self.lease_ttl / 2:
+            return
         self.ledger.renew(item.key, token, self.worker, self.lease_ttl, sync=False)
 
     @contextlib.contextmanager
@@ -162,6 +182,7 @@ class Runner(PageByPage, Pipeline):
                     self.ledger.renew(item.key, token, self.worker, self.lease_ttl, sync=False)
                 except (StaleTokenError, StateConflictError, LedgerError):
                     return  # lost, or the ledger failed: the caller's own writes will say so
+        self._fenced = None  # a provider call: the next renewal asks the ledger
         thread = threading.Thread(target=beat, name=f"lease-{item.key[:8]}", daemon=True)
         thread.start()
         try:

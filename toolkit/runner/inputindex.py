@@ -142,15 +142,12 @@ def _recorded(lines):
                     while (rest := readline(MAX_LINE)) and not rest.endswith("\n"):
                         pass
                 continue
-            parts = line.split(" ", 5)
-            if len(parts) != 6:
+            parts = line.split(" ", 6)  # five stamp numbers, the digest, the name
+            if len(parts) != 7 or len(digest := parts[5]) != 64:
                 continue
-            rest = parts[5]
-            if len(rest) < 66 or rest[64] != " ":
-                continue
-            name = rest[65:-1]
-            yield ((_unescape(name) if "\\" in name else name),
-                   line[:len(line) - len(rest) - 1], rest[:64], line)
+            name = parts[6]
+            yield ((_unescape(name[:-1]) if "\\" in name else name[:-1]),
+                   line[:-66 - len(name)], digest, line)
     except (OSError, UnicodeError):
         return
 

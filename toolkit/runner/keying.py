@@ -33,25 +33,21 @@ def vouched(ledger, paths, keyers_, index=None, scan=False) -> list:
 
     A list aligned with ``paths``, not a dict by path: a ``Path``'s hash is Python code, and
     a rerun of n inputs would pay it 3n times. Each step runs over the whole list (the
-    index's merge, each route's keys, the join): a rerun pays no Python call per input."""
+    index's merge, each route's keys, the join): no call per input the index vouches for."""
     recorded = index.vouch(paths) if index is not None else [None] * len(paths)
-    digests, lines = [], []  # lines: the new index, in the inputs' order
-    for at, entry in enumerate(recorded):
-        if entry is not None:
-            digests.append(entry[2])
-            lines.append(entry[3])  # the recorded line, as it was
-            continue
+    digests = [entry and entry[2] for entry in recorded]  # None: read it, below
+    lines = [entry and entry[3] for entry in recorded]  # the new index, in the inputs' order
+    for at in [at for at, entry in enumerate(recorded) if entry is None]:
         started = now_ns()  # before the read: what ``index.line`` may vouch for
         try:
             data, info = read_stat(paths[at])
         except Odd:
-            digests.append(None)  # the full keying quarantines it
-            continue
-        digests.append(content_digest(data))
+            continue  # no digest: the full keying quarantines it
+        digests[at] = content_digest(data)
         if index is not None:
-            lines.append(index.line(paths[at], info, started, digests[-1]))
+            lines[at] = index.line(paths[at], info, started, digests[at])
     if index is not None:
-        index.keep(lines)
+        index.keep(lines)  # a recorded line as it was; a new one if settled; None skipped
     return _joined(ledger, digests, keyers_, scan)
 
 

@@ -81,6 +81,10 @@ class Snapshot:
     reused: int
 
 
+def no_hook(point, key, **context) -> None:
+    """The hook of a pipeline given none: nothing runs at the hook points."""
+
+
 def default_worker() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
@@ -124,7 +128,7 @@ class Pipeline(Intake):
         self.contract: Contract = provider.contract
         self.policy = policy
         self.worker = worker or default_worker()
-        self.hook = hook or (lambda point, key, **context: None)
+        self.hook = hook or no_hook
         self.sleep, self.lease_ttl, self.progress = sleep, lease_ttl, progress
         self._rng = random.Random(policy.seed)
         if page_by_page_from is not None and (page_by_page_from < 1 or not self.sends_pages):
@@ -143,6 +147,7 @@ class Pipeline(Intake):
         self._snapshots = None  # tempfile.TemporaryDirectory of this run's input snapshots
         self.other_roots: list[Path] = []  # the recorded outputs root, when --out is another
         self._current = self._stage = None
+        self._in_hand = self._fenced = None  # the safe runner's last committed move (Runner)
         self._started = time.monotonic()
         self.lost_replies = self.reused = 0
         self.halted: str | None = None  # why the batch stopped taking work, if it did
