@@ -27,6 +27,7 @@ from toolkit.provider import JobStatus, ProviderConflict
 from toolkit.runner import artifacts
 from toolkit.runner.ops import mark_unhealthy
 from toolkit.runner.pages import PageByPage
+from toolkit.runner.reuse import Reuse
 from toolkit.runner.pipeline import (HOOK_POINTS, Pipeline, RetryPolicy, Snapshot, _Budget,
                                      default_worker, no_hook, resubmit_is_safe)
 from toolkit.storage import FULL_OR_FAILING
@@ -37,7 +38,7 @@ __all__ = ["HOOK_POINTS", "CONTINUE", "REST", "Pipeline", "RetryPolicy", "Runner
            "default_worker", "resubmit_is_safe"]
 
 
-class Runner(PageByPage, Pipeline):
+class Runner(Reuse, PageByPage, Pipeline):
     """Drive a batch to rest with the safe strategy: reconcile, then act.
 
     Run it again after any crash: it reconciles what it finds.
@@ -84,26 +85,6 @@ class Runner(PageByPage, Pipeline):
         except StaleTokenError:
             pass  # someone took the lease over; our writes were fenced anyway
         return self.ledger.get(key)
-
-    def _process_chunk(self, keys, ended=None) -> dict:
-        """``Pipeline._process_chunk``, the chunk's reusable done items first (``_reused``)."""
-        return super()._process_chunk(keys, self._reused(keys))
-
-    def _reused(self, keys) -> dict:
-        """The done items of ``keys`` that enqueue read (``_known``: vouched for by the ledger)
-        whose artifact's stat is the one recorded at done, by key: reused exactly as
-        ``process`` reuses them, in one pass with no call of it per item (a rerun of a
-        large, nearly done batch is mostly these). Any other item, and every item of a
-        strategy with its own ``process``, goes to ``process``; none with ``--verify``."""
-        if self.verify_all or type(self).process is not _PROCESS:  # replaced: it decides
-            return {}
-        known, vouches, done, reused = self._known, self._stat_vouches, S.DONE, {}
-        for key in keys:
-            item = known.get(key)
-            if item is not None and item.state is done and vouches(item):
-                reused[key] = item
-        self.reused += len(reused)
-        return reused
 
     def _claim(self, key: str) -> int:
         # Deferred sync (Ledger, "DEFERRED SYNC"): a claim guards against live workers,
@@ -152,13 +133,17 @@ class Runner(PageByPage, Pipeline):
 
         Not asked of the ledger when our own move of this item just passed the same fence
         and left more than half of the lease (``renew`` would check the token and not
-        write): nothing ran since but this thread's code, no provider call, no hook (with
-        a hook installed, which may do anything, it is always asked)."""
+        write): nothing ran since but this thread's code, no provider call, no callback.
+        With a hook or a ledger ``on_event`` installed (which may do anything: a fault
+        injector takes leases over there), it is always asked. With more than half left,
+        only an owner of the same worker name could have claimed it since the move."""
         moved, self._fenced = self._fenced, None
-        if moved is not None and self.hook is no_hook and moved.key == item.key and \
+        clock = getattr(self.ledger, "clock", None)  # a wrapped ledger may not say: ask it
+        if moved is not None and clock is not None and self.hook is no_hook and \
+                getattr(self.ledger, "on_event", None) is None and moved.key == item.key and \
                 moved.token == token and moved.lease_owner == self.worker and \
                 moved.lease_expires is not None and \
-                moved.lease_expires - self.ledger.clock() > self.lease_ttl / 2:
+                moved.lease_expires - clock() > self.lease_ttl / 2:
             return
         self.ledger.renew(item.key, token, self.worker, self.lease_ttl, sync=False)
 
@@ -370,37 +355,6 @@ class Runner(PageByPage, Pipeline):
             raise exc
         self.local_errors.append(f"cannot write {target}: {exc.strerror or exc}")
 
-    def _artifact_file(self, item) -> Path:
-        return roots.resolve(self.out_dir, item.artifact_path)
-
-    def _artifact_intact(self, item) -> bool:
-        """Verified under ``--out`` (by its recorded stat, else its SHA-256: ``artifacts``);
-        or found verified (hashed) under the recorded outputs root and materialized here
-        (a rerun with another ``--out``): reads and a copy, no state."""
-        if not item.artifact_path:
-            return False
-        if self._stat_vouches(item):
-            return True  # the very file recorded at done
-        if documents.verify(self._artifact_file(item), item.artifact_size, item.artifact_sha256):
-            return True
-        if Path(item.artifact_path).is_absolute():
-            return False
-        target = self.out_dir / item.artifact_path
-        try:
-            return roots.materialize(item.artifact_path, item.artifact_size,
-                                     item.artifact_sha256, target, self.other_roots)
-        except OSError as exc:  # e.g. a directory where the artifact goes: this item only
-            self._unplaced.add(item.key)
-            self._unwritable(target, exc)  # a full disk halts the batch
-            return False
-
-    def _stat_vouches(self, item) -> bool:
-        """True when ``item``'s artifact under ``--out`` has the stat recorded at done
-        (``artifacts.unchanged``); never with ``--verify``, which hashes every one."""
-        path = item.artifact_path  # os.path.join's rule, without its Python call per item
-        return bool(path) and not self.verify_all and artifacts.unchanged(
-            path if path[0] == "/" else self._out_slash + path, item)  # absolute: itself
-
     def _done(self, item, token, budget):
         """A done item whose artifact is damaged is re-fetched, never re-executed."""
         if self._artifact_intact(item):
@@ -431,4 +385,4 @@ class Runner(PageByPage, Pipeline):
         return self._submit(item, token, budget)
 
 
-_PROCESS = Runner.process  # the safe strategy's own (``_reused`` stands in for it)
+Runner._own_process = Runner.process  # what ``Reuse._reused`` stands in for
