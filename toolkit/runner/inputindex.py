@@ -107,7 +107,8 @@ def _line(name: str, stamp_: tuple, digest: str) -> str:
 
 def _stamp_text(info: os.stat_result) -> str:
     """``stamp(info)`` as a line writes it (``_line``): compared as text, never parsed."""
-    return f"{info.st_dev} {info.st_ino} {info.st_size} {info.st_mtime_ns} {info.st_ctime_ns}"
+    return "%d %d %d %d %d" % (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns,
+                               info.st_ctime_ns)  # ``%`` formats ints faster than an f-string
 
 
 def _parse(line: str):
