@@ -27,9 +27,10 @@ from toolkit.provider import JobStatus, ProviderConflict
 from toolkit.runner import artifacts
 from toolkit.runner.ops import mark_unhealthy
 from toolkit.runner.pages import PageByPage
+from toolkit.runner.reuse import Reuse
 from toolkit.runner.salvaged import UNANSWERED, Salvaged
 from toolkit.runner.pipeline import (HOOK_POINTS, Pipeline, RetryPolicy, Snapshot, _Budget,
-                                     default_worker, resubmit_is_safe)
+                                     default_worker, no_hook, resubmit_is_safe)
 from toolkit.storage import FULL_OR_FAILING
 
 S = State
@@ -38,7 +39,7 @@ __all__ = ["HOOK_POINTS", "CONTINUE", "REST", "Pipeline", "RetryPolicy", "Runner
            "default_worker", "resubmit_is_safe"]
 
 
-class Runner(Salvaged, PageByPage, Pipeline):
+class Runner(Salvaged, Reuse, PageByPage, Pipeline):
     """Drive a batch to rest with the safe strategy: reconcile, then act.
 
     Run it again after any crash: it reconciles what it finds.
@@ -65,12 +66,16 @@ class Runner(Salvaged, PageByPage, Pipeline):
         # No try/finally: after a crash the lease stays, exactly as after kill -9.
         budget = _Budget()
         try:
+            item = self.ledger.get(key)  # as the claim left it
             while True:
-                item = self.ledger.get(key)
                 step = self._steps().get((item.state, item.failure if item.state is S.FAILED
                                           else None))
+                self._in_hand = None
                 if step is None or step(item, token, budget) is REST:
                     break
+                # The item the step's last move committed is what a read would return now
+                # (a later change by anyone else fails our next fenced write): no re-read.
+                item = self._in_hand or self.ledger.get(key)
         except (StaleTokenError, StateConflictError):
             # Our lease expired and another owner took the item: it is theirs now (every
             # write of ours was fenced). Note it and go on with the next item.
@@ -106,7 +111,12 @@ class Runner(Salvaged, PageByPage, Pipeline):
 
     # -- one step per state --------------------------------------------------------
     def _move(self, item, to, token, **fields) -> Item:
-        return self.ledger.move(item.key, item.state, to, token=token, worker=self.worker, **fields)
+        """``ledger.move`` from where ``item`` is; its result is the item in hand (``process``
+        reads it instead of the ledger; ``_renew`` trusts the fence it passed)."""
+        self._in_hand = self.ledger.move(item.key, item.state, to, token=token,
+                                         worker=self.worker, **fields)
+        self._fenced = self._in_hand
+        return self._in_hand
 
     def _caller(self, token) -> dict:
         """Who submits (worker, fencing token), for a provider that records it: the fake
@@ -121,7 +131,22 @@ class Runner(Salvaged, PageByPage, Pipeline):
         return {"worker": self.worker, "token": token} if self._records_callers else {}
 
     def _renew(self, item, token):
-        """Before each provider call: keep the lease alive (fenced: raises if it was lost)."""
+        """Before each provider call: keep the lease alive (fenced: raises if it was lost).
+
+        Not asked of the ledger when our own move of this item just passed the same fence
+        and left more than half of the lease (``renew`` would check the token and not
+        write): nothing ran since but this thread's code, no provider call, no callback.
+        With a hook or a ledger ``on_event`` installed (which may do anything: a fault
+        injector takes leases over there), it is always asked. With more than half left,
+        only an owner of the same worker name could have claimed it since the move."""
+        moved, self._fenced = self._fenced, None
+        clock = getattr(self.ledger, "clock", None)  # a wrapped ledger may not say: ask it
+        if moved is not None and clock is not None and self.hook is no_hook and \
+                getattr(self.ledger, "on_event", None) is None and moved.key == item.key and \
+                moved.token == token and moved.lease_owner == self.worker and \
+                moved.lease_expires is not None and \
+                moved.lease_expires - clock() > self.lease_ttl / 2:
+            return
         self.ledger.renew(item.key, token, self.worker, self.lease_ttl, sync=False)
 
     @contextlib.contextmanager
@@ -144,6 +169,7 @@ class Runner(Salvaged, PageByPage, Pipeline):
                     self.ledger.renew(item.key, token, self.worker, self.lease_ttl, sync=False)
                 except (StaleTokenError, StateConflictError, LedgerError):
                     return  # lost, or the ledger failed: the caller's own writes will say so
+        self._fenced = None  # a provider call: the next renewal asks the ledger
         thread = threading.Thread(target=beat, name=f"lease-{item.key[:8]}", daemon=True)
         thread.start()
         try:
@@ -341,32 +367,6 @@ class Runner(Salvaged, PageByPage, Pipeline):
             raise exc
         self.local_errors.append(f"cannot write {target}: {exc.strerror or exc}")
 
-    def _artifact_file(self, item) -> Path:
-        return roots.resolve(self.out_dir, item.artifact_path)
-
-    def _artifact_intact(self, item) -> bool:
-        """Verified under ``--out`` (by its recorded stat, else its SHA-256: ``artifacts``);
-        or found verified (hashed) under the recorded outputs root and materialized here
-        (a rerun with another ``--out``): reads and a copy, no state."""
-        if not item.artifact_path:
-            return False
-        path = item.artifact_path  # os.path.join's rule, without its Python call per item
-        if not self.verify_all and artifacts.unchanged(
-                path if path[0] == "/" else self._out_slash + path, item):
-            return True  # the very file recorded at done (an absolute path stays itself)
-        if documents.verify(self._artifact_file(item), item.artifact_size, item.artifact_sha256):
-            return True
-        if Path(item.artifact_path).is_absolute():
-            return False
-        target = self.out_dir / item.artifact_path
-        try:
-            return roots.materialize(item.artifact_path, item.artifact_size,
-                                     item.artifact_sha256, target, self.other_roots)
-        except OSError as exc:  # e.g. a directory where the artifact goes: this item only
-            self._unplaced.add(item.key)
-            self._unwritable(target, exc)  # a full disk halts the batch
-            return False
-
     def _done(self, item, token, budget):
         """A done item whose artifact is damaged is re-fetched, never re-executed."""
         if self._artifact_intact(item):
@@ -395,3 +395,6 @@ class Runner(Salvaged, PageByPage, Pipeline):
             fields["pages_done"] = self._resume_pages(item)
         item = self._move(item, S.UNKNOWN, token, note="retry", **fields)  # new attempt, new key
         return self._send_new(item, token, budget)
+
+
+Runner._own_process = Runner.process  # what ``Reuse._reused`` stands in for

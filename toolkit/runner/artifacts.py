@@ -23,11 +23,12 @@ from toolkit import documents
 
 STAT_FIELDS = ("artifact_mtime_ns", "artifact_ctime_ns", "artifact_ino")
 _INO_WRAP = 1 << 64  # an inode above 2**63 is stored as its signed 64-bit value
+_INO_HALF = _INO_WRAP >> 1
 
 
 def _signed(ino: int) -> int:
     """SQLite and PostgreSQL keep signed 64-bit integers; st_ino is unsigned."""
-    return ino - _INO_WRAP if ino >= _INO_WRAP >> 1 else ino
+    return ino - _INO_WRAP if ino >= _INO_HALF else ino
 
 
 def _stamp(info: os.stat_result) -> tuple:
@@ -45,15 +46,15 @@ def stat_fields(path) -> dict:
 
 
 def unchanged(path, item) -> bool:
-    """True when ``path`` has the size and stat recorded with ``item``'s artifact."""
-    recorded = (item.artifact_size, item.artifact_mtime_ns, item.artifact_ctime_ns,
-                item.artifact_ino)
-    if None in recorded:
-        return False  # an older record: nothing vouches for the file but its hash
+    """True when ``path`` has the size and stat recorded with ``item``'s artifact (an older
+    record, its fields None, never has: nothing vouches for the file but its hash)."""
     try:
-        return _stamp(os.stat(path)) == recorded
+        info = os.stat(path)
     except OSError:
         return False
+    return (info.st_mtime_ns == item.artifact_mtime_ns and info.st_size == item.artifact_size
+            and info.st_ctime_ns == item.artifact_ctime_ns
+            and _signed(info.st_ino) == item.artifact_ino)
 
 
 def intact(path, item, verify: bool = False) -> bool:

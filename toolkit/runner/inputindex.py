@@ -36,6 +36,7 @@ of it, not the batch's.
 
 import contextlib
 import glob
+import io
 import os
 import tempfile
 import time
@@ -56,9 +57,10 @@ _COARSE_NS, _FINE_NS = 2_000_000_000, 20_000_000
 _CLOCK = getattr(time, "CLOCK_REALTIME_COARSE", time.CLOCK_REALTIME)
 
 
-# The sort key of a run's inputs, and of the index's lines: the path's text (a C function
-# as the key of ``sorted``: no Python frame per input).
-order = os.fspath
+# The sort key of a run's inputs (``Path``s), and of the index's lines: the path's text.
+# ``str`` (a Path's ``__str__``, cached) rather than ``os.fspath``, which calls
+# ``__fspath__`` and then it: one Python frame per input less, three times per input.
+order = str
 
 
 def now_ns() -> int:
@@ -105,20 +107,50 @@ def _line(name: str, stamp_: tuple, digest: str) -> str:
 
 def _stamp_text(info: os.stat_result) -> str:
     """``stamp(info)`` as a line writes it (``_line``): compared as text, never parsed."""
-    return f"{info.st_dev} {info.st_ino} {info.st_size} {info.st_mtime_ns} {info.st_ctime_ns}"
+    return "%d %d %d %d %d" % (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns,
+                               info.st_ctime_ns)  # ``%`` formats ints faster than an f-string
 
 
 def _parse(line: str):
-    """``(name, stamp text, digest, line)`` of one line; None if it is not one (damaged,
-    foreign). The stamp stays text: a stat is compared with it as ``_stamp_text`` writes
-    it, so a stamp that is not five decimal numbers never matches (the file is read)."""
-    parts = line.split(" ", 5)
-    if len(parts) != 6 or line[-1] != "\n":
-        return None
-    rest = parts[5]
-    if len(rest) < 66 or rest[64] != " ":
-        return None
-    return _unescape(rest[65:-1]), line[:len(line) - len(rest) - 1], rest[:64], line
+    """``(name, stamp text, digest, line)`` of one line; None if it is not one (``_recorded``
+    holds the rule)."""
+    return next(_recorded(io.StringIO(line, newline="\n")), None)
+
+
+def _bounded_line(lines) -> str:
+    """The next line of ``lines`` ("" at its end), read in bounded memory: a line over
+    ``MAX_LINE`` (no newline within it: a damaged or foreign file) is read through to its
+    newline in bounded pieces and returned cut, so that it never parses."""
+    line = lines.readline(MAX_LINE)
+    if len(line) == MAX_LINE and not line.endswith("\n"):
+        while (rest := lines.readline(MAX_LINE)) and not rest.endswith("\n"):
+            pass
+        return line[:1]  # damage: no newline, never parsed
+    return line
+
+
+def _recorded(lines):
+    """The entries ``(name, stamp text, digest, line)`` of the recorded index after its
+    header, in its order; a line that is not one (damaged, foreign, torn: no newline) is
+    skipped, a read that fails ends it. The stamp stays text: a stat is compared with it
+    as ``_stamp_text`` writes it, so a stamp that is not five decimal numbers never
+    matches (the file is read). The parse is inline: it runs once per input of a rerun."""
+    readline = lines.readline
+    try:
+        while line := readline(MAX_LINE):
+            if line[-1] != "\n":
+                if len(line) == MAX_LINE:  # damage: read around, skipped
+                    while (rest := readline(MAX_LINE)) and not rest.endswith("\n"):
+                        pass
+                continue
+            parts = line.split(" ", 6)  # five stamp numbers, the digest, the name
+            if len(parts) != 7 or len(digest := parts[5]) != 64:
+                continue
+            name = parts[6]
+            yield ((_unescape(name[:-1]) if "\\" in name else name[:-1]),
+                   line[:-66 - len(name)], digest, line)
+    except (OSError, UnicodeError):
+        return
 
 
 def _open_regular(path: Path):
@@ -159,16 +191,19 @@ class InputIndex:
         """``trust=False`` (``--verify``): vouch for nothing, record what is read;
         ``record=False``: read the recorded index only (a count after the run)."""
         self.path = index_file(ledger_path)
-        self._old = self._new = self._next = self._lines = None
+        self._old = self._new = self._next = None
+        self._entries = iter(())
         self.vouched = 0  # inputs taken on their stat
         if self.path is None:
             return
         if trust:
             with contextlib.suppress(OSError, UnicodeError):
-                self._old = self._lines = _open_regular(self.path)
-                if self._readline() != HEADER:
+                self._old = _open_regular(self.path)
+                if _bounded_line(self._old) == HEADER:
+                    self._entries = _recorded(self._old)
+                else:
                     self._close_old()
-        self._advance()
+        self._next = next(self._entries, None)
         if not record:
             return
         _remove_orphans(self.path)
@@ -180,58 +215,57 @@ class InputIndex:
             self._temp = temp
             self._put(HEADER)
 
-    def _advance(self):
-        """The next recorded entry (None at the end): the merge's one line ahead."""
-        self._next = None
-        while self._lines is not None:
-            try:
-                line = self._readline()
-            except (OSError, UnicodeError):
-                line = ""
-            if not line:
-                self._close_old()
-            elif (entry := _parse(line)) is not None:
-                self._next = entry
-                break
-        return self._next
+    def vouch(self, paths) -> list:
+        """For each of ``paths``, in order, its recorded entry ``(name, stamp, digest, line)``
+        when its stat is the one recorded (one ``stat``, no read); else None: read it. Paths
+        come in ascending ``order``, call after call (the recorded lines are in it: a
+        merge, one line ahead). What is kept goes to ``keep``, in the inputs' order.
 
-    def _readline(self) -> str:
-        """The next line of the recorded index ("" at its end), read in bounded memory: a line
-        over ``MAX_LINE`` (no newline within it: a damaged or foreign file) is read through
-        to its newline in bounded pieces and returned cut, so that ``_parse`` skips it."""
-        line = self._lines.readline(MAX_LINE)
-        if len(line) == MAX_LINE and not line.endswith("\n"):
-            while (rest := self._lines.readline(MAX_LINE)) and not rest.endswith("\n"):
-                pass
-            return line[:1]  # damage: no newline, never parsed
-        return line
+        One frame for a whole chunk of inputs: a rerun's cost is per item, and a method
+        call per input (and per recorded line) was a third of it."""
+        found = [None] * len(paths)
+        entry, entries, stat, stamp_text = self._next, self._entries, os.stat, _stamp_text
+        for at, path in enumerate(paths):
+            name = order(path)
+            while entry is not None and entry[0] < name:
+                entry = next(entries, None)
+            if entry is None:
+                break  # nothing recorded from here on: every other input is read
+            if entry[0] != name:
+                continue
+            recorded, entry = entry, next(entries, None)
+            try:
+                info = stat(name)
+            except OSError:
+                continue
+            if stamp_text(info) == recorded[1]:
+                found[at] = recorded
+        self._next = entry
+        self.vouched += len(found) - found.count(None)
+        return found
 
     def digest(self, path) -> str | None:
-        """The recorded digest of ``path`` when its stat is the one recorded (one ``stat``,
-        no read); else None: read it and ``note`` what was read. Paths are asked in
-        ascending ``order`` (the recorded lines are in it: a merge)."""
-        name, entry = os.fspath(path), self._next
-        while entry is not None and entry[0] < name:
-            entry = self._advance()
-        if entry is None or entry[0] != name:
+        """``vouch`` for one path: its recorded digest (its line kept), else None."""
+        entry = self.vouch((path,))[0]
+        if entry is None:
             return None
-        self._advance()
-        try:
-            info = os.stat(name)
-        except OSError:
-            return None
-        if _stamp_text(info) != entry[1]:
-            return None
-        self.vouched += 1
         self._put(entry[3])  # the recorded line, as it was
         return entry[2]
 
+    def line(self, path, info: os.stat_result, started_ns: int, digest: str) -> str | None:
+        """The line recording that ``path``, with the stat ``info`` taken before its bytes
+        were read (a read that began at ``started_ns``), holds content ``digest``; None for
+        a stat that a write could still keep (``settled``): not recorded."""
+        return _line(order(path), stamp(info), digest) if settled(info, started_ns) else None
+
     def note(self, path, info: os.stat_result, started_ns: int, digest: str) -> None:
-        """Record that ``path``, with the stat ``info`` taken before its bytes were read
-        (a read that began at ``started_ns``), holds content ``digest``; a stat that a
-        write could still keep (``settled``) is not recorded."""
-        if settled(info, started_ns):
-            self._write(order(path), stamp(info), digest)
+        """Record ``line(path, info, started_ns, digest)``, if any."""
+        self.keep((self.line(path, info, started_ns, digest),))
+
+    def keep(self, lines) -> None:
+        """Write ``lines`` (recorded ones, as they were, and new ones from ``line``; None
+        skipped) to the new index, in the inputs' order: the next run merges them."""
+        self._put("".join(line for line in lines if line is not None))
 
     def _write(self, name, stamp_, digest) -> None:
         self._put(_line(name, stamp_, digest))
@@ -278,4 +312,4 @@ class InputIndex:
     def _close_old(self) -> None:
         if self._old is not None:
             self._old.close()
-        self._old = self._lines = None
+        self._old, self._entries = None, iter(())

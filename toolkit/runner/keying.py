@@ -32,23 +32,54 @@ def vouched(ledger, paths, keyers_, index=None, scan=False) -> list:
     ``scan`` a ``Light`` row: the fields the skip decision reads, no Item built.
 
     A list aligned with ``paths``, not a dict by path: a ``Path``'s hash is Python code, and
-    a rerun of n inputs would pay it 3n times."""
-    found, candidates = [None] * len(paths), []
-    for at, path in enumerate(paths):
-        digest = index.digest(path) if index is not None else None
-        if digest is None:
-            started = now_ns()  # before the read: what ``index.note`` may vouch for
-            try:
-                data, info = read_stat(path)
-            except Odd:
-                continue  # the full keying quarantines it
-            digest = content_digest(data)
-            if index is not None:
-                index.note(path, info, started, digest)
-        candidates.append((at, [keyer(digest) for keyer in keyers_]))
-    wanted = [key for _, keys in candidates for key in keys]
-    known = merged(ledger, wanted) if scan else ledger.get_many(wanted)
-    for at, keys in candidates:
+    a rerun of n inputs would pay it 3n times. Each step runs over the whole list (the
+    index's merge, each route's keys, the join): no call per input the index vouches for."""
+    recorded = index.vouch(paths) if index is not None else [None] * len(paths)
+    digests = [entry and entry[2] for entry in recorded]  # None: read it, below
+    lines = [entry and entry[3] for entry in recorded]  # the new index, in the inputs' order
+    for at in [at for at, entry in enumerate(recorded) if entry is None]:
+        started = now_ns()  # before the read: what ``index.line`` may vouch for
+        try:
+            data, info = read_stat(paths[at])
+        except Odd:
+            continue  # no digest: the full keying quarantines it
+        digests[at] = content_digest(data)
+        if index is not None:
+            lines[at] = index.line(paths[at], info, started, digests[at])
+    if index is not None:
+        index.keep(lines)  # a recorded line as it was; a new one if settled; None skipped
+    return _joined(ledger, digests, keyers_, scan)
+
+
+def _joined(ledger, digests, keyers_, scan) -> list:
+    """For each digest (None: none), the one item at rest among its candidate keys (one per
+    route) that the ledger holds, else None: no key, two (the bytes keyed under both
+    routes: the full keying decides), or one not at rest.
+
+    With ``scan``, the first route's keys are merged first; the others are computed (one
+    SHA-256 per input and route) and merged only when the ledger holds items that no first
+    key named (``item_count`` counted after the pass: items are never deleted, so a count
+    equal to the matches proves the pass saw no other row, and no other key of any input
+    can be there). A rerun of text documents pays one key per input, not two."""
+    present = [digest for digest in digests if digest is not None]
+    if scan:
+        routes = [keyers_[0].many(present)]
+        known = merged(ledger, routes[0])
+        if len(keyers_) > 1 and ledger.item_count() > len(known):  # a second pass
+            routes += [keyer.many(present) for keyer in keyers_[1:]]
+            known.update(merged(ledger, [key for keys in routes[1:] for key in keys]))
+    else:
+        routes = [keyer.many(present) for keyer in keyers_]  # identity.TaskKeyer
+        known = ledger.get_many([key for keys in routes for key in keys])
+    found = [None] * len(digests)
+    slots = [at for at, digest in enumerate(digests) if digest is not None]
+    if len(routes) == 1:  # one candidate key per input: the item it names, if at rest
+        get = known.get
+        for at, key in zip(slots, routes[0]):
+            if (item := get(key)) is not None and item.resting:
+                found[at] = item
+        return found
+    for at, keys in zip(slots, zip(*routes)):
         items = [known[key] for key in keys if key in known]
         if len(items) == 1 and items[0].resting:
             found[at] = items[0]

@@ -32,6 +32,7 @@ from toolkit.runner.ops import mark_unhealthy, recover_abandoned, require_health
 HOOK_POINTS = ("before_intent", "after_intent", "after_submit", "before_commit",
                "during_fetch", "during_lookup", "after_checkpoint")
 _AT_REST = (Item, Light)  # what process() may return that says whether it rests
+_VALUE = {state: state.value for state in State}  # a dict look-up: ``.value`` is Python code
 CHUNK = 256  # inputs a run keys, looks up and processes together: all it holds of a batch
 
 
@@ -80,6 +81,10 @@ class Snapshot:
     reused: int
 
 
+def no_hook(point, key, **context) -> None:
+    """The hook of a pipeline given none: nothing runs at the hook points."""
+
+
 def default_worker() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
@@ -123,7 +128,7 @@ class Pipeline(Intake):
         self.contract: Contract = provider.contract
         self.policy = policy
         self.worker = worker or default_worker()
-        self.hook = hook or (lambda point, key, **context: None)
+        self.hook = hook or no_hook
         self.sleep, self.lease_ttl, self.progress = sleep, lease_ttl, progress
         self._rng = random.Random(policy.seed)
         if page_by_page_from is not None and (page_by_page_from < 1 or not self.sends_pages):
@@ -142,6 +147,7 @@ class Pipeline(Intake):
         self._snapshots = None  # tempfile.TemporaryDirectory of this run's input snapshots
         self.other_roots: list[Path] = []  # the recorded outputs root, when --out is another
         self._current = self._stage = None
+        self._in_hand = self._fenced = None  # the safe runner's last committed move (Runner)
         self._started = time.monotonic()
         self.lost_replies = self.reused = 0
         self.halted: str | None = None  # why the batch stopped taking work, if it did
@@ -198,10 +204,8 @@ class Pipeline(Intake):
                 if ahead is not None:  # handed to this chunk, and let go of by the run
                     self._ahead = ahead[start:start + CHUNK]
                     ahead[start:start + CHUNK] = [None] * len(self._ahead)
-                chunk, ended = self.enqueue(paths[start:start + CHUNK]), {}
-                for key in chunk:
-                    ended[key] = self._known.get(key) if key in self.quarantined \
-                        else self.process(key)
+                chunk = self.enqueue(paths[start:start + CHUNK])
+                ended = self._process_chunk(chunk)
                 if bar is not None:
                     bar.update(min(CHUNK, len(paths) - start))
                 self._tally(chunk, counts, restless, ended)
@@ -236,18 +240,30 @@ class Pipeline(Intake):
             self.strays = self._strays()
         return counts
 
+    def _process_chunk(self, keys, ended=None) -> dict:
+        """``process`` each of ``keys`` not in ``ended`` (a strategy's items settled in a pass
+        of its own), except poison, which never is; return where each ended, by key."""
+        ended = {} if ended is None else ended
+        known, quarantined, process = self._known, self.quarantined, self.process
+        for key in keys:
+            if key not in ended:
+                ended[key] = known.get(key) if key in quarantined else process(key)
+        return ended
+
     def _tally(self, keys, counts, restless, ended=None) -> None:
         """Count the chunk's items at rest; keep the others' keys to count at the end.
 
         An item ``process`` returned at rest is counted as returned (rest is final for
-        automation); any other is read again."""
-        ended = ended or {}
-        rest = {key: item for key, item in ended.items()
-                if isinstance(item, _AT_REST) and item.resting}  # an Item, or a scan's row
-        rest.update(self.ledger.get_many(key for key in keys if key not in rest))
-        for key, item in rest.items():
+        automation); any other is read again (one query for the chunk)."""
+        again = [key for key in keys if key not in ended] if ended else list(keys)
+        for key, item in (ended or {}).items():
+            if isinstance(item, _AT_REST) and item.resting:  # an Item, or a scan's row
+                counts[_VALUE[item.state]] += 1
+            else:
+                again.append(key)
+        for key, item in self.ledger.get_many(again).items() if again else ():
             if item.resting:
-                counts[item.state.value] += 1
+                counts[_VALUE[item.state]] += 1
             else:
                 restless.add(key)
 
