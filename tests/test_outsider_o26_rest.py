@@ -276,3 +276,29 @@ def test_corrupt_line_view_refusal_words_the_damage_as_the_ledger_does(tmp_path,
         error = capsys.readouterr().err.strip()
         assert len(error.splitlines()) == 1 and error.startswith(f"error: {damage}; refusing "
                                                                  "to list its items"), error
+
+
+def test_full_tmpdir_audit_of_a_dead_writers_wal_exits_1_naming_tmpdir(tmp_path):
+    """Fault: TMPDIR (a real tmpfs) is full, and an SQLite ledger has a dead writer's -wal
+    (a writer killed with its connection open: the audit must read it from a private copy,
+    as even ``mode=ro`` would rebuild -shm beside it). Property: ``audit`` exits 1 with one
+    line naming TMPDIR as full, as the views do (before: exit 2, as for bad input); nothing
+    beside the ledger changes."""
+    work = tmp_path / "work"
+    work.mkdir()
+    writer = subprocess.run([sys.executable, "-c", (
+        "import os, sys; from toolkit.ledger import open_ledger\n"
+        "ledger = open_ledger(sys.argv[1])\n"
+        "for n in range(40): ledger.add(f'key-{n:04d}-' + 'x' * 40, source=f'd{n}.pdf')\n"
+        "os.kill(os.getpid(), 9)"), str(work / "l.sqlite")], capture_output=True, text=True)
+    assert writer.returncode == -9, writer
+    Path(f"{work / 'l.sqlite'}.lock").unlink(missing_ok=True)
+    assert (work / "l.sqlite-wal").stat().st_size > 8192  # the copy needs more than is left
+    before = listing(work)
+    with tmpfs_mount(tmp_path / "scratch", "size=256k") as scratch:
+        fill(scratch, room=8192)
+        result = tk(work, "audit", "l.sqlite", env={"TMPDIR": str(scratch)})
+    assert result.returncode == 1, result
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"TMPDIR {str(scratch)!r} is full" in lines[0], result
+    assert listing(work) == before

@@ -57,7 +57,7 @@ from toolkit.forensics import queues as _queues  # noqa: F401  (registers its ad
 from toolkit.forensics import sqlite as _sqlite
 from toolkit.forensics.checks import LOOKUP_FORMATS, check_items, plan_item
 from toolkit.forensics.lines import MAX_LINE
-from toolkit.forensics.private import CopyError
+from toolkit.forensics.private import CopyError, ScratchFull
 from toolkit.forensics.model import (
     ACTIONS,
     ADAPTERS,
@@ -208,6 +208,8 @@ def _audit(path, name, adapter, artifacts, inputs, now, gone=None, output_name=N
             raw = Raw()
         else:
             raw = adapter.read(path)
+    except ScratchFull:  # TMPDIR full: the storage's (exit 1), its line names TMPDIR
+        raise
     except ToolkitError as exc:  # a failed private copy is the disk's fault, not the format's
         raise _fail(path, exc, not isinstance(exc, CopyError)) from exc
     except (OSError, sqlite3.Error, MemoryError) as exc:
