@@ -17,10 +17,10 @@ before it is sent, the way an ``unknown`` item is reconciled:
 
 The rule lasts as long as the ledger: one lookup per new request, never a guess (a retry
 too: a key the lost lines held may have been adopted at an attempt they had retried). And
-the lost lines may have held a retry: when the lookup of attempt n finds nothing (a new
-request, or an ``unknown`` item reconciled), the later attempts n+1 .. n+``submits`` (the
-retries one run may start) are looked up before deciding, and a job found is adopted. A
-ledger never salvaged sends new work without a lookup.
+the lost lines may have held a retry: when the lookup of an ``unknown`` item's attempt n
+finds nothing (an item the salvage parked, released by a person), the later attempts
+n+1 .. n+``submits`` (the retries one run may start) are looked up before deciding, and a
+job found is adopted. A ledger never salvaged sends new work without a lookup.
 """
 
 import dataclasses
@@ -91,8 +91,6 @@ class Salvaged:
             return self._submit(item, token, budget)
         budget.lookups = 0  # a new request: its own lookups, as a new page gets its own
         job = self._look_up(item, token, budget)
-        if job is None:
-            job = self._look_up_later(item, token, budget)
         if job is not None and job is not UNANSWERED:
             self._move(item, S.SUBMITTED, token, job_id=job.job_id, sync=False,
                        note="found by lookup before a first send (salvaged ledger)")
