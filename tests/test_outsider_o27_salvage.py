@@ -246,3 +246,26 @@ def test_symlink_alias_of_the_ledger_cannot_salvage_into_the_inputs_folder(tmp_p
         assert refused.returncode == 2, (name, refused.stdout, refused.stderr)
         assert "inputs root" in refused.stderr and "Traceback" not in refused.stderr
     assert sorted(os.listdir(tmp_path / "in")) == before
+
+
+def test_every_line_of_a_key_retried_once_deleted_then_salvaged_its_retry_is_adopted(tmp_path):
+    """Fault: a run with transient submit refusals (50 %, seed 3); every line of a key
+    done at attempt 2 or later (attempt 1 refused: no job of it) deleted, the ledger
+    salvaged. Property: the rerun's lookup of attempt 1 finds nothing, but its output
+    under --out carries the key, so the later attempts are looked up: the executed one is
+    adopted and fetched (done, executed once, no submit), not parked for a person."""
+    items = _batch(tmp_path, 8, "--transient-rate", "0.5", "--seed", "3")
+    key = next(key for key, item in sorted(items.items())
+               if item.state == "done" and item.attempt >= 2)
+    _cut(tmp_path / "L.jsonl", lambda event: event["key"] != key)
+    assert _salvage(tmp_path / "L.jsonl", tmp_path / "S.jsonl").returncode == 0
+    submits = provider_stats(tmp_path / "p.db")["submit_calls"]
+    rerun = _run(tmp_path, tmp_path / "S.jsonl", "non-idempotent", "--transient-rate", "0")
+    assert "Traceback" not in rerun.stderr
+    with open_ledger(tmp_path / "S.jsonl") as salvaged:
+        item = salvaged.get(key)
+    assert item.state == "done", item
+    assert verify(tmp_path / "out" / item.artifact_path, item.artifact_size,
+                  item.artifact_sha256)
+    assert _executions(tmp_path, key) == 1
+    assert provider_stats(tmp_path / "p.db")["submit_calls"] == submits

@@ -17,8 +17,9 @@ before it is sent, the way an ``unknown`` item is reconciled:
 
 The rule lasts as long as the ledger: one lookup per new request, never a guess (a retry
 too: a key the lost lines held may have been adopted at an attempt they had retried). And
-the lost lines may have held a retry: when the lookup of an ``unknown`` item's attempt n
-finds nothing (an item the salvage parked, released by a person), the later attempts
+the lost lines may have held a retry: when the lookup of attempt n finds nothing for an
+``unknown`` item (one the salvage parked, released by a person) or for a new request
+with a file under the outputs root carrying its key, the later attempts
 n+1 .. n+``submits`` (the retries one run may start) are looked up before deciding, and a
 job found is adopted. A ledger never salvaged sends new work without a lookup.
 """
@@ -91,11 +92,17 @@ class Salvaged:
             return self._submit(item, token, budget)
         budget.lookups = 0  # a new request: its own lookups, as a new page gets its own
         job = self._look_up(item, token, budget)
+        files = self._traces_of(item) if job is None or job is UNANSWERED else []
+        if job is None and files:
+            # Evidence of a send, and none of this attempt's: perhaps of a retry the lost
+            # lines held (attempt n refused, n+1 executed). Only then the later attempts
+            # are looked up: a new document (no such file) costs its one lookup.
+            later = self._look_up_later(item, token, budget)
+            job = later if later is not UNANSWERED else job
         if job is not None and job is not UNANSWERED:
             self._move(item, S.SUBMITTED, token, job_id=job.job_id, sync=False,
                        note="found by lookup before a first send (salvaged ledger)")
             return CONTINUE
-        files = self._traces_of(item)
         if job is None and not files:
             return self._submit(item, token, budget)  # "not found" answered: new work
         said = ("no lookup answered" if job is UNANSWERED else
