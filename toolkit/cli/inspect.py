@@ -59,8 +59,8 @@ def _ledger(parser):
 
 def _outside_batch(new, ledger) -> None:
     """Refuse (one line, exit 2) a salvaged ledger ``new`` in a folder of the ledger's batch
-    (the outputs and inputs roots recorded beside it), as ``audit --csv`` refuses its file
-    there: ``run`` refuses a ledger inside its ``--inputs`` (outputs would be the next
+    (the outputs and inputs roots recorded beside its real path), as ``audit --csv``
+    refuses its file there: ``run`` refuses a ledger inside its ``--inputs`` (outputs would be the next
     run's inputs), and the run's companions of the new ledger would land among the inputs
     or artifacts. Compared as real paths (``forensics.checks.inside``, the rule
     ``audit --csv`` asks)."""
@@ -68,7 +68,9 @@ def _outside_batch(new, ledger) -> None:
     from toolkit.forensics.csvout import batch_folders
 
     real = os.path.realpath(os.path.abspath(new))  # a name not there yet: its folder's real path
-    for what, folder in batch_folders(ledger):
+    # The roots are recorded beside the ledger's real path (``canonical_path``): a symlink
+    # alias of the ledger has no roots file of its own, and would be found outside the batch.
+    for what, folder in batch_folders(os.path.realpath(ledger)):
         if inside(real, os.path.realpath(folder)):
             raise ToolkitError(f"--salvage {new!r} is in {what} {folder!r}: refusing to write "
                                "a ledger there (an input or an artifact may be the only copy, "

@@ -12,14 +12,19 @@ header line, kept by compaction and by a later salvage), and the runner looks up
 request such a ledger never recorded before sending it (``runner.salvaged``).
 """
 
+import contextlib
 import dataclasses
+import fcntl
 import json
+import os
 from pathlib import Path
 
-from toolkit.errors import LedgerError, ToolkitError
+from toolkit.errors import LedgerBusyError, LedgerError, ToolkitError
 from toolkit.ledger import LEASE_FIELDS, PERMANENT, Item, State
 from toolkit.ledger.gaps import describe
 from toolkit.ledger.jsonl import SNAPSHOT, JsonlLedger, header_line, item_to_json
+from toolkit.ledger.transitions import ARTIFACT_FIELDS
+from toolkit.storage import LOCK, lock_holder
 
 
 def salvage(path, new_path) -> dict:
@@ -33,6 +38,7 @@ def salvage(path, new_path) -> dict:
 
     Raises:
         ToolkitError: ``new_path`` exists, or ``path`` is no JSONL ledger of ours.
+        LedgerBusyError: a live writer holds ``path`` (its lines are still being written).
     """
     from toolkit.documents import write_atomic
 
@@ -41,15 +47,16 @@ def salvage(path, new_path) -> dict:
         raise ToolkitError(f"{str(new_path)!r} exists: salvage writes a new ledger, never over one")
     if path.suffix.lower() != ".jsonl" or new_path.suffix.lower() != ".jsonl":
         raise ToolkitError("--salvage reads a .jsonl ledger and writes a new .jsonl ledger")
-    old = JsonlLedger(path, view=True)  # reads only; refuses a foreign or newer file
-    try:
-        items = {**old.orphans, **{item.key: item for item in old.items()}}
-        affected, lines, seq = sorted(old.affected_keys), list(old.corrupt_lines), old._seq
-        unattributed = list(old.unattributed_lines)
-        gaps = list(old.missing_seqs)  # (first, last) ranges: the ledger's own rule, gaps.py
-        mark = old.salvaged  # an earlier salvage's mark stays: its lost keys are still lost
-    finally:
-        old.close()
+    with _writer_excluded(path) as real:
+        old = JsonlLedger(real, view=True)  # reads only; refuses a foreign or newer file
+        try:
+            items = {**old.orphans, **{item.key: item for item in old.items()}}
+            affected, lines, seq = sorted(old.affected_keys), list(old.corrupt_lines), old._seq
+            unattributed = list(old.unattributed_lines)
+            gaps = list(old.missing_seqs)  # (first, last) ranges: the ledger's own rule, gaps.py
+            mark = old.salvaged  # an earlier salvage's mark stays: its lost keys are still lost
+        finally:
+            old.close()
     reason = (f"salvaged from {path.name}: corrupt lines {', '.join(map(str, lines))} may hold "
               "events of this item; check it at the provider, then release or cancel it")
     if lines or gaps:
@@ -66,9 +73,18 @@ def salvage(path, new_path) -> dict:
         if gaps and not lines:
             reason = (f"salvaged from {path.name}: the events of {describe(gaps)} are missing "
                       "and may be this item's; check it at the provider, then release or cancel it")
-    for key in affected:
-        items[key] = dataclasses.replace(items.get(key) or Item(key=key), state=State.NEEDS_REVIEW,
-                                         reason=reason, **dict.fromkeys(LEASE_FIELDS))
+    # A done the lost lines rebuilt without its artifact (only its release line was read,
+    # say) is no done a run can verify: parked with that reason, whatever else was lost.
+    hollow = {key for key, item in items.items() if item.state is State.DONE and not _whole(item)}
+    for key in sorted(set(affected) | hollow):
+        items[key] = dataclasses.replace(
+            items.get(key) or Item(key=key), state=State.NEEDS_REVIEW,
+            reason=reason if key not in hollow else (
+                f"salvaged from {path.name}: a done without its artifact fields (path, size, "
+                "sha256), the lines that recorded them lost; check it at the provider (its "
+                "output may be under the outputs root), then release or cancel it"),
+            **dict.fromkeys(LEASE_FIELDS))
+    affected = sorted(set(affected) | hollow)
     body = b"".join(json.dumps({SNAPSHOT: item_to_json(item), "seq": seq}, sort_keys=True)
                     .encode() + b"\n" for item in items.values())
     write_atomic(header_line(mark) + body, new_path)
@@ -91,6 +107,48 @@ def _settled(item: Item) -> bool:
     """No automation moves it again, whatever a lost event said: nothing to resend."""
     return item.state in (State.DONE, State.CANCELLED, State.NEEDS_REVIEW) or (
         item.state is State.FAILED and item.failure == PERMANENT)
+
+
+def _whole(item: Item) -> bool:
+    """A done as ``Ledger.move`` writes one: its artifact's path, size and SHA-256 all there."""
+    return all(getattr(item, name) not in (None, "") for name in ARTIFACT_FIELDS)
+
+
+@contextlib.contextmanager
+def _writer_excluded(path: Path):
+    """Yield the ledger's real path while we hold its writer lock (``<real path>.lock``,
+    taken as ``run`` and ``resolve`` take it: exclusive, never waiting), so the file is read
+    whole and no writer starts until we are done; a live writer refuses the salvage
+    (``LedgerBusyError``, exit 1, naming its pid): its lines are still being written, so a
+    salvage would read an unfinished history as a finished one.
+
+    A lock file we created is removed while we still hold it, as ``run`` removes the one it
+    created beside a corrupt ledger it refuses (``registry._tidy``): an opener that got the
+    file before the unlink is refused as busy, a later one makes a new file. One that was
+    there stays."""
+    real = Path(os.path.realpath(path))  # a symlink alias meets the writer's lock
+    lock = f"{real}{LOCK}"
+    made = not os.path.lexists(lock)
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise ToolkitError(f"cannot open the lock of JSONL ledger {str(path)!r}: "
+                           f"{exc.strerror or exc}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pid = lock_holder(fd)
+            holder = f"live process {pid}" if pid else "a live process"
+            raise LedgerBusyError(f"JSONL ledger {str(path)!r} is busy: open in another writer "
+                                  f"({holder}); salvage it when that run ends") from None
+        try:
+            yield real
+        finally:
+            if made:
+                Path(lock).unlink(missing_ok=True)  # still ours: see above
+    finally:
+        os.close(fd)
 
 
 def lost_lines(mark) -> str:

@@ -257,6 +257,8 @@ class Runner(Salvaged, Reuse, PageByPage, Pipeline):
     def _unknown(self, item, token, budget):
         """Query before resubmitting: the provider's answer, then its contract, decide."""
         job = self._look_up(item, token, budget)
+        if job is None:  # a salvaged ledger: a later attempt's, a retry the lost lines held
+            job = self._look_up_later(item, token, budget)
         if job is UNANSWERED:
             return REST  # e.g. lookup unavailable: rest unresolved, never guess
         if job is not None:

@@ -16,10 +16,15 @@ before it is sent, the way an ``unknown`` item is reconciled:
   no answer (lookup unavailable)  ``needs_review``, with that reason and such files
 
 The rule lasts as long as the ledger: one lookup per new request, never a guess (a retry
-too: a key the lost lines held may have been adopted at an attempt they had retried). A
-ledger never salvaged sends new work without a lookup.
+too: a key the lost lines held may have been adopted at an attempt they had retried). And
+the lost lines may have held a retry: when the lookup of attempt n finds nothing for an
+``unknown`` item (one the salvage parked, released by a person) or for a new request
+with a file under the outputs root carrying its key, the later attempts
+n+1 .. n+``submits`` (the retries one run may start) are looked up before deciding, and a
+job found is adopted. A ledger never salvaged sends new work without a lookup.
 """
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -33,34 +38,48 @@ SHOWN = 3  # files named in a reason, at most
 
 
 def _index(outputs, checkpoints) -> dict[str, list[tuple[Path, bool]]]:
-    """Files by the first 8 characters of the key their name carries, each with whether it
-    is a checkpoint: outputs ``<stem>.<key8>.pdf`` in the folders ``outputs``
-    (``roots.output_path``), page checkpoints ``<key>.<page:04d>.pdf`` in ``checkpoints``
-    (``pages.py``). One listing per run, not one per new key."""
+    """Files by the first 8 characters of the key their name carries (lower case), each with
+    whether it is a checkpoint: outputs ``<stem>.<key8>.pdf`` anywhere under the folders
+    ``outputs`` (``roots.output_path``; a person may have moved one into a subfolder or
+    renamed it in upper case), page checkpoints ``<key>.<page:04d>.pdf`` in ``checkpoints``
+    (``pages.py``). One walk per run, not one per new key; a symlinked folder is not
+    followed (it may lead out of the outputs root, or round in a loop)."""
     found: dict[str, list[tuple[Path, bool]]] = {}
-    for where, is_checkpoint in [*((Path(f), False) for f in outputs), (checkpoints, True)]:
-        try:
-            names = os.listdir(where)
-        except OSError:  # no such folder (yet): nothing there carries a key
-            continue
+
+    def add(where, names, is_checkpoint):
         for name in names:
-            if name.endswith(".pdf") and len(name) > 12:
-                key8 = name[:8] if is_checkpoint else name[-12:-4]
-                found.setdefault(key8, []).append((where / name, is_checkpoint))
+            low = name.lower()
+            if low.endswith(".pdf") and len(name) > 12:
+                key8 = low[:8] if is_checkpoint else low[-12:-4]
+                found.setdefault(key8, []).append((Path(where) / name, is_checkpoint))
+
+    for root in outputs:
+        # os.walk: an unreadable folder (or none yet) is skipped; a symlink to a folder is
+        # never entered (followlinks=False)
+        for where, folders, names in os.walk(root):
+            if Path(where) == Path(checkpoints):
+                folders[:] = []
+                continue  # indexed below, as checkpoints
+            add(where, names, False)
+    try:
+        add(checkpoints, os.listdir(checkpoints), True)
+    except OSError:  # no such folder (yet): nothing there carries a key
+        pass
     return found
 
 
 def traces(index, key: str, pages_done: int | None) -> list[Path]:
-    """The files of ``index`` named by ``key``: its output, and checkpoints of pages after
-    the ``pages_done`` the ledger records (those are its own)."""
-    out = []
+    """The files of ``index`` named by ``key`` (in any case): its output, and checkpoints
+    of pages after the ``pages_done`` the ledger records (those are its own)."""
+    out, key = [], key.lower()
     for path, is_checkpoint in index.get(key[:8], ()):
-        page = path.name[len(key) + 1:-4]
-        if (path.name.endswith(f".{key[:8]}.pdf") if not is_checkpoint else
-                path.name.startswith(f"{key}.") and page.isdigit() and
+        name = path.name.lower()
+        page = name[len(key) + 1:-4]
+        if (name.endswith(f".{key[:8]}.pdf") if not is_checkpoint else
+                name.startswith(f"{key}.") and page.isdigit() and
                 int(page) > (pages_done or 0)):
             out.append(path)
-    return sorted(out)
+    return sorted(set(out))  # one file under two roots (one inside the other) named once
 
 
 class Salvaged:
@@ -73,11 +92,17 @@ class Salvaged:
             return self._submit(item, token, budget)
         budget.lookups = 0  # a new request: its own lookups, as a new page gets its own
         job = self._look_up(item, token, budget)
+        files = self._traces_of(item) if job is None or job is UNANSWERED else []
+        if job is None and files:
+            # Evidence of a send, and none of this attempt's: perhaps of a retry the lost
+            # lines held (attempt n refused, n+1 executed). Only then the later attempts
+            # are looked up: a new document (no such file) costs its one lookup.
+            later = self._look_up_later(item, token, budget)
+            job = later if later is not UNANSWERED else job
         if job is not None and job is not UNANSWERED:
             self._move(item, S.SUBMITTED, token, job_id=job.job_id, sync=False,
                        note="found by lookup before a first send (salvaged ledger)")
             return CONTINUE
-        files = self._traces_of(item)
         if job is None and not files:
             return self._submit(item, token, budget)  # "not found" answered: new work
         said = ("no lookup answered" if job is UNANSWERED else
@@ -91,6 +116,25 @@ class Salvaged:
             f"have been sent before the lines were lost; {said}{found}; check it at the "
             "provider, then release or cancel it"))
         return REST
+
+    def _look_up_later(self, item, token, budget):
+        """After "not found" for the item's attempt n, on a salvaged ledger: the job of a
+        later attempt's request (n+1 .. n+``policy.submits``, each with its own lookups),
+        the first found; else None, or ``UNANSWERED`` if one got no answer. A retry's
+        request may have been sent (and have succeeded) in lines since lost, and a
+        transient refusal of attempt n leaves no job of n at all: so no attempt stops the
+        search. A ledger never salvaged: None at once (its history is whole)."""
+        if getattr(self.ledger, "salvaged", None) is None:
+            return None
+        unanswered = False
+        for attempt in range(item.attempt + 1, item.attempt + 1 + self.policy.submits):
+            budget.lookups = 0  # another request: its own lookups
+            job = self._look_up(dataclasses.replace(item, attempt=attempt), token, budget)
+            if job is UNANSWERED:
+                unanswered = True
+            elif job is not None:
+                return job
+        return UNANSWERED if unanswered else None
 
     def _traces_of(self, item) -> list[Path]:
         """Files under --out (and the recorded outputs root) named by the item's key."""
