@@ -99,7 +99,7 @@ def snapshot_damage(header: dict | None, snapshots, moved: int | None = None):
     if header is None:
         if not snapshots:
             return None
-        return "missing_header", (f"has {len(snapshots)} snapshot lines (from line "
+        return "missing_header", (f"has {_lines(len(snapshots))} (from line "
                                   f"{snapshots[0][0]}) and no header line above them: a "
                                   "deleted header may have held a salvage's mark (keys lost)")
     if moved is not None:
@@ -112,7 +112,7 @@ def snapshot_damage(header: dict | None, snapshots, moved: int | None = None):
     if type(count) is not int or type(seq) is not int:
         return "snapshot_mismatch", f"has a header whose snapshot record is unreadable: {recorded!r}"
     if len(snapshots) != count:
-        return "snapshot_mismatch", (f"has {len(snapshots)} snapshot lines where its header "
+        return "snapshot_mismatch", (f"has {_lines(len(snapshots))} where its header "
                                      f"records {count}: snapshot lines deleted or copied")
     for line, at in snapshots:
         if at != seq:
@@ -128,3 +128,7 @@ def snapshot_base(header: dict | None, snapshots) -> int:
     if isinstance(recorded, dict) and type(recorded.get("seq")) is int:
         return recorded["seq"]
     return max((seq for _, seq in snapshots), default=0)
+
+
+def _lines(count: int) -> str:
+    return f"{count} snapshot line{'' if count == 1 else 's'}"
