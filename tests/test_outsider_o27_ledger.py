@@ -209,3 +209,24 @@ def test_compaction_salvage_and_group_commit_threads_stay_accepted(tmp_path, cap
         assert not [a for a in audit(each).anomalies if a.key is None], each
         assert main(["ledger", str(each)]) == 0
     assert read_header(_lines(tmp_path / "S.jsonl")[0]).get("salvaged") is None
+
+
+def test_second_salvage_of_a_salvaged_ledger_keeps_the_first_mark_as_earlier(
+        tmp_path, capsys):
+    """Fault (Q9): a salvaged ledger (a key lost from ``L.jsonl``) damaged again, one of
+    its snapshot lines overwritten with garbage, and salvaged a second time. Property: the
+    new header names this salvage's loss and keeps the first's as ``earlier`` (its lost key
+    is still lost: never forgotten); the audit's note names both."""
+    _, salvaged = _salvaged_batch(tmp_path, capsys)
+    first = read_header(_lines(salvaged)[0])["salvaged"]
+    lines = _lines(salvaged)
+    lines[1] = b"{garbage\n"
+    salvaged.write_bytes(b"".join(lines))
+    again = tmp_path / "S2.jsonl"
+    assert main(["ledger", str(salvaged), "--salvage", str(again)]) == 0
+    mark = read_header(_lines(again)[0])["salvaged"]
+    assert mark["from"] == "S.jsonl" and "corrupt lines 2" in mark["lost"]
+    assert mark["earlier"] == [first] and first["from"] == "L.jsonl"
+    [note] = audit(again).notes
+    assert "salvaged from S.jsonl (corrupt lines 2" in note
+    assert f"earlier from L.jsonl ({first['lost']})" in note
