@@ -110,7 +110,8 @@ def snapshot_damage(header: dict | None, snapshots, moved: int | None = None):
     count, seq = (recorded.get("count"), recorded.get("seq")) if isinstance(recorded, dict) \
         else (None, None)
     if type(count) is not int or type(seq) is not int:
-        return "snapshot_mismatch", f"has a header whose snapshot record is unreadable: {recorded!r}"
+        return "snapshot_mismatch", ("has a header whose snapshot record is unreadable: "
+                                     f"{recorded!r:.80}")
     if len(snapshots) != count:
         return "snapshot_mismatch", (f"has {_lines(len(snapshots))} where its header "
                                      f"records {count}: snapshot lines deleted or copied")

@@ -7,8 +7,8 @@ event never glues onto it. Interior lines that do not parse are reported in
 ``corrupt_lines`` (1-based) and skipped, never fatal; seqs absent from the history
 (lines deleted: ``gaps.py``) in ``missing_seqs``, event lines out of seq order (copied,
 moved) in ``disorder``, snapshot lines the header does not count in ``snapshot_damage``.
-Any of them makes the ledger refuse writes (``corruption``). One writer process at a time: a second one gets ``LedgerBusyError``
-from a lock on ``<path>.lock``.
+Any of them makes the ledger refuse writes (``corruption``). One writer process at a
+time: a second one gets ``LedgerBusyError`` from a lock on ``<path>.lock``.
 """
 
 import contextlib
