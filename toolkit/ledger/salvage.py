@@ -16,6 +16,7 @@ may have taken an earlier mark with it, and a history out of order folds to stat
 nobody wrote. The new ledger gets the old one's file mode.
 """
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -69,7 +70,9 @@ def salvage(path, new_path) -> dict:
             snapshots and _SNAPSHOTS_LOST[snapshots[0]]]))
         # A chain, oldest first: each salvage's own loss stays named (a header deleted
         # took an earlier mark with it: ``missing_header`` says it may have been there).
-        earlier = [*mark.get("earlier", []), {k: v for k, v in mark.items() if k != "earlier"}] \
+        chain = mark.get("earlier") if isinstance(mark, dict) else None
+        earlier = [*(chain if isinstance(chain, list) else []),
+                   {k: v for k, v in mark.items() if k != "earlier"}] \
             if isinstance(mark, dict) else []
         mark = {"from": path.name, "lost": lost, **({"earlier": earlier} if earlier else {})}
         if not lines and not gaps:
@@ -93,7 +96,8 @@ def salvage(path, new_path) -> dict:
     body = b"".join(json.dumps({SNAPSHOT: item_to_json(item), "seq": seq}, sort_keys=True)
                     .encode() + b"\n" for item in items.values())
     write_atomic(header_line(mark, (len(items), seq)) + body, new_path)
-    os.chmod(new_path, mode)  # written 0600 (a temp file): the old ledger's mode, as it was
+    with contextlib.suppress(OSError):  # written 0600 (a temp file): the old ledger's mode
+        os.chmod(new_path, mode)
     try:  # prove the new file reads back as an intact ledger of ours
         check = JsonlLedger(new_path, view=True)
         intact = not check.damaged and len(check.items()) == len(items) and \
