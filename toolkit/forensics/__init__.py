@@ -230,6 +230,8 @@ def _ordered(anomalies):
 
 
 UNSETTLED = ("pending", "unknown", "submitted", "partial", "failed")
+# line-level findings of a JSONL history not whole (forensics.jsonl: the ledger's gaps.py)
+HISTORY_DAMAGE = ("seq_gap", "seq_disorder", "missing_header", "snapshot_mismatch")
 
 
 def _damage(raw) -> str | None:
@@ -239,9 +241,9 @@ def _damage(raw) -> str | None:
         return (f"ledger has corrupt lines {', '.join(map(str, sorted(raw.corrupt_lines)[:10]))}"
                 ": any key's last event may be lost; salvage parks it for review")
     # the seq_gap finding is line-level and comes after every other line's (jsonl.seq_gaps)
-    gap = next((a for a in reversed(raw.anomalies) if a.kind == "seq_gap"), None)
+    gap = next((a for a in reversed(raw.anomalies) if a.kind in HISTORY_DAMAGE), None)
     if gap is not None:
-        return "ledger events have a seq gap (see the seq_gap finding): any key's last " \
+        return f"ledger history is not whole (see the {gap.kind} finding): any key's last " \
                "event may be lost; review"
     return None
 

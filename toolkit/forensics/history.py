@@ -93,6 +93,7 @@ class History:
         self.orphaned: set = set()  # keys seen only in events before any add
         # seqs of lines kept out of the event table (forensics.jsonl.seq_gaps counts them)
         self.apart, self.snapshot_seqs = [], set()  # of orphaned events; of snapshots
+        self.snapshot_lines = []  # (line, seq) of each snapshot (gaps.snapshot_damage)
         self.apart_lines: set = set()  # lines of orphaned events (none held a lost add)
         self.unusable, self._scanned = [], 0  # the other unusable lines, read so far
         self.glued: dict = {}  # key -> [(line, seq, op)] whole in a glued line (jsonl._glued)
@@ -233,6 +234,7 @@ class History:
             self.raw.finding(key, "duplicate_key", f"line {line}: a second snapshot or a "
                              "snapshot after events replaces this key")
         self.snapshot_seqs.add(seq)
+        self.snapshot_lines.append((line, seq))
         fields = {name: item[name] for name in item if name in DETAIL_FIELDS}
         self.items[key] = Record(key, state, state, source=item.get("source"),
                                  attempt=item.get("attempt"), updated=item.get("updated"), **fields)

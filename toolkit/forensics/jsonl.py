@@ -5,14 +5,15 @@ import json.scanner
 import typing
 from functools import partial
 
-from toolkit.forensics.columns import OPS
+from toolkit.forensics.columns import OPS, Field
 from toolkit.forensics.foreign import StateFile
 from toolkit.forensics.history import SNAPSHOT, History
 from toolkit.forensics import lines as reading
 from toolkit.forensics.lines import SHALLOW, LineReader, decode_one
 from toolkit.forensics.model import Raw, register
 from toolkit.ledger.jsonl import FORMAT as JSONL_FORMAT
-from toolkit.ledger.gaps import describe, missing_ranges
+from toolkit.ledger.gaps import describe, describe_disorder, missing_ranges, out_of_order, \
+    snapshot_base, snapshot_damage
 from toolkit.ledger.jsonl import SALVAGED, read_header
 from toolkit.ledger.salvage import lost_lines
 
@@ -227,7 +228,41 @@ def read_toolkit_jsonl(path) -> Raw:
     if gaps:  # an orphaned event's line is unusable but holds its own seq, no missing one
         raw.finding(None, "seq_gap", _gap_detail(gaps, len(raw.corrupt_lines) -
                                                  len(history.apart)))
+    _order_findings(raw, header, history, events)
     return raw
+
+
+def _order_findings(raw: Raw, header, history: History, events) -> None:
+    """``seq_disorder`` (an event seq not above the one before: lines copied or moved),
+    ``missing_header`` and ``snapshot_mismatch`` (snapshot lines the header does not
+    count): the ledger's own rules (``gaps.out_of_order``, ``gaps.snapshot_damage``)."""
+    snapshots = history.snapshot_lines
+    lines = events["line"]
+    first = min(filter(None, [next(iter(lines), None), *history.apart_lines]), default=None)
+    moved = next((line for line, _ in snapshots if first is not None and line > first), None)
+    damage = snapshot_damage(header, snapshots, moved)
+    if damage is not None:
+        raw.finding(None, damage[0], f"the ledger {damage[1]}; a salvage marks the new ledger")
+    recorded = snapshots or (header or {}).get("snapshots") is not None
+    found = _disorder(events["seq"], lines, snapshot_base(header, snapshots) if recorded else None)
+    if found:
+        raw.finding(None, "seq_disorder", f"event lines out of seq order: "
+                    f"{describe_disorder(found)}: lines copied (a duplicate) or moved; the "
+                    "items are folded from a history no writer wrote")
+
+
+def _disorder(seqs, lines, previous) -> list:
+    """``gaps.out_of_order`` over the event table; a packed column (every seq an int64)
+    is first checked in one vectorized comparison, the usual answer being none."""
+    if isinstance(seqs, Field):
+        import numpy as np
+
+        column = np.asarray(seqs)
+        if not len(column) or (bool((column[1:] > column[:-1]).all())
+                               and (previous is None or column[0] > previous)):
+            return []
+    return out_of_order(((line, seq) for line, seq in zip(lines, seqs) if type(seq) is int),
+                        previous)
 
 
 def _glued(history: History, budget: list, line, number: int) -> str:

@@ -19,6 +19,9 @@ KINDS = (
     "torn_line",              # final line without its newline: the write never finished
     "corrupt_line",           # an interior line that is not a valid record
     "seq_gap",                # our JSONL: seqs no line holds (lines deleted or lost)
+    "seq_disorder",           # our JSONL: an event seq not above the one before (lines copied, moved)
+    "missing_header",         # our JSONL: snapshot lines with no header line above them
+    "snapshot_mismatch",      # our JSONL: snapshot lines the header does not count (deleted, copied)
     "corrupt_record",         # a database row that is not a valid record
     "opaque_payload",         # payloads not JSON or text (a pickle): never decoded, names unknown
     "unaudited_table",        # tables beside the queue that the audit did not read (never silent)

@@ -1,4 +1,5 @@
-"""Missing seqs in a JSONL ledger's history: the one rule, applied by ``JsonlLedger._replay``.
+"""A JSONL ledger's history whole and in order: the rules, applied by ``JsonlLedger._replay``
+and by the audit (``forensics.jsonl``) alike.
 
 Every event this toolkit writes takes the next seq (``JsonlLedger._write``, under the
 ledger's lock: seq order is write order, group commit or not), so a whole history holds
@@ -14,6 +15,12 @@ compaction or a salvage wrote first (0 without them). What never leaves a hole:
 So a hole is lines deleted (or an interior line unreadable): the lost events may have been
 any key's intent, and the ledger is refused like one with a corrupt interior line. A
 deleted suffix leaves no trace here (it looks like a run that stopped earlier).
+
+For the same reason event seqs strictly increase down the file (``out_of_order``): a seq
+not above the one before is a line copied (a duplicate) or moved (lines swapped), never
+something a writer does. And the snapshot lines a compaction or a salvage writes are
+counted in the header above them (``snapshot_damage``): one deleted or copied, or the
+header deleted (with it a salvage's mark, the only record that keys were lost), shows.
 """
 
 SHOWN = 5  # ranges named in a message; the rest are counted
@@ -53,3 +60,76 @@ def describe(ranges) -> str:
         text += f" and {len(ranges) - SHOWN} more ranges"
     count = sum(last - first + 1 for first, last in ranges)
     return f"seq {text} ({count} event{'s' if count > 1 else ''})"
+
+
+def out_of_order(numbered, previous: int | None = None) -> list[tuple[int, int, int]]:
+    """``(line, seq, previous seq)`` of each event line whose seq is not above the one
+    before it, from ``(line, seq)`` pairs in file order; ``previous``: the seq before
+    the first (a snapshot's), None when the first is compared with nothing.
+
+    >>> out_of_order([(2, 1), (3, 2), (4, 2), (5, 4), (6, 3)], previous=0)
+    [(4, 2, 2), (6, 3, 4)]
+    """
+    found = []
+    for line, seq in numbered:
+        if previous is not None and seq <= previous:
+            found.append((line, seq, previous))
+        previous = seq
+    return found
+
+
+def describe_disorder(found) -> str:
+    """``'line 4 (seq 2 after seq 2), line 6 (seq 3 after seq 4)'``: at most ``SHOWN``."""
+    text = ", ".join(f"line {line} (seq {seq} after seq {before})"
+                     for line, seq, before in found[:SHOWN])
+    return text + (f" and {len(found) - SHOWN} more lines" if len(found) > SHOWN else "")
+
+
+def snapshot_damage(header: dict | None, snapshots, moved: int | None = None):
+    """``(kind, words)`` when the snapshot lines do not match the header, else None.
+
+    ``header``: the header line's object (None: the file has none); ``snapshots``: the
+    ``(line, seq)`` of every snapshot line; ``moved``: the first snapshot line below an
+    event line, if any. Snapshot lines are written only right below a header that counts
+    them (``header.py``), so lines with no header above them are ``missing_header``: the
+    header was deleted, and with it, maybe, a salvage's mark (a ledger compacted by a
+    toolkit older than the header reads the same, and is salvaged the same way). A header
+    written before the count existed is not held to one.
+    """
+    if header is None:
+        if not snapshots:
+            return None
+        return "missing_header", (f"has {_lines(len(snapshots))} (from line "
+                                  f"{snapshots[0][0]}) and no header line above them: a "
+                                  "deleted header may have held a salvage's mark (keys lost)")
+    if moved is not None:
+        return "snapshot_mismatch", f"has snapshot line {moved} below event lines: lines moved"
+    recorded = header.get("snapshots")
+    if recorded is None:
+        return None
+    count, seq = (recorded.get("count"), recorded.get("seq")) if isinstance(recorded, dict) \
+        else (None, None)
+    if type(count) is not int or type(seq) is not int:
+        return "snapshot_mismatch", ("has a header whose snapshot record is unreadable: "
+                                     f"{recorded!r:.80}")
+    if len(snapshots) != count:
+        return "snapshot_mismatch", (f"has {_lines(len(snapshots))} where its header "
+                                     f"records {count}: snapshot lines deleted or copied")
+    for line, at in snapshots:
+        if at != seq:
+            return "snapshot_mismatch", (f"has snapshot line {line} at seq {at} where its "
+                                         f"header records seq {seq}")
+    return None
+
+
+def snapshot_base(header: dict | None, snapshots) -> int:
+    """The seq the events after the snapshots continue from: the header's record, else the
+    highest snapshot line's seq, else 0."""
+    recorded = (header or {}).get("snapshots")
+    if isinstance(recorded, dict) and type(recorded.get("seq")) is int:
+        return recorded["seq"]
+    return max((seq for _, seq in snapshots), default=0)
+
+
+def _lines(count: int) -> str:
+    return f"{count} snapshot line{'' if count == 1 else 's'}"

@@ -5,9 +5,10 @@ a final line without its newline (a torn write): on open it is ignored,
 reported in ``torn_tail`` and cut off before the next append, so the next
 event never glues onto it. Interior lines that do not parse are reported in
 ``corrupt_lines`` (1-based) and skipped, never fatal; seqs absent from the history
-(lines deleted: ``gaps.py``) in ``missing_seqs``. Either makes the ledger refuse writes
-(``corruption``). One writer process at a time: a second one gets ``LedgerBusyError``
-from a lock on ``<path>.lock``.
+(lines deleted: ``gaps.py``) in ``missing_seqs``, event lines out of seq order (copied,
+moved) in ``disorder``, snapshot lines the header does not count in ``snapshot_damage``.
+Any of them makes the ledger refuse writes (``corruption``). One writer process at a
+time: a second one gets ``LedgerBusyError`` from a lock on ``<path>.lock``.
 """
 
 import contextlib
@@ -21,49 +22,18 @@ import re
 from toolkit.documents import fsync_dir
 from toolkit.errors import LedgerBusyError, LedgerError, StorageError
 from toolkit.ledger import Event, Item, Ledger, State, apply_event
-from toolkit.ledger.gaps import describe, missing_ranges
+from toolkit.ledger.gaps import describe, describe_disorder, missing_ranges, out_of_order, \
+    snapshot_base as gaps_base, snapshot_damage
 from toolkit.ledger.group import GroupCommit
+from toolkit.ledger.header import (FORMAT, HEADER_LINE, SALVAGED, VERSION,  # noqa: F401
+                                   header_line, header_version, read_header)
 from toolkit.ledger.lines import event_line
 from toolkit.ledger.records import ItemRow, item_of
 from toolkit.storage import LOCK, lock_holder, os_error
 
 SNAPSHOT = "snapshot"
-# Line 1 of every ledger this toolkit writes; a file without it whose lines are all
-# toolkit events (every ledger written before the header existed) is upgraded by the
-# next writer, in one atomic rewrite. A newer version is refused.
-FORMAT, VERSION = "resume-toolkit-ledger-jsonl", 1
-HEADER_LINE = json.dumps({"format": FORMAT, "version": VERSION}, sort_keys=True).encode() + b"\n"
-# A salvaged ledger says so in its header (``salvage.py``): {"salvaged": {"from": name,
-# "lost": what}}. Readers that check only format and version (older toolkits, the audit's
-# format check) read it as any version-1 header; compaction writes it again.
-SALVAGED = "salvaged"
 KEY_PATTERN = re.compile(rb'"key": "([^"\\]{1,200})"')
 SEQ_PATTERN = re.compile(rb'"seq": (\d{1,30})[,}]')
-
-
-def header_version(raw: bytes) -> int | None:
-    """The version a header line names, or None when ``raw`` is not a header line."""
-    header = read_header(raw)
-    return None if header is None else header["version"]
-
-
-def read_header(raw: bytes) -> dict | None:
-    """The header line as an object (format, version, a salvage mark), or None."""
-    try:
-        obj = json.loads(raw)
-    except ValueError:
-        return None
-    if isinstance(obj, dict) and obj.get("format") == FORMAT and type(obj.get("version")) is int:
-        return obj
-    return None
-
-
-def header_line(salvaged: dict | None = None) -> bytes:
-    """Line 1 of a ledger: ``HEADER_LINE``, or with the mark of a salvage."""
-    if salvaged is None:
-        return HEADER_LINE
-    return json.dumps({"format": FORMAT, "version": VERSION, SALVAGED: salvaged},
-                      sort_keys=True).encode() + b"\n"
 
 
 def item_to_json(item: Item) -> dict:
@@ -103,6 +73,8 @@ class JsonlLedger(Ledger):
         self.torn_tail: dict | None = None  # {"line": n, "bytes": b} when the file ended mid-line
         self.corrupt_lines: list[int] = []
         self.missing_seqs: list[tuple[int, int]] = []  # (first, last) ranges: gaps.py
+        self.disorder: list[tuple[int, int, int]] = []  # (line, seq, seq before): gaps.py
+        self.snapshot_damage: tuple[str, str] | None = None  # (kind, words): gaps.py
         try:
             self._lock_fd = os.open(f"{self.path}{LOCK}", os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:  # no free inode for the lock is the storage's, not bad input
@@ -153,11 +125,16 @@ class JsonlLedger(Ledger):
         if tail:
             self.torn_tail = {"line": len(lines) + 1, "bytes": len(tail)}
         self.salvaged: dict | None = None  # the header's mark of a salvage (salvage.py)
-        if lines and (header := read_header(lines[0])) is not None:
+        header = read_header(lines[0]) if lines else None
+        if header is not None:
             self.version, self.salvaged = header["version"], header.get(SALVAGED)
         # Seqs (gaps.py): the usual history is base+1, base+2, ... in file order, checked
-        # line by line; anything else is measured exactly once the file is read.
-        expected, regular, base, unfolded, unreadable = 1, True, 0, [], 0
+        # line by line; anything else is measured exactly once the file is read: from the
+        # first event off that path on, ``trail`` keeps (line, seq) for the order rule.
+        # A header that counts its snapshot lines names their seq even when there are none.
+        base = self._seq = gaps_base(header, ())
+        expected, regular, unfolded, unreadable = base + 1, True, [], 0
+        snapshots, moved, trail, before = [], None, None, None
         for number, raw in enumerate(lines, start=1):
             if number == 1 and self.version is not None:
                 continue
@@ -166,8 +143,12 @@ class JsonlLedger(Ledger):
                 if snapshot is not None:  # a compaction's or salvage's lines, all at one seq
                     regular = regular and (seq + 1 == expected or not self._events_read)
                     base = max(base, seq)
-                elif seq != expected:
-                    regular = False
+                    snapshots.append((number, seq))
+                    moved = moved or (number if self._history else None)
+                elif seq != expected or trail is not None:
+                    if trail is None:
+                        regular, trail, before = False, [], expected - 1
+                    trail.append((number, seq))
                 expected = seq + 1
                 if snapshot is not None:
                     self._state[snapshot.key] = snapshot
@@ -194,9 +175,18 @@ class JsonlLedger(Ledger):
                 continue
             self._events_read += 1
             self._seq = max(self._seq, seq)
+        # the snapshot lines against the header's count (a header deleted, a line deleted)
+        self.snapshot_damage = snapshot_damage(header, snapshots, moved)
+        self.disorder = out_of_order(trail, before) if trail else []  # lines copied, moved
         if not regular:  # ``unfolded``: seqs of lines kept out of _history
             self.missing_seqs = missing_ranges(
                 [*(entry.seq for entry in self._history), *unfolded], base, unreadable)
+
+    @property
+    def damaged(self) -> bool:
+        """Its history cannot be read whole (``corruption`` says how): writes are refused."""
+        return bool(self.corrupt_lines or self.missing_seqs or self.disorder
+                    or self.snapshot_damage)
 
     def _adopt(self):
         """Refuse a file this toolkit did not write; give an older toolkit ledger its header.
@@ -222,7 +212,7 @@ class JsonlLedger(Ledger):
         if self._events_read == 0:
             raise LedgerError(f"{where!r} is not a resume-toolkit JSONL ledger (no line is a "
                               "toolkit event): refusing to write into it")
-        if not self.corrupt_lines and not self.missing_seqs:  # pre-header: upgrade in place
+        if not self.damaged:  # pre-header: upgrade in place
             body = self._read_all()[:self._valid_end]
             self._rewrite(HEADER_LINE + body)
             self._valid_end = None  # the torn tail was left out of the rewrite
@@ -274,6 +264,11 @@ class JsonlLedger(Ledger):
         if self.missing_seqs:  # lines deleted: any key's intent may be among them
             damage.append(f"is missing the events of {describe(self.missing_seqs)}, lines "
                           "deleted: any key's intent may be among them")
+        if self.disorder:  # lines copied or moved: the fold is not the history written
+            damage.append(f"has event lines out of seq order ({describe_disorder(self.disorder)}"
+                          "): lines copied or moved")
+        if self.snapshot_damage:
+            damage.append(self.snapshot_damage[1])
         return (f"JSONL ledger {str(self.path)!r} {' and '.join(damage)}; refusing {refusing}: "
                 f"run 'python -m toolkit audit {self.path}', then 'python -m toolkit "
                 f"ledger {self.path} --salvage NEW.jsonl'") if damage else None
@@ -329,7 +324,7 @@ class JsonlLedger(Ledger):
     def _write(self, old, new, parts):
         if self.view:
             raise LedgerError(f"JSONL ledger {str(self.path)!r} is open as a read-only view")
-        if self.corrupt_lines or self.missing_seqs:  # a history we cannot read whole
+        if self.damaged:  # a history we cannot read whole
             raise LedgerError(self.corruption())
         seq = self._seq + 1
         self._append(event_line(seq, *parts))  # one write: the line, encoded once
@@ -363,13 +358,13 @@ class JsonlLedger(Ledger):
         with self._lock, (self._group.paused() if self._group is not None
                           else contextlib.nullcontext()):
             # Paused: no group fsync may run on the descriptor closed below.
-            if self.corrupt_lines or self.missing_seqs:  # compaction would erase the evidence
+            if self.damaged:  # compaction would erase the evidence
                 raise LedgerError(self.corruption())
             tmp = self.path.with_name(self.path.name + ".compact")
             lines = [json.dumps({SNAPSHOT: item_to_json(item), "seq": self._seq}, sort_keys=True)
                      for item in self._items()]
             with open(tmp, "wb") as handle:
-                handle.write(header_line(self.salvaged)  # a salvage's mark is kept
+                handle.write(header_line(self.salvaged, (len(lines), self._seq))  # mark kept
                              + "".join(line + "\n" for line in lines).encode())
                 handle.flush()
                 os.fsync(handle.fileno())

@@ -8,8 +8,12 @@ The old file is left exactly as it was, for the audit.
 
 What no salvage can know is a key every line of which was lost: the new ledger does not
 name it at all. So a salvage that lost anything marks the new ledger (``salvaged`` in its
-header line, kept by compaction and by a later salvage), and the runner looks up every
-request such a ledger never recorded before sending it (``runner.salvaged``).
+header line, kept by compaction; a later salvage that loses more keeps it as ``earlier``),
+and the runner looks up every request such a ledger never recorded before sending it
+(``runner.salvaged``). Damage that loses no line (lines copied or moved, snapshot lines
+the header does not count, a header deleted: ``gaps.py``) marks it too: a header deleted
+may have taken an earlier mark with it, and a history out of order folds to states
+nobody wrote. The new ledger gets the old one's file mode.
 """
 
 import contextlib
@@ -17,11 +21,12 @@ import dataclasses
 import fcntl
 import json
 import os
+import stat
 from pathlib import Path
 
 from toolkit.errors import LedgerBusyError, LedgerError, ToolkitError
 from toolkit.ledger import LEASE_FIELDS, PERMANENT, Item, State
-from toolkit.ledger.gaps import describe
+from toolkit.ledger.gaps import describe, describe_disorder
 from toolkit.ledger.jsonl import SNAPSHOT, JsonlLedger, header_line, item_to_json
 from toolkit.ledger.transitions import ARTIFACT_FIELDS
 from toolkit.storage import LOCK, lock_holder
@@ -54,16 +59,30 @@ def salvage(path, new_path) -> dict:
             affected, lines, seq = sorted(old.affected_keys), list(old.corrupt_lines), old._seq
             unattributed = list(old.unattributed_lines)
             gaps = list(old.missing_seqs)  # (first, last) ranges: the ledger's own rule, gaps.py
+            disorder, snapshots = old.disorder, old.snapshot_damage  # gaps.py too
             mark = old.salvaged  # an earlier salvage's mark stays: its lost keys are still lost
+            mode = stat.S_IMODE(os.fstat(old._fd).st_mode)  # the new ledger gets the old one's
         finally:
             old.close()
     reason = (f"salvaged from {path.name}: corrupt lines {', '.join(map(str, lines))} may hold "
               "events of this item; check it at the provider, then release or cancel it")
-    if lines or gaps:
+    if lines or gaps or disorder or snapshots:
         named = ", ".join(map(str, lines[:10])) + (f" and {len(lines) - 10} more"
                                                    if len(lines) > 10 else "")
-        mark = {"from": path.name, "lost": " and ".join(filter(None, [
-            lines and f"corrupt lines {named}", gaps and f"the events of {describe(gaps)}"]))}
+        lost = " and ".join(filter(None, [
+            lines and f"corrupt lines {named}", gaps and f"the events of {describe(gaps)}",
+            disorder and f"the order of event lines ({describe_disorder(disorder)})",
+            snapshots and _SNAPSHOTS_LOST[snapshots[0]]]))
+        # A chain, oldest first: each salvage's own loss stays named (a header deleted
+        # took an earlier mark with it: ``missing_header`` says it may have been there).
+        chain = mark.get("earlier") if isinstance(mark, dict) else None
+        earlier = [*(chain if isinstance(chain, list) else []),
+                   {k: v for k, v in mark.items() if k != "earlier"}] \
+            if isinstance(mark, dict) else []
+        mark = {"from": path.name, "lost": lost, **({"earlier": earlier} if earlier else {})}
+        if not lines and not gaps:
+            reason = (f"salvaged from {path.name} ({lost}): this item's state or events may be "
+                      "wrong or lost; check it at the provider, then release or cancel it")
         # A lost line (or a missing seq) may have been any key's last event: an intent
         # already sent, for instance, whose key now reads as pending. So every item not
         # settled for good (done, cancelled, needs_review, failed permanent) is parked,
@@ -85,12 +104,17 @@ def salvage(path, new_path) -> dict:
                 "output may be under the outputs root), then release or cancel it"),
             **dict.fromkeys(LEASE_FIELDS))
     affected = sorted(set(affected) | hollow)
+    # Seq 1 at least: a header deleted from a salvage of nothing readable then shows as a
+    # gap before the next run's first event, never as an older headerless ledger.
+    seq = max(seq, 1)
     body = b"".join(json.dumps({SNAPSHOT: item_to_json(item), "seq": seq}, sort_keys=True)
                     .encode() + b"\n" for item in items.values())
-    write_atomic(header_line(mark) + body, new_path)
+    write_atomic(header_line(mark, (len(items), seq)) + body, new_path)
+    with contextlib.suppress(OSError):  # written 0600 (a temp file): the old ledger's mode
+        os.chmod(new_path, mode)
     try:  # prove the new file reads back as an intact ledger of ours
         check = JsonlLedger(new_path, view=True)
-        intact = not check.corrupt_lines and len(check.items()) == len(items) and \
+        intact = not check.damaged and len(check.items()) == len(items) and \
             check.salvaged == mark
         check.close()
     except LedgerError as exc:
@@ -149,11 +173,16 @@ def _writer_excluded(path: Path):
                 Path(lock).unlink(missing_ok=True)  # still ours: see above
     finally:
         os.close(fd)
+_SNAPSHOTS_LOST = {"missing_header": "the header line (it may have held an earlier salvage's mark)",
+                   "snapshot_mismatch": "snapshot lines the header did not count"}
 
 
 def lost_lines(mark) -> str:
-    """A salvage mark in words: ``'salvaged from L.jsonl (the events of seq 3-9 (7 events))'``."""
+    """A salvage mark in words: ``'salvaged from L.jsonl (the events of seq 3-9 (7 events))'``,
+    then each earlier salvage's (``', earlier from K.jsonl (corrupt lines 4)'``)."""
     if not isinstance(mark, dict):
         return "salvaged ledger"
-    lost = f" ({mark['lost']})" if mark.get("lost") else ""
-    return f"salvaged from {mark.get('from', 'a damaged ledger')}{lost}"
+    chain = [mark, *reversed([m for m in mark.get("earlier") or () if isinstance(m, dict)])]
+    return ", earlier ".join(
+        f"{'salvaged ' if at == 0 else ''}from {m.get('from', 'a damaged ledger')}"
+        + (f" ({m['lost']})" if m.get("lost") else "") for at, m in enumerate(chain))

@@ -1,0 +1,50 @@
+"""Line 1 of a JSONL ledger: format, version, and what a compaction or a salvage wrote.
+
+``{"format": FORMAT, "version": 1}``, and after a compaction or a salvage also
+``"snapshots": {"count": n, "seq": s}`` (the ``n`` snapshot lines that follow, all at seq
+``s``: ``gaps.snapshot_damage`` holds the file to it) and, on a salvaged ledger,
+``"salvaged": {"from": name, "lost": what, "earlier": [marks of earlier salvages]}``.
+Readers that check only format and version (older toolkits, the audit's format check)
+read any of them as a version-1 header. A header without ``snapshots`` (written before
+it existed) is not held to a count.
+"""
+
+import json
+
+# Line 1 of every ledger this toolkit writes; a file without it whose lines are all
+# toolkit events (every ledger written before the header existed) is upgraded by the
+# next writer, in one atomic rewrite. A newer version is refused.
+FORMAT, VERSION = "resume-toolkit-ledger-jsonl", 1
+HEADER_LINE = json.dumps({"format": FORMAT, "version": VERSION}, sort_keys=True).encode() + b"\n"
+SALVAGED = "salvaged"  # a salvaged ledger's mark (``salvage.py``), kept by compaction
+SNAPSHOTS = "snapshots"  # {"count", "seq"} of the snapshot lines below the header
+
+
+def header_version(raw: bytes) -> int | None:
+    """The version a header line names, or None when ``raw`` is not a header line."""
+    header = read_header(raw)
+    return None if header is None else header["version"]
+
+
+def read_header(raw: bytes) -> dict | None:
+    """The header line as an object (format, version, a salvage mark), or None."""
+    try:
+        obj = json.loads(raw)
+    except ValueError:
+        return None
+    if isinstance(obj, dict) and obj.get("format") == FORMAT and type(obj.get("version")) is int:
+        return obj
+    return None
+
+
+def header_line(salvaged: dict | None = None, snapshots: tuple[int, int] | None = None) -> bytes:
+    """Line 1 of a ledger: ``HEADER_LINE``, or with the mark of a salvage and the
+    ``(count, seq)`` of the snapshot lines that follow it."""
+    if salvaged is None and snapshots is None:
+        return HEADER_LINE
+    header = {"format": FORMAT, "version": VERSION}
+    if salvaged is not None:
+        header[SALVAGED] = salvaged
+    if snapshots is not None:
+        header[SNAPSHOTS] = {"count": snapshots[0], "seq": snapshots[1]}
+    return json.dumps(header, sort_keys=True).encode() + b"\n"
