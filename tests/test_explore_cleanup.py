@@ -1,0 +1,140 @@
+"""SIGINT and SIGTERM at any moment of a real ``explore``: no scratch folder, no process left.
+
+A real ``python -m toolkit explore`` is started and interrupted at seeded moments, each
+one proved reached by what its work folder holds just before the signal:
+
+* ``copying``: the recording child is taking its snapshot copies (``<work>/snapshots``
+  holds some, no crash point has started): the copier is a grandchild of explore;
+* ``shared``: the shared supervisors (``child.fork_shared``) are recovering points
+  (``<work>/points`` holds point folders);
+* ``real``: the real mode's supervisors replay and kill (``points/<k>-kill-None``).
+
+The signal goes to explore alone (``kill PID``: its children are not told) or to its
+process group (Ctrl-C). Afterwards nothing named ``explore-<pid>-*`` is left in TMPDIR
+nor in /dev/shm, no ``toolkit-inputs-*`` in TMPDIR, and no process carrying this
+test's marker in its environment is alive (psutil): a supervisor killed by explore must
+not leave its own children writing into a folder explore is removing.
+"""
+
+import glob
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import psutil
+import pytest
+
+MARK = "TOOLKIT_EXPLORE_CLEANUP_PROBE"
+PHASES = {  # phase -> (explore arguments, what must be present before the signal)
+    "copying": ("--docs", "4", "--mode", "snapshot", "--jobs", "2"),
+    "shared": ("--docs", "4", "--mode", "snapshot", "--jobs", "2"),
+    "real": ("--docs", "2", "--mode", "real", "--jobs", "2"),
+}
+
+
+def _marked(marker: str) -> list[psutil.Process]:
+    """Live processes (not zombies) whose environment carries ``marker``."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if proc.environ().get(MARK) == marker:
+                found.append(proc)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+def _points(work: str) -> list[str]:
+    try:
+        return [name for name in os.listdir(os.path.join(work, "points")) if name != "baseline"]
+    except OSError:
+        return []
+
+
+def _count(folder: str) -> int:
+    try:
+        return len(os.listdir(folder))
+    except OSError:
+        return 0
+
+
+def trial(tmp, phase: str, signum: int, group: bool, rng: random.Random) -> dict:
+    """One explore interrupted in ``phase``; returns what was present and what was left."""
+    marker = uuid.uuid4().hex
+    env = dict(os.environ, TMPDIR=str(tmp), **{MARK: marker})
+    with open(tmp / "err", "w") as err:
+        child = subprocess.Popen([sys.executable, "-m", "toolkit", "explore", *PHASES[phase],
+                                  "--json"], env=env, start_new_session=True,
+                                 stdout=subprocess.DEVNULL, stderr=err)
+    want = rng.randint(1, 6)  # copies (or point folders) present before the signal
+    work, before, fired = None, 0, False
+    try:
+        while child.poll() is None:  # polled, not timed
+            if work is None:
+                found = [path for where in (str(tmp), "/dev/shm")
+                         for path in glob.glob(os.path.join(where, f"explore-{child.pid}-*"))]
+                work = found[0] if found else None
+                continue
+            copies, points = _count(os.path.join(work, "snapshots")), _points(work)
+            if phase == "copying":
+                ready, before = copies >= want and not points, copies
+            else:
+                ready, before = len(points) >= min(want, 2), len(points)
+            if ready:
+                for _ in range(rng.randint(0, 200)):  # a seeded few microseconds more
+                    pass
+                (os.killpg if group else os.kill)(child.pid, signum)
+                fired = True
+                break
+        child.wait(timeout=300)
+        # after explore exits, nothing it forked may still run (give a killed one its exit)
+        left_procs = []
+        for _ in range(50):
+            left_procs = _marked(marker)
+            if not left_procs:
+                break
+            time.sleep(0.02)
+        left = [path for where in (str(tmp), "/dev/shm")
+                for path in glob.glob(os.path.join(where, f"explore-{child.pid}-*"))]
+        left += glob.glob(str(tmp / "toolkit-inputs-*"))
+        return {"fired": fired, "before": before, "status": child.returncode,
+                "left": left, "procs": [p.pid for p in left_procs],
+                "err": (tmp / "err").read_text()}
+    finally:
+        for proc in _marked(marker):  # never leave a stray to the next test
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+        for path in glob.glob(f"/dev/shm/explore-{child.pid}-*"):
+            subprocess.run(["rm", "-rf", path])
+
+
+@pytest.mark.parametrize("phase", sorted(PHASES))
+def test_interrupt_at_any_moment_leaves_no_scratch_folder_and_no_process(tmp_path, phase):
+    rng = random.Random(f"cleanup-{phase}")
+    fired = 0
+    for attempt in range(12):
+        if fired >= 6:
+            break
+        signum = rng.choice((signal.SIGINT, signal.SIGTERM))
+        group = rng.random() < 0.5
+        result = trial(tmp_path, phase, signum, group, rng)
+        if not result["fired"]:
+            continue  # explore finished before the phase was reached: not a try
+        fired += 1
+        assert result["before"] >= 1  # the signal landed in that phase
+        assert result["status"] == 128 + signum, result["err"]
+        assert "Traceback" not in result["err"], result["err"]
+        assert result["left"] == [], (attempt, signum, group, result)
+        assert result["procs"] == [], (attempt, signum, group, result)
+    assert fired >= 3, f"the signal landed in {phase} only {fired} times"
