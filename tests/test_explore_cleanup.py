@@ -70,7 +70,7 @@ def trial(tmp, phase: str, signum: int, group: bool, rng: random.Random) -> dict
     env = dict(os.environ, TMPDIR=str(tmp), **{MARK: marker})
     with open(tmp / "err", "w") as err:
         child = subprocess.Popen([sys.executable, "-m", "toolkit", "explore", *PHASES[phase],
-                                  "--json"], env=env, start_new_session=True,
+                                  "--json"], env=env, start_new_session=True, cwd=tmp,
                                  stdout=subprocess.DEVNULL, stderr=err)
     want = rng.randint(1, 6)  # copies (or point folders) present before the signal
     work, before, fired = None, 0, False
@@ -80,6 +80,7 @@ def trial(tmp, phase: str, signum: int, group: bool, rng: random.Random) -> dict
                 found = [path for where in (str(tmp), "/dev/shm")
                          for path in glob.glob(os.path.join(where, f"explore-{child.pid}-*"))]
                 work = found[0] if found else None
+                time.sleep(0.001)
                 continue
             copies, points = _count(os.path.join(work, "snapshots")), _points(work)
             if phase == "copying":
@@ -92,6 +93,7 @@ def trial(tmp, phase: str, signum: int, group: bool, rng: random.Random) -> dict
                 (os.killpg if group else os.kill)(child.pid, signum)
                 fired = True
                 break
+            time.sleep(0.001)
         child.wait(timeout=300)
         # after explore exits, nothing it forked may still run (give a killed one its exit)
         left_procs = []
@@ -138,3 +140,28 @@ def test_interrupt_at_any_moment_leaves_no_scratch_folder_and_no_process(tmp_pat
         assert result["left"] == [], (attempt, signum, group, result)
         assert result["procs"] == [], (attempt, signum, group, result)
     assert fired >= 3, f"the signal landed in {phase} only {fired} times"
+
+
+def test_dev_shm_chosen_over_an_explicit_tmpdir_is_where_explore_works(tmp_path):
+    """A user who sets TMPDIR expects explore's scratch there, not in /dev/shm."""
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    with open(tmp_path / "err", "w") as err:
+        child = subprocess.Popen([sys.executable, "-m", "toolkit", "explore", "--docs", "1",
+                                  "--json"], env=env, start_new_session=True, cwd=tmp_path,
+                                 stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        seen = set()
+        while child.poll() is None:  # polled until it ends: where did its folder appear?
+            for where in (str(tmp_path), "/dev/shm"):
+                if glob.glob(os.path.join(where, f"explore-{child.pid}-*")):
+                    seen.add(where)
+            time.sleep(0.001)
+        assert child.wait() == 0, (tmp_path / "err").read_text()
+        assert seen == {str(tmp_path)}
+        assert not glob.glob(str(tmp_path / f"explore-{child.pid}-*"))
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+        for path in glob.glob(f"/dev/shm/explore-{child.pid}-*"):
+            subprocess.run(["rm", "-rf", path])
