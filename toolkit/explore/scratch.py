@@ -25,8 +25,12 @@ process explore forked is gone:
 Signals. The folder and the pipe are made with SIGINT and SIGTERM held (a signal
 between making and registering left the folder, as ``liveness.owned_folder`` says),
 and held again during the removal: a second Ctrl-C then waits for the removal to
-end instead of cutting it short; it is delivered after, and explore exits as
-interrupted.
+end instead of cutting it short, and explore exits as interrupted after it. A
+signal that came just before the mask still raises inside the removal (Python runs
+handlers late): its steps are idempotent and run again (``_remove``).
+
+One explore at a time per process: another one running in a thread of the same
+process would fork children holding this lifeline too, and they would be killed.
 """
 
 import contextlib
@@ -56,37 +60,60 @@ def workdir():
     forked inside the block gone first (see the module's docstring)."""
     where = root()
     liveness.sweep_dead(where, KIND)  # a SIGKILLed explore's folder: its owner is dead
+    path, lifeline = None, [None, None]  # [read end, write end]: None once closed
     held = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
     try:
         path = tempfile.mkdtemp(prefix=liveness.owned_prefix(KIND), dir=where)
-        read_end, write_end = os.pipe()
-    finally:
+        lifeline[:] = os.pipe()
+        # A signal held so far runs its handler (it raises) just after this call: inside
+        # the ``try``, with the folder and the pipe made and known to ``_remove``.
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
-    try:  # a signal held above lands here at the earliest: inside the ``try``
         yield path
     finally:
-        signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
+        _remove(path, lifeline, held)
+
+
+def _remove(path: str, lifeline: list, held) -> None:
+    """Kill what holds the lifeline, then remove ``path``; re-raise an interruption after.
+
+    The mask stops new signals, but one that arrived just before it still runs its
+    handler (it raises) at the next bytecode that checks, inside this: each step is
+    idempotent and run again, at most once more per signal (SIGINT, SIGTERM)."""
+    interrupted = None
+    for _ in range(4):
         try:
-            _bury(read_end, write_end)
-            shutil.rmtree(path, ignore_errors=True)
+            signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
+            _bury(lifeline)
+            if path is not None:
+                shutil.rmtree(path, ignore_errors=True)
             liveness.sweep_dead(tempfile.gettempdir(), "toolkit-inputs")
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+            break
+        except BaseException as exc:
+            interrupted = interrupted or exc
+    signal.pthread_sigmask(signal.SIG_SETMASK, held)
+    if interrupted is not None:
+        raise interrupted
 
 
-def _bury(read_end: int, write_end: int, rounds: int = 2000) -> None:
-    """Close our write end; kill the holders of the lifeline until its read end is at EOF."""
-    os.close(write_end)
-    inode = f"pipe:[{os.fstat(read_end).st_ino}]"
-    try:
-        for _ in range(rounds):  # bounded: never hang an exit on a process we cannot kill
-            if _at_eof(read_end, 0 if _ == 0 else 0.01):
-                return
-            for pid in _holders(inode):
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signal.SIGKILL)
-    finally:
-        os.close(read_end)
+def _bury(lifeline: list, rounds: int = 2000) -> None:
+    """Close our write end; kill the holders of the lifeline until its read end is at EOF.
+
+    An end is marked closed before ``os.close`` (a handler runs after a call, never inside
+    it): run again, this never closes a descriptor number twice."""
+    if lifeline[1] is not None:
+        fd, lifeline[1] = lifeline[1], None
+        os.close(fd)
+    if lifeline[0] is None:  # never made (or done)
+        return
+    inode = f"pipe:[{os.fstat(lifeline[0]).st_ino}]"
+    for attempt in range(rounds):  # bounded: never hang an exit on a process we cannot kill
+        if _at_eof(lifeline[0], 0.01 if attempt else 0):
+            break
+        for pid in _holders(inode):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+    fd, lifeline[0] = lifeline[0], None
+    os.close(fd)
 
 
 def _at_eof(fd: int, timeout: float) -> bool:
@@ -98,7 +125,11 @@ def _at_eof(fd: int, timeout: float) -> bool:
 def _holders(inode: str) -> list[int]:
     """The other processes holding the pipe ``inode`` (``pipe:[N]``), from /proc."""
     me, found = os.getpid(), []
-    for name in os.listdir("/proc"):
+    try:
+        names = os.listdir("/proc")
+    except OSError:  # no /proc (not Linux): wait for them to end
+        return found
+    for name in names:
         if not name.isdigit() or int(name) == me:
             continue
         try:
