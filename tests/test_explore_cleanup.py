@@ -93,6 +93,8 @@ def trial(tmp, phase: str, signum: int, group: bool, rng: random.Random) -> dict
                     forked = len(psutil.Process(child.pid).children(recursive=True))
                 except psutil.Error:
                     break
+                if forked < (2 if phase == "copying" else 1):
+                    continue  # the copier just ended: not this moment
                 for _ in range(rng.randint(0, 200)):  # a seeded few microseconds more
                     pass
                 (os.killpg if group else os.kill)(child.pid, signum)
@@ -135,9 +137,9 @@ def trial(tmp, phase: str, signum: int, group: bool, rng: random.Random) -> dict
 @pytest.mark.parametrize("phase", sorted(PHASES))
 def test_sigint_or_sigterm_in_copying_or_supervisors_leaves_no_folder_and_no_process(tmp_path, phase):
     rng = random.Random(f"cleanup-{phase}")
-    fired = 0
-    for attempt in range(12):
-        if fired >= 6:
+    fired, enough = 0, 10 if phase == "shared" else 6  # shared: the rarer leak (3 in 20)
+    for attempt in range(2 * enough):
+        if fired >= enough:
             break
         signum = rng.choice((signal.SIGINT, signal.SIGTERM))
         group = rng.random() < 0.5
