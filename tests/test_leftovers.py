@@ -1,7 +1,7 @@
 """Leftovers of killed processes: owner-named scratch folders, swept when the owner is dead.
 
 A run's private snapshots of its inputs (``toolkit-inputs-<pid>-<ticks>-*`` in TMPDIR)
-and explore's work folder (``explore-<pid>-<ticks>-*`` in /dev/shm or TMPDIR) survive a
+and explore's work folder (``explore-<pid>-<ticks>-*`` in TMPDIR if set, else /dev/shm) survive a
 SIGKILL; the next process of the same kind removes them, never a live owner's.
 SIGTERM and SIGINT (Ctrl-C to the process group) stop explore with its cleanup run.
 """
@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from toolkit import liveness, pool
+from toolkit import liveness
 
 pytestmark = pytest.mark.slow
 
@@ -100,7 +100,7 @@ def _finish(child, tmp) -> str:
 
 def _workdir(child, tmp) -> str:
     """Wait until ``child`` has made its owner-named work folder; return its path."""
-    scratch = pool.scratch() or str(tmp)
+    scratch = str(tmp)  # TMPDIR is set: explore works there, not in /dev/shm
     for _ in range(3000):  # polled, not timed: the folder stays until explore ends
         found = glob.glob(os.path.join(scratch, f"explore-{child.pid}-*"))
         if found:

@@ -86,17 +86,29 @@ def start(task) -> tuple[int, int]:
     # here, ~2,000 page faults and ~30 ms of CPU per crash point. The parent thaws at
     # once: only the child keeps them frozen.
     gc.freeze()
+    # SIGINT and SIGTERM held across the fork: a signal to the group landing in the child's
+    # after-fork hooks (threading's, random's reseed) raised there, and Python printed it
+    # as "Exception ignored ... Traceback". Held, it lands inside the ``try`` below.
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     pid = os.fork()
     if pid != 0:
         gc.unfreeze()
     if pid == 0:  # the child
         code = FAILED
         try:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
             os.close(read_fd)
             code = task(write_fd) or 0
         finally:
             os._exit(code)
     os.close(write_fd)
+    try:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)  # a held signal raises after this
+    except BaseException:  # the caller never learns the pid: the child must not outlive us
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        os.close(read_fd)
+        raise
     return pid, read_fd
 
 

@@ -42,11 +42,10 @@ design shows uncrashed (a naive design may violate an invariant on every run).
 import collections
 import dataclasses
 import os
-import tempfile
 import time
 from pathlib import Path
 
-from toolkit import liveness, pool
+from toolkit import pool
 from toolkit.errors import ToolkitError
 from toolkit.explore.child import (KILL, TEAR, Paths, fork, fork_many, fork_shared, run_batch,
                                    run_here)
@@ -54,6 +53,7 @@ from toolkit.explore.judge import VERDICTS, _judge, _note_kill, _rested
 from toolkit.explore.memo import input_checks, install
 from toolkit.explore.powerloss import (LEDGERS, drop_unsynced, lost_acknowledged, lost_deferred,
                                        synced_size)
+from toolkit.explore import scratch
 from toolkit.explore.snapshot import folder, refusal
 
 MODES = ("real", "snapshot")  # real: replay the prefix, SIGKILL at step k; snapshot: copies
@@ -189,16 +189,13 @@ def explore(plan: Plan, workdir=None, progress=None) -> Exploration:
     """
     plan.validate()
     if workdir is None:  # named by its owner: the next explore sweeps it if we are killed
-        scratch = pool.scratch() or tempfile.gettempdir()
-        liveness.sweep_dead(scratch, "explore")
         from toolkit.runner.pipeline import sweep_snapshots
 
         sweep_snapshots()  # here, once: the forked runs inherit that it was done
-        try:
-            with pool.interruptible(), liveness.owned_folder("explore", scratch) as tmp:
-                return explore(plan, tmp, progress)
-        finally:  # the snapshots of the runs our crash points killed: all dead by now
-            liveness.sweep_dead(tempfile.gettempdir(), "toolkit-inputs")
+        # Handlers first, then the folder: a signal from here on runs ``workdir``'s removal,
+        # which waits until every process forked inside is gone (``scratch``).
+        with pool.interruptible(), scratch.workdir() as tmp:
+            return explore(plan, tmp, progress)
     root = Path(workdir)
     inputs, names = batch_inputs(plan, root / "in")
     _warm(inputs)
