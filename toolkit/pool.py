@@ -51,18 +51,20 @@ def interruptible():
     SystemExit, so that ``finally`` blocks run (``run`` kills its children, temporary
     folders are removed) and the CLI exits 130 (or 143).
 
-    SIGINT is set even if this process inherited it ignored: a shell without job control
-    starts ``cmd &`` so, and Python keeps an inherited ignore, so a Ctrl-C (or ``kill -INT``)
-    sent to the group of such an explore did nothing: it ran every point and exited 0.
-    The children fork with these handlers; they end at once when interrupted (``run``).
+    SIGINT inherited ignored stays ignored (POSIX: a shell without job control starts
+    ``cmd &`` so, that a terminal's Ctrl-C spares its background jobs): a handler set here
+    made such an explore ignore an early ``kill -INT`` (during its start) and honour a later
+    one. SIGTERM stops it either way. The children fork with these handlers (or the ignore);
+    they end at once when interrupted (``run``).
     """
     import threading
 
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler),
-                signal.SIGTERM: signal.signal(signal.SIGTERM, _terminate)}
+    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, _terminate)}
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         yield
     finally:

@@ -34,9 +34,11 @@ def _ledger(parser):
 
                 _outside_batch(args.salvage, args.path)  # before anything is read or written
                 result = salvage(args.path, args.salvage)
+                # worded by what was lost (the mark's words: lines, seqs, their order,
+                # snapshot lines), never "corrupt lines none" for a loss of another kind
                 emit(result, args.json, f"wrote {args.salvage}: {result['items']} items, "
-                     f"{len(result['needs_review'])} in needs_review (corrupt lines "
-                     f"{', '.join(map(str, result['corrupt_lines'])) or 'none'})")
+                     f"{len(result['needs_review'])} in needs_review (lost: "
+                     f"{result['lost'] or 'nothing'})")
                 return 0
             with opened_view(args.path) as ledger:
                 # a copy: no migration, schema, journal mode or lock file beside the original

@@ -18,14 +18,15 @@ nobody wrote. The new ledger gets the old one's file mode.
 
 import contextlib
 import dataclasses
+import errno
 import fcntl
 import json
 import os
 import stat
 from pathlib import Path
 
-from toolkit.errors import LedgerBusyError, LedgerError, ToolkitError
-from toolkit.ledger import LEASE_FIELDS, PERMANENT, Item, State
+from toolkit.errors import LedgerBusyError, LedgerError, StorageError, ToolkitError
+from toolkit.ledger import LEASE_FIELDS, PERMANENT, Item, State, canonical_path
 from toolkit.ledger.gaps import describe, describe_disorder
 from toolkit.ledger.jsonl import SNAPSHOT, JsonlLedger, header_line, item_to_json
 from toolkit.ledger.transitions import ARTIFACT_FIELDS
@@ -36,20 +37,26 @@ def salvage(path, new_path) -> dict:
     """Write ``new_path`` from the readable part of the JSONL ledger ``path``.
 
     Returns ``{"items", "needs_review": [keys], "corrupt_lines": [n], "unattributed": [n],
-    "seq_gaps": [(first, last)], "salvaged": mark}`` (``unattributed``: corrupt lines in
-    which no key can be read at all; ``seq_gaps``: the ranges of missing seqs,
+    "seq_gaps": [(first, last)], "salvaged": mark, "lost": text}`` (``unattributed``: corrupt
+    lines in which no key can be read at all; ``seq_gaps``: the ranges of missing seqs,
     ``JsonlLedger.missing_seqs``; ``salvaged``: the new header's mark, or None when
-    nothing was lost and the old ledger had none).
+    nothing was lost and the old ledger had none; ``lost``: what this salvage found lost,
+    its mark's words, or None).
 
     Raises:
-        ToolkitError: ``new_path`` exists, or ``path`` is no JSONL ledger of ours.
+        ToolkitError: ``new_path`` exists or has no folder, or ``path`` is no JSONL ledger
+            of ours, or (``LedgerError``) has more than one hard link.
         LedgerBusyError: a live writer holds ``path`` (its lines are still being written).
+        StorageError: ``path`` is on a read-only file system (its lock cannot be taken).
     """
     from toolkit.documents import write_atomic
 
     path, new_path = Path(path), Path(new_path)
     if new_path.exists():
         raise ToolkitError(f"{str(new_path)!r} exists: salvage writes a new ledger, never over one")
+    if not new_path.parent.is_dir():  # a typo, as run's --provider-db is refused: none made
+        raise ToolkitError(f"--salvage {str(new_path)!r}: no folder {str(new_path.parent)!r} "
+                           "to hold it")
     if path.suffix.lower() != ".jsonl" or new_path.suffix.lower() != ".jsonl":
         raise ToolkitError("--salvage reads a .jsonl ledger and writes a new .jsonl ledger")
     with _writer_excluded(path) as real:
@@ -64,6 +71,7 @@ def salvage(path, new_path) -> dict:
             mode = stat.S_IMODE(os.fstat(old._fd).st_mode)  # the new ledger gets the old one's
         finally:
             old.close()
+    lost = None
     reason = (f"salvaged from {path.name}: corrupt lines {', '.join(map(str, lines))} may hold "
               "events of this item; check it at the provider, then release or cancel it")
     if lines or gaps or disorder or snapshots:
@@ -124,7 +132,7 @@ def salvage(path, new_path) -> dict:
     if not intact:
         raise ToolkitError(f"salvaged ledger {str(new_path)!r} does not read back whole")
     return {"items": len(items), "needs_review": affected, "corrupt_lines": lines,
-            "unattributed": unattributed, "seq_gaps": gaps, "salvaged": mark}
+            "unattributed": unattributed, "seq_gaps": gaps, "salvaged": mark, "lost": lost}
 
 
 def _settled(item: Item) -> bool:
@@ -146,16 +154,25 @@ def _writer_excluded(path: Path):
     (``LedgerBusyError``, exit 1, naming its pid): its lines are still being written, so a
     salvage would read an unfinished history as a finished one.
 
+    A ledger with more than one hard link is refused first, by ``run``'s own rule
+    (``canonical_path``), before any lock: its writer's lock is named after the other name,
+    so ours would be free while that writer is alive, and we would copy its unfinished
+    history as a finished one.
+
     A lock file we created is removed while we still hold it, as ``run`` removes the one it
     created beside a corrupt ledger it refuses (``registry._tidy``): an opener that got the
     file before the unlink is refused as busy, a later one makes a new file. One that was
     there stays."""
-    real = Path(os.path.realpath(path))  # a symlink alias meets the writer's lock
+    real = canonical_path(path)  # a symlink alias meets the writer's lock; a hard link: refused
     lock = f"{real}{LOCK}"
     made = not os.path.lexists(lock)
     try:
         fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     except OSError as exc:
+        if exc.errno == errno.EROFS:  # a storage state (README), not bad input: exit 1
+            raise StorageError(f"cannot take the lock of JSONL ledger {str(path)!r}: read-only "
+                               "file system; copy the ledger to a writable folder and salvage "
+                               "the copy") from None
         raise ToolkitError(f"cannot open the lock of JSONL ledger {str(path)!r}: "
                            f"{exc.strerror or exc}") from None
     try:
