@@ -1,6 +1,7 @@
 """JSONL ledger: one event per line, appended, flushed and fsynced per change.
 
-The file is the history; items are rebuilt by replaying it. A crash can leave
+The file is the history; items are rebuilt by replaying it (``replay.py``: the events
+are not kept, ``events()`` reads them again). A crash can leave
 a final line without its newline (a torn write): on open it is ignored,
 reported in ``torn_tail`` and cut off before the next append, so the next
 event never glues onto it. Interior lines that do not parse are reported in
@@ -30,7 +31,6 @@ from toolkit.ledger.replay import (KEY_PATTERN, SEQ_PATTERN, SNAPSHOT,  # noqa: 
                                    item_from_json, parse_line, replay)
 from toolkit.ledger.replay import history as replay_history
 from toolkit.storage import LOCK, lock_holder, os_error
-
 
 
 def item_to_json(item: Item) -> dict:
@@ -195,7 +195,7 @@ class JsonlLedger(Ledger):
     # ``_state`` holds each item as an Item, or as the ItemRow a write folded (``_write``):
     # the Item (a frozen dataclass: 21 attribute sets) is built when someone reads it, at
     # most once per write, and kept; the transactions read either (``_current``, bound
-    # to ``_state.get`` in ``_replay``, the one place ``_state`` is assigned).
+    # to ``_state.get`` in ``replay.replay``, the one place ``_state`` is assigned).
     def _as_item(self, row):
         item = self._state[row[0]] = item_of(row)  # the row _write just stored
         return item

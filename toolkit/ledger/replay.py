@@ -109,11 +109,15 @@ def _lines(fd: int, start: int, end: int | None):
 
 def replay(ledger, fd: int) -> None:
     """Fold the file into ``ledger``'s state and set its damage attributes (jsonl.py)."""
-    state: dict = {}
-    ledger._state, ledger._current = state, state.get
+    state: dict = {}  # key -> Item (a snapshot line's) or ItemRow (an event's fold)
+    ledger._state = state
+    ledger._current = state.get  # what a transaction reads: no Python call per read
     ledger._history = []  # (seq, parts) of our writes; the file's events: ``history``
-    ledger.version, ledger.salvaged, ledger.affected_keys = None, None, set()
-    ledger.orphans, ledger.unattributed_lines = {}, []
+    ledger.version = None  # the header's; None: no header (yet)
+    ledger.salvaged = None  # the header's mark of a salvage (salvage.py)
+    ledger.affected_keys = set()  # keys a corrupt line may belong to
+    ledger.orphans = {}  # the fold of events whose add line was lost
+    ledger.unattributed_lines = []  # corrupt lines with no key readable at all
     corrupt, affected, orphans = ledger.corrupt_lines, ledger.affected_keys, ledger.orphans
     get = state.get
     fast = FAST
