@@ -119,7 +119,7 @@ def replay(ledger, fd: int) -> None:
     ledger.orphans = {}  # the fold of events whose add line was lost
     ledger.unattributed_lines = []  # corrupt lines with no key readable at all
     corrupt, affected, orphans = ledger.corrupt_lines, ledger.affected_keys, ledger.orphans
-    get = state.get
+    get, states, unset = state.get, _STATES, msgspec.UNSET
     fast = FAST
     header, base = None, 0
     expected, regular, unfolded, unreadable = 1, True, [], 0
@@ -147,7 +147,18 @@ def replay(ledger, fd: int) -> None:
                 ledger.version, ledger.salvaged = header["version"], header.get("salvaged")
                 ledger._history_start = at
                 continue
-        parts = _parts(raw) if fast else None
+        parts = None
+        if fast:  # ``_parts``, inline: a call per line is a tenth of the replay
+            try:
+                e = _decode(raw)
+            except _refused:
+                pass
+            else:
+                frm, to = e.frm, states.get(e.to)
+                if to is not None and e.snapshot is unset and (
+                        frm is None or (frm := states.get(frm)) is not None):
+                    parts = (e.seq, float(e.ts), e.op, e.key, frm, to, e.attempt, e.worker,
+                             e.token, e.detail)
         try:
             if parts is None:
                 event, snapshot, seq = parse_line(raw)
@@ -199,7 +210,8 @@ def replay(ledger, fd: int) -> None:
                 ledger.unattributed_lines.append(number)  # no key readable at all
             continue
         events_read += 1
-        top = max(top, seq)
+        if seq > top:
+            top = seq
     ledger._seq, ledger._events_read, ledger._size = top, events_read, valid_end + len(tail)
     ledger._valid_end = valid_end
     ledger._history_read = (valid_end, kept)  # where the file's history ends, its count
