@@ -1,6 +1,7 @@
 """JSONL ledger: one event per line, appended, flushed and fsynced per change.
 
-The file is the history; items are rebuilt by replaying it. A crash can leave
+The file is the history; items are rebuilt by replaying it (``replay.py``: the events
+are not kept, ``events()`` reads them again). A crash can leave
 a final line without its newline (a torn write): on open it is ignored,
 reported in ``torn_tail`` and cut off before the next append, so the next
 event never glues onto it. Interior lines that do not parse are reported in
@@ -16,43 +17,24 @@ import dataclasses
 import fcntl
 import json
 import os
-import re
-
 
 from toolkit.documents import fsync_dir
 from toolkit.errors import LedgerBusyError, LedgerError, StorageError
-from toolkit.ledger import Event, Item, Ledger, State, apply_event
-from toolkit.ledger.gaps import describe, describe_disorder, missing_ranges, out_of_order, \
-    snapshot_base as gaps_base, snapshot_damage
+from toolkit.ledger import Event, Item, Ledger
+from toolkit.ledger.gaps import describe, describe_disorder
 from toolkit.ledger.group import GroupCommit
 from toolkit.ledger.header import (FORMAT, HEADER_LINE, SALVAGED, VERSION,  # noqa: F401
                                    header_line, header_version, read_header)
 from toolkit.ledger.lines import event_line
 from toolkit.ledger.records import ItemRow, item_of
+from toolkit.ledger.replay import (KEY_PATTERN, SEQ_PATTERN, SNAPSHOT,  # noqa: F401
+                                   item_from_json, parse_line, replay)
+from toolkit.ledger.replay import history as replay_history
 from toolkit.storage import LOCK, lock_holder, os_error
-
-SNAPSHOT = "snapshot"
-KEY_PATTERN = re.compile(rb'"key": "([^"\\]{1,200})"')
-SEQ_PATTERN = re.compile(rb'"seq": (\d{1,30})[,}]')
 
 
 def item_to_json(item: Item) -> dict:
     return {**dataclasses.asdict(item), "state": item.state.value}
-
-
-def item_from_json(obj: dict) -> Item:
-    return Item(**{**obj, "state": State(obj["state"])})
-
-
-def parse_line(raw: bytes) -> tuple[Event | None, Item | None, int]:
-    """One line → (event, snapshot item, seq); raises ValueError/KeyError/TypeError if malformed."""
-    obj = json.loads(raw)
-    if not isinstance(obj, dict):
-        raise TypeError("line is not a JSON object")
-    if SNAPSHOT in obj:
-        return None, item_from_json(obj[SNAPSHOT]), int(obj["seq"])
-    event = Event.from_json(obj)
-    return event, None, event.seq
 
 
 class JsonlLedger(Ledger):
@@ -107,80 +89,9 @@ class JsonlLedger(Ledger):
                 f"cannot read JSONL ledger {str(self.path)!r}: {exc}") from exc
 
     def _replay(self):
-        with open(self._fd, "rb", closefd=False) as handle:
-            data = handle.read()
-        self._state: dict[str, Item] = {}
-        self._current = self._state.get  # what a transaction reads: no Python call per read
-        self._history: list = []  # Events, and (seq, parts) of our writes (see _events)
-        self._seq = 0
-        self._size = len(data)
-        self.version: int | None = None  # the header's; None: no header (yet)
-        self.affected_keys: set[str] = set()  # keys a corrupt line may belong to
-        self.orphans: dict[str, Item] = {}  # the fold of events whose add line was lost
-        self.unattributed_lines: list[int] = []
-        self._events_read = 0
-        lines = data.split(b"\n")
-        tail = lines.pop()  # b"" when the file ends with a newline
-        self._valid_end = len(data) - len(tail)
-        if tail:
-            self.torn_tail = {"line": len(lines) + 1, "bytes": len(tail)}
-        self.salvaged: dict | None = None  # the header's mark of a salvage (salvage.py)
-        header = read_header(lines[0]) if lines else None
-        if header is not None:
-            self.version, self.salvaged = header["version"], header.get(SALVAGED)
-        # Seqs (gaps.py): the usual history is base+1, base+2, ... in file order, checked
-        # line by line; anything else is measured exactly once the file is read: from the
-        # first event off that path on, ``trail`` keeps (line, seq) for the order rule.
-        # A header that counts its snapshot lines names their seq even when there are none.
-        base = self._seq = gaps_base(header, ())
-        expected, regular, unfolded, unreadable = base + 1, True, [], 0
-        snapshots, moved, trail, before = [], None, None, None
-        for number, raw in enumerate(lines, start=1):
-            if number == 1 and self.version is not None:
-                continue
-            try:
-                event, snapshot, seq = parse_line(raw)
-                if snapshot is not None:  # a compaction's or salvage's lines, all at one seq
-                    regular = regular and (seq + 1 == expected or not self._events_read)
-                    base = max(base, seq)
-                    snapshots.append((number, seq))
-                    moved = moved or (number if self._history else None)
-                elif seq != expected or trail is not None:
-                    if trail is None:
-                        regular, trail, before = False, [], expected - 1
-                    trail.append((number, seq))
-                expected = seq + 1
-                if snapshot is not None:
-                    self._state[snapshot.key] = snapshot
-                else:
-                    self._state[event.key] = apply_event(self._state.get(event.key), event)
-                    self._history.append(event)
-            except AssertionError:  # an event of a key whose add was lost: kept apart
-                self.corrupt_lines.append(number)
-                unfolded.append(seq)
-                self.affected_keys.add(event.key)
-                self.orphans[event.key] = apply_event(self.orphans.get(event.key)
-                                                      or Item(key=event.key), event)
-                continue
-            except (ValueError, KeyError, TypeError):
-                self.corrupt_lines.append(number)
-                regular = False
-                found = SEQ_PATTERN.findall(raw)  # two, when a torn line was glued on
-                unfolded.extend(map(int, found))
-                unreadable += not found
-                keys = [k.decode("utf-8", "replace") for k in KEY_PATTERN.findall(raw)]
-                self.affected_keys.update(keys)
-                if not keys:
-                    self.unattributed_lines.append(number)  # no key readable at all
-                continue
-            self._events_read += 1
-            self._seq = max(self._seq, seq)
-        # the snapshot lines against the header's count (a header deleted, a line deleted)
-        self.snapshot_damage = snapshot_damage(header, snapshots, moved)
-        self.disorder = out_of_order(trail, before) if trail else []  # lines copied, moved
-        if not regular:  # ``unfolded``: seqs of lines kept out of _history
-            self.missing_seqs = missing_ranges(
-                [*(entry.seq for entry in self._history), *unfolded], base, unreadable)
+        """Items and damage from the file (``replay.py``): its events are read again
+        only when ``events()`` asks (``_events``)."""
+        replay(self, self._fd)
 
     @property
     def damaged(self) -> bool:
@@ -216,6 +127,9 @@ class JsonlLedger(Ledger):
             body = self._read_all()[:self._valid_end]
             self._rewrite(HEADER_LINE + body)
             self._valid_end = None  # the torn tail was left out of the rewrite
+            end, count = self._history_read  # the file's events, one header line lower
+            self._history_start, self._history_read = len(HEADER_LINE), \
+                (end + len(HEADER_LINE), count)
             if self.torn_tail:
                 self.torn_tail = {**self.torn_tail, "line": self.torn_tail["line"] + 1}
 
@@ -281,7 +195,7 @@ class JsonlLedger(Ledger):
     # ``_state`` holds each item as an Item, or as the ItemRow a write folded (``_write``):
     # the Item (a frozen dataclass: 21 attribute sets) is built when someone reads it, at
     # most once per write, and kept; the transactions read either (``_current``, bound
-    # to ``_state.get`` in ``_replay``, the one place ``_state`` is assigned).
+    # to ``_state.get`` in ``replay.replay``, the one place ``_state`` is assigned).
     def _as_item(self, row):
         item = self._state[row[0]] = item_of(row)  # the row _write just stored
         return item
@@ -344,6 +258,9 @@ class JsonlLedger(Ledger):
 
     def _events(self):
         history = self._history  # Events read from the file, (seq, parts) of our writes
+        if self._history_read is not None:  # the file's, read again once asked for
+            history[:0] = replay_history(self, self._fd)
+            self._history_read = None
         for index, entry in enumerate(history):
             if type(entry) is tuple:
                 history[index] = Event(entry[0], *entry[1])  # once: kept as built
@@ -374,6 +291,7 @@ class JsonlLedger(Ledger):
             self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND)
             self._end = None
             self._history, self._valid_end, self.torn_tail, self.corrupt_lines = [], None, None, []
+            self._history_read = None  # no event line left in the file
             return len(lines)
 
     @contextlib.contextmanager

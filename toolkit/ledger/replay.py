@@ -1,0 +1,259 @@
+"""A JSONL ledger's replay on open: its lines folded into items, its damage measured.
+
+``replay(ledger, fd)`` reads the file in blocks (never whole: the file and its list of
+lines were two copies of it) and folds each event into its item as an ``ItemRow``
+(``records.fold``), building no ``Event`` and no ``Item``: the items are built when read,
+the events when ``events()`` asks for them (``history``, which reads the lines again).
+
+Each line is decoded by msgspec into a typed struct (``_Line``: one C call, no dict per
+event) when it takes the line whole: every field of the type an event written by this
+toolkit has, ``from``/``to`` a state's value, no ``snapshot``. Any other line -- the header,
+a snapshot, a wrong type, a NaN, a lone surrogate, a BOM, a line not UTF-8, an integer past
+the digit limit -- goes the reference way (``parse_line``: ``json.loads``), which gives the
+verdict it always gave. Where both accept a line they read the same values (last duplicate
+key wins, exact integers, correctly rounded floats: tests/test_jsonl_replay_paths.py
+feeds odd lines to both and compares the ledgers' verdicts); ``FAST = False`` takes the
+reference way for every line.
+"""
+
+import itertools
+import json
+import os
+import re
+
+import msgspec
+
+from toolkit.errors import LedgerError
+from toolkit.ledger.gaps import missing_ranges, out_of_order, snapshot_base, snapshot_damage
+from toolkit.ledger.header import read_header
+from toolkit.ledger.records import Event, Item, apply_event, fold
+from toolkit.ledger.transitions import State
+
+SNAPSHOT = "snapshot"
+KEY_PATTERN = re.compile(rb'"key": "([^"\\]{1,200})"')
+SEQ_PATTERN = re.compile(rb'"seq": (\d{1,30})[,}]')
+FAST = True  # False: every line the reference way (the tests compare the two)
+BLOCK = 1 << 22  # bytes read at a time: the lines of one block are alive at once
+_STATES = {state.value: state for state in State}
+_MALFORMED = (ValueError, KeyError, TypeError)
+
+
+def item_from_json(obj: dict) -> Item:
+    return Item(**{**obj, "state": State(obj["state"])})
+
+
+def parse_line(raw: bytes) -> tuple[Event | None, Item | None, int]:
+    """One line → (event, snapshot item, seq); raises ValueError/KeyError/TypeError if
+    malformed. The reference reading of a line: what every line means."""
+    obj = json.loads(raw)
+    if not isinstance(obj, dict):
+        raise TypeError("line is not a JSON object")
+    if SNAPSHOT in obj:
+        return None, item_from_json(obj[SNAPSHOT]), int(obj["seq"])
+    event = Event.from_json(obj)
+    return event, None, event.seq
+
+
+class _Line(msgspec.Struct, gc=False):
+    """An event line as this toolkit writes it (``lines.event_line``)."""
+    seq: int
+    ts: int | float
+    op: str
+    key: str
+    frm: str | None = msgspec.field(name="from")
+    to: str
+    attempt: int
+    worker: str | None
+    token: int
+    detail: dict[str, str | int | float | bool | None]  # nested: the reference way
+    snapshot: object = msgspec.UNSET  # present: a snapshot line, the reference way
+
+
+_decode, _refused = msgspec.json.Decoder(_Line).decode, msgspec.DecodeError
+
+
+def _parts(raw: bytes):
+    """(seq, ts, op, key, frm, to, attempt, worker, token, detail) of an event line the
+    typed decoder takes whole, else None (the line goes the reference way)."""
+    try:
+        e = _decode(raw)
+    except _refused:
+        return None
+    frm, to = e.frm, _STATES.get(e.to)
+    if to is None or e.snapshot is not msgspec.UNSET or (
+            frm is not None and (frm := _STATES.get(frm)) is None):
+        return None
+    return e.seq, float(e.ts), e.op, e.key, frm, to, e.attempt, e.worker, e.token, e.detail
+
+
+def _lines(fd: int, start: int, end: int | None):
+    """(line bytes, the offset after its newline) of the whole lines from ``start``, then
+    (tail, None): the bytes after the last newline (b"" when the file ends with one).
+    ``end``: stop there (None: at the size the file has now)."""
+    if end is None:
+        end = os.fstat(fd).st_size  # a writer may append meanwhile: its lines are not read
+    offset, rest = start, b""
+    while offset < end:
+        block = os.pread(fd, min(BLOCK, end - offset), offset)
+        if not block:  # shorter now (a writer cut its torn tail): what was read is all
+            break
+        at = offset - len(rest)  # where ``rest + block`` starts in the file
+        offset += len(block)
+        lines = (rest + block).split(b"\n")
+        rest = lines.pop()
+        for line in lines:
+            at += len(line) + 1
+            yield line, at
+    yield rest, None
+
+
+def replay(ledger, fd: int) -> None:
+    """Fold the file into ``ledger``'s state and set its damage attributes (jsonl.py)."""
+    state: dict = {}  # key -> Item (a snapshot line's) or ItemRow (an event's fold)
+    ledger._state = state
+    ledger._current = state.get  # what a transaction reads: no Python call per read
+    ledger._history = []  # (seq, parts) of our writes; the file's events: ``history``
+    ledger.version = None  # the header's; None: no header (yet)
+    ledger.salvaged = None  # the header's mark of a salvage (salvage.py)
+    ledger.affected_keys = set()  # keys a corrupt line may belong to
+    ledger.orphans = {}  # the fold of events whose add line was lost
+    ledger.unattributed_lines = []  # corrupt lines with no key readable at all
+    corrupt, affected, orphans = ledger.corrupt_lines, ledger.affected_keys, ledger.orphans
+    get, states, unset = state.get, _STATES, msgspec.UNSET
+    fast = FAST
+    header, base = None, 0
+    expected, regular, unfolded, unreadable = 1, True, [], 0
+    snapshots, moved, trail, before = [], None, None, None
+    runs = []  # the history's seqs as [first, last] runs (one run when regular)
+    events_read = kept = top = 0
+    number, valid_end, tail = 0, 0, b""
+    ledger._history_start = 0  # the offset of the first event line (after the header)
+    for raw, at in _lines(fd, 0, None):
+        if at is None:
+            tail = raw
+            break
+        number += 1
+        valid_end = at
+        if number == 1:
+            header = read_header(raw)
+            # Seqs (gaps.py): the usual history is base+1, base+2, ... in file order, checked
+            # line by line; anything else is measured exactly once the file is read: from
+            # the first event off that path on, ``trail`` keeps (line, seq) for the order
+            # rule. A header that counts its snapshot lines names their seq even when
+            # there are none.
+            base = top = snapshot_base(header, ())
+            expected = base + 1
+            if header is not None:
+                ledger.version, ledger.salvaged = header["version"], header.get("salvaged")
+                ledger._history_start = at
+                continue
+        parts = None
+        if fast:  # ``_parts``, inline: a call per line is a tenth of the replay
+            try:
+                e = _decode(raw)
+            except _refused:
+                pass
+            else:
+                frm, to = e.frm, states.get(e.to)
+                if to is not None and e.snapshot is unset and (
+                        frm is None or (frm := states.get(frm)) is not None):
+                    parts = (e.seq, float(e.ts), e.op, e.key, frm, to, e.attempt, e.worker,
+                             e.token, e.detail)
+        try:
+            if parts is None:
+                event, snapshot, seq = parse_line(raw)
+                if event is not None:
+                    parts = (seq, event.ts, event.op, event.key, event.frm, event.to,
+                             event.attempt, event.worker, event.token, event.detail)
+            else:
+                snapshot, seq = None, parts[0]
+            if snapshot is not None:  # a compaction's or salvage's lines, all at one seq
+                regular = regular and (seq + 1 == expected or not events_read)
+                base = max(base, seq)
+                snapshots.append((number, seq))
+                moved = moved or (number if kept else None)
+            elif seq != expected or trail is not None:
+                if trail is None:
+                    regular, trail, before = False, [], expected - 1
+                trail.append((number, seq))
+            expected = seq + 1
+            if snapshot is not None:
+                state[snapshot.key] = snapshot
+            else:
+                key = parts[3]
+                item = get(key)
+                if item is None and parts[2] != "add":
+                    raise AssertionError(key)
+                state[key] = fold(item, parts[2], key, parts[5], parts[6], parts[8],
+                                  parts[1], parts[9])
+                kept += 1
+                if runs and runs[-1][1] + 1 == seq:
+                    runs[-1][1] = seq
+                else:
+                    runs.append([seq, seq])
+        except AssertionError:  # an event of a key whose add was lost: kept apart
+            corrupt.append(number)
+            unfolded.append(seq)
+            key = parts[3]
+            affected.add(key)
+            orphans[key] = apply_event(orphans.get(key) or Item(key=key), Event(*parts))
+            continue
+        except _MALFORMED:
+            corrupt.append(number)
+            regular = False
+            found = SEQ_PATTERN.findall(raw)  # two, when a torn line was glued on
+            unfolded.extend(map(int, found))
+            unreadable += not found
+            keys = [k.decode("utf-8", "replace") for k in KEY_PATTERN.findall(raw)]
+            affected.update(keys)
+            if not keys:
+                ledger.unattributed_lines.append(number)  # no key readable at all
+            continue
+        events_read += 1
+        if seq > top:
+            top = seq
+    ledger._seq, ledger._events_read, ledger._size = top, events_read, valid_end + len(tail)
+    ledger._valid_end = valid_end
+    ledger._history_read = (valid_end, kept)  # where the file's history ends, its count
+    if tail:
+        ledger.torn_tail = {"line": number + 1, "bytes": len(tail)}
+    # the snapshot lines against the header's count (a header deleted, a line deleted)
+    ledger.snapshot_damage = snapshot_damage(header, snapshots, moved)
+    ledger.disorder = out_of_order(trail, before) if trail else []  # lines copied, moved
+    if not regular:  # ``unfolded``: seqs of lines kept out of the history
+        seqs = itertools.chain.from_iterable(range(a, b + 1) for a, b in runs)
+        ledger.missing_seqs = missing_ranges([*seqs, *unfolded], base, unreadable)
+
+
+def history(ledger, fd: int) -> list[Event]:
+    """The events the replay folded, read again from the file: every line from
+    ``_history_start`` to the end it read but the corrupt ones and the snapshots.
+
+    The bytes are the ones replayed: a writer holds the lock, so only its own appends
+    (after them), a cut of the torn tail (after them) or a rewrite that prepends a header
+    (``_history_start`` moves with it) changed the file; a view reads its own descriptor,
+    which a compaction's or upgrade's rename leaves on the file it opened. A count that
+    differs all the same (the file edited in place) is refused, never guessed at."""
+    end, count = ledger._history_read
+    start = ledger._history_start
+    number = 0 if start == 0 else 1
+    skip = set(ledger.corrupt_lines)
+    events = []
+    for raw, at in _lines(fd, start, end):
+        if at is None:
+            break
+        number += 1
+        if number in skip:
+            continue
+        parts = _parts(raw) if FAST else None
+        if parts is None:
+            event = parse_line(raw)[0]
+            if event is not None:
+                events.append(event)
+        else:
+            events.append(Event(*parts))
+    if len(events) != count:
+        raise LedgerError(f"JSONL ledger {str(ledger.path)!r} changed under this process "
+                          f"since it was opened ({len(events)} events where {count} were "
+                          "read): open it again")
+    return events
