@@ -320,6 +320,28 @@ class JsonlLedger(Ledger):
                 os.ftruncate(self._fd, start)
             raise StorageError(f"cannot append to {str(self.path)!r}: {exc}") from exc
         self._end = start + len(line)
+        # After the line is on disk (fsynced) and before this returns, so before any
+        # side effect the event permits: the path must still name the file we hold. A
+        # cp+mv (how editors and sync tools save) or an rm would leave our appends in an
+        # unnamed inode and the next run would redo what this one did. What remains is a
+        # replacement between this check and the provider call (README, "Ledger files").
+        self._check_named("append")
+
+    def _check_named(self, when: str):
+        """StorageError unless ``self.path`` still names the file open as ``self._fd``."""
+        try:
+            held, named = os.fstat(self._fd), os.stat(self.path)
+            same = (held.st_dev, held.st_ino) == (named.st_dev, named.st_ino)
+        except FileNotFoundError:
+            same = False
+        except OSError as exc:
+            raise StorageError(f"cannot check JSONL ledger {str(self.path)!r}: {exc}") from exc
+        if not same:
+            raise StorageError(
+                f"JSONL ledger {str(self.path)!r} was replaced or removed while this run "
+                f"wrote it (seen at {when}); the run stopped: the events it wrote since are "
+                "not in the file at that path; do not copy, move or delete a ledger while a "
+                "run writes it; check the outputs of the last documents and run again")
 
     def _write(self, old, new, parts):
         if self.view:
@@ -416,12 +438,23 @@ class JsonlLedger(Ledger):
                 probe.unlink()
 
     def close(self):
+        """Close the files; a writer first checks its path still names its file
+        (``_check_named``): the error is raised after both are closed."""
+        error = None
+        if not self.view and getattr(self, "_fd", None) is not None \
+                and getattr(self, "_seq", 0) and getattr(self, "_end", None) is not None:
+            try:
+                self._check_named("close")
+            except StorageError as exc:
+                error = exc
         for name in ("_fd", "_lock_fd"):
             fd = getattr(self, name, None)
             if fd is not None:
                 with contextlib.suppress(OSError):
                     os.close(fd)
                 setattr(self, name, None)
+        if error is not None:
+            raise error
 
     def _item_count(self):
         return len(self._state)
