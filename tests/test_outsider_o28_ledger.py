@@ -118,6 +118,10 @@ def test_plain_header_over_snapshots_refused_as_snapshot_mismatch(tmp_path, caps
         assert _run(tmp_path, path) != 0
         kinds = {a.kind for a in audit(path).anomalies}
         assert "snapshot_mismatch" in kinds, kinds
+    # salvaged once (as an older compacted ledger is): the new ledger runs, the lost key
+    # is looked up at the provider, never executed twice
+    assert main(["ledger", str(path), "--salvage", str(tmp_path / "again.jsonl")]) == 0
+    assert _run(tmp_path, tmp_path / "again.jsonl") == 0
     assert _twice(tmp_path) == 0
 
 
