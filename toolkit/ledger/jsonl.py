@@ -67,6 +67,7 @@ class JsonlLedger(Ledger):
         super().__init__(path, **options)
         self.view = view
         self._end = None  # the file's size after our last append (None: ask fstat)
+        self._held = None  # (st_dev, st_ino) of self._fd (None: ask fstat; _check_named)
         if group_commit and self.durable:
             self._group = GroupCommit(lambda: os.fsync(self._fd),
                                       f"JSONL ledger {str(self.path)!r}")
@@ -248,7 +249,7 @@ class JsonlLedger(Ledger):
             fsync_dir(self.path.parent)
         os.close(self._fd)
         self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND)
-        self._end = None
+        self._end = self._held = None
         self.version = VERSION
 
     def corruption(self, refusing: str = "to write on it") -> str | None:
@@ -330,8 +331,11 @@ class JsonlLedger(Ledger):
     def _check_named(self, when: str):
         """StorageError unless ``self.path`` still names the file open as ``self._fd``."""
         try:
-            held, named = os.fstat(self._fd), os.stat(self.path)
-            same = (held.st_dev, held.st_ino) == (named.st_dev, named.st_ino)
+            if self._held is None:  # the file of this descriptor: asked once per open
+                held = os.fstat(self._fd)
+                self._held = (held.st_dev, held.st_ino)
+            named = os.stat(self.path)
+            same = self._held == (named.st_dev, named.st_ino)
         except FileNotFoundError:
             same = False
         except OSError as exc:
@@ -394,7 +398,7 @@ class JsonlLedger(Ledger):
             fsync_dir(self.path.parent)
             os.close(self._fd)
             self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND)
-            self._end = None
+            self._end = self._held = None
             self._history, self._valid_end, self.torn_tail, self.corrupt_lines = [], None, None, []
             return len(lines)
 
