@@ -182,8 +182,8 @@ def test_compaction_salvage_and_group_commit_threads_stay_accepted(tmp_path, cap
     """Fault: none: the legitimate ways a ledger changes. Property: a real run, compaction,
     another run, a salvage of the intact ledger and a run on it, and 8 threads appending
     under group commit, each reopen with no damage of any kind and audit with no
-    line-level finding; a header written before it counted snapshots is not held to a
-    count."""
+    line-level finding. (A header written before it counted snapshots is now refused
+    over snapshot lines and salvaged once: test_outsider_o28_ledger, R2.)"""
     documents.make_corpus(tmp_path / "in", docs=3, poison=0, seed=5)
     path = tmp_path / "L.jsonl"
     assert _run(tmp_path, path) == 0
@@ -201,9 +201,10 @@ def test_compaction_salvage_and_group_commit_threads_stay_accepted(tmp_path, cap
             worker.start()
         for worker in workers:
             worker.join()
-    legacy = tmp_path / "H.jsonl"  # compacted by the toolkit before the count: accepted
+    legacy = tmp_path / "H.jsonl"  # compacted before the count: salvaged once (O28 R2)
     legacy.write_bytes(HEADER_LINE + b"".join(_lines(path)[1:]))
-    for each in (path, tmp_path / "S.jsonl", threaded, legacy):
+    assert main(["ledger", str(legacy), "--salvage", str(tmp_path / "H2.jsonl")]) == 0
+    for each in (path, tmp_path / "S.jsonl", threaded, tmp_path / "H2.jsonl"):
         with JsonlLedger(each, view=True) as view:
             assert view.corruption() is None, each
         assert not [a for a in audit(each).anomalies if a.key is None], each

@@ -1,5 +1,6 @@
 """JSONL adapters: the toolkit's own event ledger and a per-file state log."""
 
+import codecs
 import json
 import json.scanner
 import typing
@@ -16,6 +17,8 @@ from toolkit.ledger.gaps import describe, describe_disorder, missing_ranges, out
     snapshot_base, snapshot_damage
 from toolkit.ledger.jsonl import SALVAGED, read_header
 from toolkit.ledger.salvage import lost_lines
+
+BOM = codecs.BOM_UTF8
 
 
 def _slow(text: str):
@@ -89,6 +92,10 @@ def _read_lines(path, raw: Raw, use, fast=None, batch=None, unparsed=None):
     reader = LineReader(path)
     only_reference = not reading.FAST
     for first, lines in _slices(reader.batches(decode=False)):
+        if first == 1 and lines and type(lines[0]) is bytes and lines[0].startswith(BOM):
+            # A UTF-8 BOM before line 1 (an editor's save): the ledger reads it (json.loads
+            # of bytes skips it), so the audit does too; anywhere else it is damage.
+            lines = [lines[0][len(BOM):], *lines[1:]]
         if batch is not None and not only_reference and batch(lines, first):
             continue
         for number, line in enumerate(lines, first):

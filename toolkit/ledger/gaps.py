@@ -93,8 +93,9 @@ def snapshot_damage(header: dict | None, snapshots, moved: int | None = None):
     event line, if any. Snapshot lines are written only right below a header that counts
     them (``header.py``), so lines with no header above them are ``missing_header``: the
     header was deleted, and with it, maybe, a salvage's mark (a ledger compacted by a
-    toolkit older than the header reads the same, and is salvaged the same way). A header
-    written before the count existed is not held to one.
+    toolkit older than the header reads the same, and is salvaged the same way). Snapshot
+    lines under a header that does not count them are ``snapshot_mismatch`` (a plain header
+    put over them; a compaction older than the count is salvaged once, the same way).
     """
     if header is None:
         if not snapshots:
@@ -105,8 +106,16 @@ def snapshot_damage(header: dict | None, snapshots, moved: int | None = None):
     if moved is not None:
         return "snapshot_mismatch", f"has snapshot line {moved} below event lines: lines moved"
     recorded = header.get("snapshots")
-    if recorded is None:
-        return None
+    if recorded is None:  # no count (a plain header, or "snapshots": null)
+        if not snapshots:
+            return None
+        # Snapshot lines are only written below a header that counts them: a plain header
+        # over them was put there (over a salvage's lines its mark is lost), or is a
+        # compaction by a toolkit older than the count: salvaged once, like a headerless one.
+        return "snapshot_mismatch", (f"has {_lines(len(snapshots))} (from line "
+                                     f"{snapshots[0][0]}) under a header that does not count "
+                                     "them: a replaced header may have held a salvage's mark "
+                                     "(keys lost)")
     count, seq = (recorded.get("count"), recorded.get("seq")) if isinstance(recorded, dict) \
         else (None, None)
     if type(count) is not int or type(seq) is not int:

@@ -5,8 +5,10 @@
 ``s``: ``gaps.snapshot_damage`` holds the file to it) and, on a salvaged ledger,
 ``"salvaged": {"from": name, "lost": what, "earlier": [marks of earlier salvages]}``.
 Readers that check only format and version (older toolkits, the audit's format check)
-read any of them as a version-1 header. A header without ``snapshots`` (written before
-it existed) is not held to a count.
+read any of them as a version-1 header. A header without ``snapshots`` (or with
+``"snapshots": null``) counts none: snapshot lines below it are damage (a plain header put
+over a salvage's lines drops its mark); a ledger compacted before the count existed is
+salvaged once (``ledger --salvage``), as a headerless compacted one is.
 """
 
 import json

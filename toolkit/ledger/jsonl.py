@@ -49,6 +49,7 @@ class JsonlLedger(Ledger):
         super().__init__(path, **options)
         self.view = view
         self._end = None  # the file's size after our last append (None: ask fstat)
+        self._held = None  # (st_dev, st_ino) of self._fd (None: ask fstat; _check_named)
         if group_commit and self.durable:
             self._group = GroupCommit(lambda: os.fsync(self._fd),
                                       f"JSONL ledger {str(self.path)!r}")
@@ -162,7 +163,7 @@ class JsonlLedger(Ledger):
             fsync_dir(self.path.parent)
         os.close(self._fd)
         self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND)
-        self._end = None
+        self._end = self._held = None
         self.version = VERSION
 
     def corruption(self, refusing: str = "to write on it") -> str | None:
@@ -234,6 +235,31 @@ class JsonlLedger(Ledger):
                 os.ftruncate(self._fd, start)
             raise StorageError(f"cannot append to {str(self.path)!r}: {exc}") from exc
         self._end = start + len(line)
+        # After the line is on disk (fsynced) and before this returns, so before any
+        # side effect the event permits: the path must still name the file we hold. A
+        # cp+mv (how editors and sync tools save) or an rm would leave our appends in an
+        # unnamed inode and the next run would redo what this one did. What remains is a
+        # replacement between this check and the provider call (README, "Ledger files").
+        self._check_named("append")
+
+    def _check_named(self, when: str):
+        """StorageError unless ``self.path`` still names the file open as ``self._fd``."""
+        try:
+            if self._held is None:  # the file of this descriptor: asked once per open
+                held = os.fstat(self._fd)
+                self._held = (held.st_dev, held.st_ino)
+            named = os.stat(self.path)
+            same = self._held == (named.st_dev, named.st_ino)
+        except FileNotFoundError:
+            same = False
+        except OSError as exc:
+            raise StorageError(f"cannot check JSONL ledger {str(self.path)!r}: {exc}") from exc
+        if not same:
+            raise StorageError(
+                f"JSONL ledger {str(self.path)!r} was replaced or removed while this run "
+                f"wrote it (seen at {when}); the run stopped: the events it wrote since are "
+                "not in the file at that path; do not copy, move or delete a ledger while a "
+                "run writes it; check the outputs of the last documents and run again")
 
     def _write(self, old, new, parts):
         if self.view:
@@ -289,7 +315,7 @@ class JsonlLedger(Ledger):
             fsync_dir(self.path.parent)
             os.close(self._fd)
             self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND)
-            self._end = None
+            self._end = self._held = None
             self._history, self._valid_end, self.torn_tail, self.corrupt_lines = [], None, None, []
             self._history_read = None  # no event line left in the file
             return len(lines)
@@ -334,12 +360,23 @@ class JsonlLedger(Ledger):
                 probe.unlink()
 
     def close(self):
+        """Close the files; a writer first checks its path still names its file
+        (``_check_named``): the error is raised after both are closed."""
+        error = None
+        if not self.view and getattr(self, "_fd", None) is not None \
+                and getattr(self, "_seq", 0) and getattr(self, "_end", None) is not None:
+            try:
+                self._check_named("close")
+            except StorageError as exc:
+                error = exc
         for name in ("_fd", "_lock_fd"):
             fd = getattr(self, name, None)
             if fd is not None:
                 with contextlib.suppress(OSError):
                     os.close(fd)
                 setattr(self, name, None)
+        if error is not None:
+            raise error
 
     def _item_count(self):
         return len(self._state)
