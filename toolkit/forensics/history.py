@@ -12,6 +12,16 @@ from toolkit.ledger.transitions import DONE_WITHOUT_ARTIFACT, why_illegal
 
 STATE_SET = frozenset(STATES)
 BAD_EVENT = "fields of the wrong type or value for an event"
+
+
+def _float_holds(number: int) -> bool:
+    """Whether a float holds ``number`` (a ts of 10**400 is valid JSON, but the ledger reads
+    every ts as a float: no float, a corrupt line there, and so here)."""
+    try:
+        float(number)
+    except OverflowError:
+        return False
+    return True
 # Event detail fields an item keeps (the ledger's own, as far as Record has them).
 DETAIL_FIELDS = (frozenset(MUTABLE_FIELDS) | frozenset(LEASE_FIELDS)) & frozenset(ITEM_COLUMNS)
 SNAPSHOT_FIELDS = frozenset(("key", "state", "source", "attempt", "token", "job_id", "updated",
@@ -134,7 +144,8 @@ class History:
                     or _type(attempt) is not _int or _type(token) is not _int
                     or _type(detail) is not _dict
                     or (frm is not None and _type(frm) is not _str)
-                    or (worker is not None and _type(worker) is not _str)):
+                    or (worker is not None and _type(worker) is not _str)
+                    or (_type(ts) is _int and not _float_holds(ts))):
                 return BAD_EVENT
             return apply(seq, ts, op, key, frm, to, attempt, worker, token, detail, line)
 

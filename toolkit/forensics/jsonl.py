@@ -134,9 +134,13 @@ def _event_reader(history: History, headed: bool, report):
     non-UTF-8 line) is ``NOT_MINE``: the reference path reads it."""
     import msgspec
 
+    # A ts past 64 bits goes the reference way (``History.check``: no float holds 10**400,
+    # the ledger's own reading calls such a line corrupt); msgspec would take it as an int.
+    stamp = typing.Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)] | float
+
     class Event(msgspec.Struct, gc=False):
         seq: int
-        ts: int | float
+        ts: stamp
         op: str
         key: str
         frm: str | None = msgspec.field(name="from")
