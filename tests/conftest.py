@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -71,6 +72,25 @@ def tmpfs_mount(folder, options: str):
         yield folder
     finally:
         subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def fill_disk(folder, room: int = 0) -> None:
+    """Write into ``folder`` until the kernel answers ENOSPC, then give ``room`` bytes back:
+    Python's ``tempfile`` takes a TMPDIR only if a 4-byte probe can be written there (a
+    TMPDIR with no byte left is silently replaced by /tmp), so a full TMPDIR as it is met
+    has a little room, never enough for a ledger."""
+    fd = os.open(Path(folder) / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        for size in (65536, 1):
+            try:
+                while True:
+                    os.write(fd, b"\0" * size)
+            except OSError:
+                pass
+        if room:
+            os.ftruncate(fd, os.fstat(fd).st_size - room)
+    finally:
+        os.close(fd)
 
 
 class FakeClock:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import fill_disk
 from toolkit.forensics import audit
 from toolkit.ledger import State, open_ledger
 
@@ -102,20 +103,6 @@ def folder(tmp_path):
             subprocess.run(["umount", str(where)], check=False)
 
 
-def _fill(where: Path) -> None:
-    """Write until the kernel answers ENOSPC (big writes, then byte by byte)."""
-    fd = os.open(where / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        for size in (65536, 1):
-            try:
-                while True:
-                    os.write(fd, b"\0" * size)
-            except OSError:
-                pass
-    finally:
-        os.close(fd)
-
-
 @pytest.mark.parametrize("suffix", [".sqlite", ".jsonl"])
 def test_health_probe_writes_nothing_into_the_ledger_and_a_full_disk_is_not_ready(
         folder, suffix):
@@ -136,7 +123,7 @@ def test_health_probe_writes_nothing_into_the_ledger_and_a_full_disk_is_not_read
     assert tree(where) == before
     if not mounted:
         pytest.skip("needs permission to mount a tmpfs for the full-disk half")
-    _fill(where)
+    fill_disk(where)
     before = tree(where)
     full = tk(where, "health", "--ledger", ledger.name)
     assert full.returncode == 1 and full.stdout.startswith("not ready: cannot be written"), full

@@ -71,6 +71,19 @@ def _lost_batch(tmp_path, docs=3, *extra, long_docs=0) -> tuple[str, dict]:
     assert result["seq_gaps"] and lost.key not in result["needs_review"]
     return lost.key, provider_stats(tmp_path / "p.db")
 
+def _parked_unsent(tmp_path, contract):
+    """(the lost key, its item) after a rerun of the salvaged ledger under ``contract``:
+    nothing submitted, nothing executed again, the item parked in ``needs_review``."""
+    lost, before = _lost_batch(tmp_path)
+    rerun = _run(tmp_path, tmp_path / "S.jsonl", contract)
+    assert "Traceback" not in rerun.stderr
+    after = provider_stats(tmp_path / "p.db")
+    assert (after["submit_calls"], after["executions"]) == (before["submit_calls"], 3)
+    with open_ledger(tmp_path / "S.jsonl") as salvaged:
+        item = salvaged.get(lost)
+    assert item.state == "needs_review", item
+    return lost, item
+
 
 def test_every_line_of_a_key_deleted_then_salvaged_the_rerun_executes_it_once_and_ends_done(
         tmp_path):
@@ -120,14 +133,7 @@ def test_every_line_of_a_key_deleted_and_no_lookup_answers_parks_it_unsent(tmp_p
     the lost key is never submitted; it ends ``needs_review`` with a reason that says the
     ledger was salvaged, that no lookup answered, and names its artifact under --out
     (the evidence a person checks before ``resolve``)."""
-    lost, before = _lost_batch(tmp_path)
-    rerun = _run(tmp_path, tmp_path / "S.jsonl", "non-idempotent,unavailable")
-    assert "Traceback" not in rerun.stderr
-    after = provider_stats(tmp_path / "p.db")
-    assert (after["submit_calls"], after["executions"]) == (before["submit_calls"], 3)
-    with open_ledger(tmp_path / "S.jsonl") as salvaged:
-        item = salvaged.get(lost)
-    assert item.state == "needs_review", item
+    lost, item = _parked_unsent(tmp_path, "non-idempotent,unavailable")
     assert "salvaged" in item.reason and "lookup" in item.reason, item.reason
     artifact = next((tmp_path / "out").glob(f"*.{lost[:8]}.pdf"))
     assert artifact.name in item.reason, item.reason
@@ -138,14 +144,7 @@ def test_every_line_of_a_key_deleted_on_a_provider_that_forgot_it_is_parked_by_i
     """Fault: as above, and the provider no longer knows the job (its key retention ran
     out: "not found"). Property: the artifact under --out named by the key is evidence of
     an execution: the key is parked in ``needs_review`` naming it, never submitted."""
-    lost, before = _lost_batch(tmp_path)
-    rerun = _run(tmp_path, tmp_path / "S.jsonl", "non-idempotent,retention=0.001")
-    assert "Traceback" not in rerun.stderr
-    after = provider_stats(tmp_path / "p.db")
-    assert (after["submit_calls"], after["executions"]) == (before["submit_calls"], 3)
-    with open_ledger(tmp_path / "S.jsonl") as salvaged:
-        item = salvaged.get(lost)
-    assert item.state == "needs_review", item
+    lost, item = _parked_unsent(tmp_path, "non-idempotent,retention=0.001")
     assert "not found" in item.reason and f".{lost[:8]}.pdf" in item.reason, item.reason
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import tmpfs_mount
+from conftest import fill_disk, tmpfs_mount
 from toolkit import roots
 from toolkit.documents import make_corpus
 from toolkit.ledger import State, open_ledger
@@ -56,24 +56,6 @@ def ledger_of(path: Path, items: int = 40) -> Path:
     return path
 
 
-def fill(folder: Path, room: int) -> None:
-    """Write into ``folder`` until the kernel answers ENOSPC, then give ``room`` bytes back:
-    Python's ``tempfile`` takes a TMPDIR only if a 4-byte probe can be written there (a
-    TMPDIR with no byte left is silently replaced by /tmp), so a full TMPDIR as it is met
-    has a little room, never enough for a ledger."""
-    fd = os.open(folder / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        for size in (65536, 1):
-            try:
-                while True:
-                    os.write(fd, b"\0" * size)
-            except OSError:
-                pass
-        os.ftruncate(fd, os.fstat(fd).st_size - room)
-    finally:
-        os.close(fd)
-
-
 def view(cwd, command, ledger, **options):
     return tk(cwd, *command, ledger, **options)
 
@@ -84,7 +66,7 @@ def view(cwd, command, ledger, **options):
 def full_tmpdir(tmp_path):
     """A real tmpfs of 64 KiB, filled but for 8 KiB (less than any ledger here), as TMPDIR."""
     with tmpfs_mount(tmp_path / "scratch", "size=64k") as scratch:
-        fill(scratch, room=8192)
+        fill_disk(scratch, room=8192)
         yield scratch
 
 
@@ -103,7 +85,7 @@ def test_full_tmpdir_sqlite_views_exit_1_with_one_line_naming_tmpdir(tmp_path, r
     assert size > 8192
     before = listing(work)
     with tmpfs_mount(tmp_path / "scratch", "size=256k") as scratch:
-        fill(scratch, room=8192 if room == "none" else size + 4096)
+        fill_disk(scratch, room=8192 if room == "none" else size + 4096)
         results = [(command, view(work, command, "l.sqlite", env={"TMPDIR": str(scratch)}))
                    for command in VIEWS]
     for command, result in results:
@@ -296,7 +278,7 @@ def test_full_tmpdir_audit_of_a_dead_writers_wal_exits_1_naming_tmpdir(tmp_path)
     assert (work / "l.sqlite-wal").stat().st_size > 8192  # the copy needs more than is left
     before = listing(work)
     with tmpfs_mount(tmp_path / "scratch", "size=256k") as scratch:
-        fill(scratch, room=8192)
+        fill_disk(scratch, room=8192)
         result = tk(work, "audit", "l.sqlite", env={"TMPDIR": str(scratch)})
     assert result.returncode == 1, result
     lines = result.stderr.strip().splitlines()

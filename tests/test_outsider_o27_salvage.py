@@ -74,6 +74,15 @@ def _batch(tmp_path, docs=3, *extra) -> dict:
 def _executions(tmp_path, key) -> int:
     return provider_stats(tmp_path / "p.db")["per_task"][key]["executions"]
 
+def _done_once(tmp_path, key) -> None:
+    """The salvaged ledger's ``key`` is done, its artifact verified, executed once."""
+    with open_ledger(tmp_path / "S.jsonl") as salvaged:
+        item = salvaged.get(key)
+    assert item.state == "done", item
+    assert verify(tmp_path / "out" / item.artifact_path, item.artifact_size,
+                  item.artifact_sha256)
+    assert _executions(tmp_path, key) == 1
+
 
 def test_live_writer_salvage_is_refused_naming_its_pid_and_nothing_is_written(tmp_path):
     """Fault: a real live process holds the JSONL ledger as its writer (opened by the
@@ -141,12 +150,7 @@ def test_done_with_only_its_release_line_left_is_parked_by_salvage_then_recovere
     _release(tmp_path / "S.jsonl", key)
     rerun = _run(tmp_path, tmp_path / "S.jsonl")
     assert rerun.returncode == 0, rerun.stderr
-    with open_ledger(tmp_path / "S.jsonl") as salvaged:
-        item = salvaged.get(key)
-    assert item.state == "done", item
-    assert verify(tmp_path / "out" / item.artifact_path, item.artifact_size,
-                  item.artifact_sha256)
-    assert _executions(tmp_path, key) == 1
+    _done_once(tmp_path, key)
     assert provider_stats(tmp_path / "p.db")["executions"] == 3
 
 
@@ -219,12 +223,7 @@ def test_lost_retry_lines_are_found_by_looking_up_the_later_attempts(tmp_path):
     submits = provider_stats(tmp_path / "p.db")["submit_calls"]
     rerun = _run(tmp_path, tmp_path / "S.jsonl")
     assert rerun.returncode == 0, rerun.stderr
-    with open_ledger(tmp_path / "S.jsonl") as salvaged:
-        item = salvaged.get(key)
-    assert item.state == "done", item
-    assert verify(tmp_path / "out" / item.artifact_path, item.artifact_size,
-                  item.artifact_sha256)
-    assert _executions(tmp_path, key) == 1
+    _done_once(tmp_path, key)
     assert provider_stats(tmp_path / "p.db")["submit_calls"] == submits
     looked = [call["idem_key"] for call in provider_records(tmp_path / "p.db")["calls"]
               if call["op"] == "lookup" and call["task_key"] == key]
@@ -262,10 +261,5 @@ def test_every_line_of_a_key_retried_once_deleted_then_salvaged_its_retry_is_ado
     submits = provider_stats(tmp_path / "p.db")["submit_calls"]
     rerun = _run(tmp_path, tmp_path / "S.jsonl", "non-idempotent", "--transient-rate", "0")
     assert "Traceback" not in rerun.stderr
-    with open_ledger(tmp_path / "S.jsonl") as salvaged:
-        item = salvaged.get(key)
-    assert item.state == "done", item
-    assert verify(tmp_path / "out" / item.artifact_path, item.artifact_size,
-                  item.artifact_sha256)
-    assert _executions(tmp_path, key) == 1
+    _done_once(tmp_path, key)
     assert provider_stats(tmp_path / "p.db")["submit_calls"] == submits

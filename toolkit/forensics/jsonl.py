@@ -3,7 +3,6 @@
 import codecs
 import json
 import json.scanner
-import typing
 from functools import partial
 
 from toolkit.forensics.columns import OPS, Field
@@ -134,22 +133,7 @@ def _event_reader(history: History, headed: bool, report):
     non-UTF-8 line) is ``NOT_MINE``: the reference path reads it."""
     import msgspec
 
-    # A ts past 64 bits goes the reference way (``History.check``: no float holds 10**400,
-    # the ledger's own reading calls such a line corrupt); msgspec would take it as an int.
-    stamp = typing.Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)] | float
-
-    class Event(msgspec.Struct, gc=False):
-        seq: int
-        ts: stamp
-        op: str
-        key: str
-        frm: str | None = msgspec.field(name="from")
-        to: str
-        attempt: int
-        worker: str | None
-        token: int
-        detail: dict[str, str | int | float | bool | None]  # nested: the reference way
-        snapshot: typing.Any = msgspec.UNSET  # present: a snapshot line, not an event
+    from toolkit.ledger.replay import EventLine as Event  # the ledger's own typed line
 
     decode, failed, unset, mine = msgspec.json.Decoder(Event).decode, msgspec.DecodeError, \
         msgspec.UNSET, NOT_MINE

@@ -5,7 +5,7 @@ lines were two copies of it) and folds each event into its item as an ``ItemRow`
 (``records.fold``), building no ``Event`` and no ``Item``: the items are built when read,
 the events when ``events()`` asks for them (``history``, which reads the lines again).
 
-Each line is decoded by msgspec into a typed struct (``_Line``: one C call, no dict per
+Each line is decoded by msgspec into a typed struct (``EventLine``: one C call, no dict per
 event) when it takes the line whole: every field of the type an event written by this
 toolkit has, ``from``/``to`` a state's value, no ``snapshot``. Any other line -- the header,
 a snapshot, a wrong type, a NaN, a lone surrogate, a BOM, a line not UTF-8, an integer past
@@ -20,6 +20,7 @@ import itertools
 import json
 import os
 import re
+import typing
 
 import msgspec
 
@@ -56,10 +57,16 @@ def parse_line(raw: bytes) -> tuple[Event | None, Item | None, int]:
     return event, None, event.seq
 
 
-class _Line(msgspec.Struct, gc=False):
-    """An event line as this toolkit writes it (``lines.event_line``)."""
+# A ts past 64 bits goes the reference way: msgspec would take 10**400 as a Python int,
+# which no float holds (``parse_line``: a corrupt line; the audit's ``History.check`` too).
+_STAMP = typing.Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)] | float
+
+
+class EventLine(msgspec.Struct, gc=False):
+    """An event line as this toolkit writes it (``lines.event_line``): the typed decoding
+    of the replay here and of the audit (``forensics.jsonl``)."""
     seq: int
-    ts: int | float
+    ts: _STAMP
     op: str
     key: str
     frm: str | None = msgspec.field(name="from")
@@ -71,7 +78,7 @@ class _Line(msgspec.Struct, gc=False):
     snapshot: object = msgspec.UNSET  # present: a snapshot line, the reference way
 
 
-_decode, _refused = msgspec.json.Decoder(_Line).decode, msgspec.DecodeError
+_decode, _refused = msgspec.json.Decoder(EventLine).decode, msgspec.DecodeError
 
 
 def _parts(raw: bytes):
