@@ -12,8 +12,8 @@ from toolkit.forensics import lines as reading
 from toolkit.forensics.lines import SHALLOW, LineReader, decode_one
 from toolkit.forensics.model import Raw, register
 from toolkit.ledger.jsonl import FORMAT as JSONL_FORMAT
-from toolkit.ledger.gaps import describe, describe_disorder, missing_ranges, out_of_order, \
-    snapshot_base, snapshot_damage
+from toolkit.ledger.gaps import blank, describe, describe_disorder, missing_ranges, \
+    out_of_order, snapshot_base, snapshot_damage
 from toolkit.ledger.jsonl import SALVAGED, read_header
 from toolkit.ledger.salvage import lost_lines
 
@@ -91,13 +91,16 @@ def _read_lines(path, raw: Raw, use, fast=None, batch=None, unparsed=None):
     reader = LineReader(path)
     only_reference = not reading.FAST
     for first, lines in _slices(reader.batches(decode=False)):
-        if first == 1 and lines and type(lines[0]) is bytes and lines[0].startswith(BOM):
+        if first == 1 and lines and type(lines[0]) is bytes and lines[0].startswith(BOM) \
+                and lines[0] != BOM:  # a BOM alone is no blank line (``gaps.blank``)
             # A UTF-8 BOM before line 1 (an editor's save): the ledger reads it (json.loads
             # of bytes skips it), so the audit does too; anywhere else it is damage.
             lines = [lines[0][len(BOM):], *lines[1:]]
         if batch is not None and not only_reference and batch(lines, first):
             continue
         for number, line in enumerate(lines, first):
+            if type(line) is bytes and blank(line):
+                continue  # no record, no damage: the ledger's own rule (``gaps.blank``)
             if only_reference:
                 why = _reference(scan, line, number, use)
             elif fast is not None and (why := fast(line, number)) is not NOT_MINE:

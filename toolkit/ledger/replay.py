@@ -25,7 +25,7 @@ import typing
 import msgspec
 
 from toolkit.errors import LedgerError
-from toolkit.ledger.gaps import missing_ranges, out_of_order, snapshot_base, snapshot_damage
+from toolkit.ledger.gaps import blank, missing_ranges, out_of_order, snapshot_base, snapshot_damage
 from toolkit.ledger.header import read_header
 from toolkit.ledger.records import Event, Item, apply_event, fold
 from toolkit.ledger.transitions import State
@@ -146,7 +146,9 @@ def replay(ledger, fd: int) -> None:
             tail = raw
             break
         number += 1
-        valid_end = at
+        valid_end = at  # a blank line too: the next append goes after it
+        if blank(raw):  # no event, no damage (gaps.blank); its number still counts
+            continue
         if number == 1:
             header = read_header(raw)
             # Seqs (gaps.py): the usual history is base+1, base+2, ... in file order, checked
@@ -255,7 +257,7 @@ def history(ledger, fd: int) -> list[Event]:
         if at is None:
             break
         number += 1
-        if number in skip:
+        if number in skip or blank(raw):
             continue
         parts = _parts(raw) if FAST else None
         if parts is None:
