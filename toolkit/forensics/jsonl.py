@@ -99,8 +99,6 @@ def _read_lines(path, raw: Raw, use, fast=None, batch=None, unparsed=None):
         if batch is not None and not only_reference and batch(lines, first):
             continue
         for number, line in enumerate(lines, first):
-            if type(line) is bytes and blank(line):
-                continue  # no record, no damage: the ledger's own rule (``gaps.blank``)
             if only_reference:
                 why = _reference(scan, line, number, use)
             elif fast is not None and (why := fast(line, number)) is not NOT_MINE:
@@ -116,6 +114,10 @@ def _read_lines(path, raw: Raw, use, fast=None, batch=None, unparsed=None):
             else:
                 why = _reference(scan, line, number, use)
             if why is not None:
+                if type(line) is bytes and blank(line):
+                    # no record, no damage: the ledger's own rule (``gaps.blank``), asked
+                    # only of a line refused (no path takes a blank one: no side effect)
+                    continue
                 if unparsed is not None and why.startswith("not JSON"):
                     why += unparsed(line, number)
                 _corrupt(raw, number, why)

@@ -147,8 +147,6 @@ def replay(ledger, fd: int) -> None:
             break
         number += 1
         valid_end = at  # a blank line too: the next append goes after it
-        if blank(raw):  # no event, no damage (gaps.blank); its number still counts
-            continue
         if number == 1:
             header = read_header(raw)
             # Seqs (gaps.py): the usual history is base+1, base+2, ... in file order, checked
@@ -213,6 +211,8 @@ def replay(ledger, fd: int) -> None:
             orphans[key] = apply_event(orphans.get(key) or Item(key=key), Event(*parts))
             continue
         except _MALFORMED:
+            if blank(raw):  # no event, no damage (gaps.blank); its number still counts.
+                continue  # Asked only here: no line JSON reads is blank (no cost per line)
             corrupt.append(number)
             regular = False
             found = SEQ_PATTERN.findall(raw)  # two, when a torn line was glued on
@@ -257,10 +257,12 @@ def history(ledger, fd: int) -> list[Event]:
         if at is None:
             break
         number += 1
-        if number in skip or blank(raw):
+        if number in skip:
             continue
         parts = _parts(raw) if FAST else None
         if parts is None:
+            if blank(raw):  # skipped by the replay too
+                continue
             event = parse_line(raw)[0]
             if event is not None:
                 events.append(event)
