@@ -12,8 +12,8 @@ from toolkit.forensics import lines as reading
 from toolkit.forensics.lines import SHALLOW, LineReader, decode_one
 from toolkit.forensics.model import Raw, register
 from toolkit.ledger.jsonl import FORMAT as JSONL_FORMAT
-from toolkit.ledger.gaps import describe, describe_disorder, missing_ranges, out_of_order, \
-    snapshot_base, snapshot_damage
+from toolkit.ledger.gaps import blank, describe, describe_disorder, missing_ranges, \
+    out_of_order, snapshot_base, snapshot_damage
 from toolkit.ledger.jsonl import SALVAGED, read_header
 from toolkit.ledger.salvage import lost_lines
 
@@ -91,7 +91,8 @@ def _read_lines(path, raw: Raw, use, fast=None, batch=None, unparsed=None):
     reader = LineReader(path)
     only_reference = not reading.FAST
     for first, lines in _slices(reader.batches(decode=False)):
-        if first == 1 and lines and type(lines[0]) is bytes and lines[0].startswith(BOM):
+        if first == 1 and lines and type(lines[0]) is bytes and lines[0].startswith(BOM) \
+                and lines[0] != BOM:  # a BOM alone is no blank line (``gaps.blank``)
             # A UTF-8 BOM before line 1 (an editor's save): the ledger reads it (json.loads
             # of bytes skips it), so the audit does too; anywhere else it is damage.
             lines = [lines[0][len(BOM):], *lines[1:]]
@@ -113,6 +114,10 @@ def _read_lines(path, raw: Raw, use, fast=None, batch=None, unparsed=None):
             else:
                 why = _reference(scan, line, number, use)
             if why is not None:
+                if type(line) is bytes and blank(line):
+                    # no record, no damage: the ledger's own rule (``gaps.blank``), asked
+                    # only of a line refused (no path takes a blank one: no side effect)
+                    continue
                 if unparsed is not None and why.startswith("not JSON"):
                     why += unparsed(line, number)
                 _corrupt(raw, number, why)

@@ -10,7 +10,10 @@ compaction or a salvage wrote first (0 without them). What never leaves a hole:
 - a torn final line: never acknowledged, cut before the next append, its seq reused;
 - a failed append (``ENOSPC``, a size limit): cut back, its seq not taken; the next
   run continues from the last whole line;
-- a power cut: it loses a suffix of the file, never an interior line.
+- a power cut: it loses a suffix of the file, never an interior line;
+- a blank line (``blank``: what an editor's save or ``echo >> l.jsonl`` leaves): no event
+  and no damage; it still counts as a line (line numbers), and an event line replaced by
+  one is still a hole (its seq is on no line).
 
 So a hole is lines deleted (or an interior line unreadable): the lost events may have been
 any key's intent, and the ledger is refused like one with a corrupt interior line. A
@@ -24,6 +27,13 @@ header deleted (with it a salvage's mark, the only record that keys were lost), 
 """
 
 SHOWN = 5  # ranges named in a message; the rest are counted
+
+
+def blank(raw: bytes) -> bool:
+    """A line (without its newline) that holds no event: empty, or only spaces, tabs and
+    CRs. The ledger's replay and the audit both skip it; any other byte makes it a line
+    to read (a BOM alone included: that is damage, as anywhere but before line 1's JSON)."""
+    return not raw.strip(b" \t\r")
 
 
 def missing_ranges(seqs, base: int = 0, unreadable: int = 0) -> list[tuple[int, int]]:

@@ -25,7 +25,7 @@ import typing
 import msgspec
 
 from toolkit.errors import LedgerError
-from toolkit.ledger.gaps import missing_ranges, out_of_order, snapshot_base, snapshot_damage
+from toolkit.ledger.gaps import blank, missing_ranges, out_of_order, snapshot_base, snapshot_damage
 from toolkit.ledger.header import read_header
 from toolkit.ledger.records import Event, Item, apply_event, fold
 from toolkit.ledger.transitions import State
@@ -146,7 +146,7 @@ def replay(ledger, fd: int) -> None:
             tail = raw
             break
         number += 1
-        valid_end = at
+        valid_end = at  # a blank line too: the next append goes after it
         if number == 1:
             header = read_header(raw)
             # Seqs (gaps.py): the usual history is base+1, base+2, ... in file order, checked
@@ -211,6 +211,8 @@ def replay(ledger, fd: int) -> None:
             orphans[key] = apply_event(orphans.get(key) or Item(key=key), Event(*parts))
             continue
         except _MALFORMED:
+            if blank(raw):  # no event, no damage (gaps.blank); its number still counts.
+                continue  # Asked only here: no line JSON reads is blank (no cost per line)
             corrupt.append(number)
             regular = False
             found = SEQ_PATTERN.findall(raw)  # two, when a torn line was glued on
@@ -259,6 +261,8 @@ def history(ledger, fd: int) -> list[Event]:
             continue
         parts = _parts(raw) if FAST else None
         if parts is None:
+            if blank(raw):  # skipped by the replay too
+                continue
             event = parse_line(raw)[0]
             if event is not None:
                 events.append(event)
