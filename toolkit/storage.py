@@ -14,6 +14,7 @@ never write over any of them, import them from here.
 
 import contextlib
 import errno
+import fcntl
 import os
 import sqlite3
 import tempfile
@@ -162,4 +163,16 @@ def lock_holder(fd: int) -> int | None:
             pid = int(fields[4])
             if pid > 0 and os.path.exists(f"/proc/{pid}"):
                 return pid
+    return None
+
+
+def take_exclusive(fd: int) -> str | None:
+    """Take an exclusive ``flock`` on ``fd`` without waiting (how a JSONL ledger's writer
+    holds ``<ledger>.lock``): None when taken -- held until ``fd`` is closed -- else who
+    holds it, in words: ``"live process N"``, or ``"a live process"`` (``lock_holder``)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        pid = lock_holder(fd)
+        return f"live process {pid}" if pid else "a live process"
     return None

@@ -14,7 +14,6 @@ time: a second one gets ``LedgerBusyError`` from a lock on ``<path>.lock``.
 
 import contextlib
 import dataclasses
-import fcntl
 import json
 import os
 
@@ -30,7 +29,7 @@ from toolkit.ledger.records import ItemRow, item_of
 from toolkit.ledger.replay import (KEY_PATTERN, SEQ_PATTERN, SNAPSHOT,  # noqa: F401
                                    item_from_json, parse_line, replay)
 from toolkit.ledger.replay import history as replay_history
-from toolkit.storage import LOCK, lock_holder, os_error
+from toolkit.storage import LOCK, os_error, take_exclusive
 
 
 def item_to_json(item: Item) -> dict:
@@ -62,15 +61,12 @@ class JsonlLedger(Ledger):
             self._lock_fd = os.open(f"{self.path}{LOCK}", os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:  # no free inode for the lock is the storage's, not bad input
             raise os_error(f"cannot open JSONL ledger {str(self.path)!r}", exc) from exc
-        try:
-            if not view:  # a view reads whole lines only: a live writer does not stop it
-                fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            pid = lock_holder(self._lock_fd)
+        # A view reads whole lines only: a live writer does not stop it.
+        holder = None if view else take_exclusive(self._lock_fd)
+        if holder is not None:
             os.close(self._lock_fd)
-            holder = f"live process {pid}" if pid else "a live process"
             raise LedgerBusyError(f"JSONL ledger {str(self.path)!r} is busy: open in another "
-                                  f"writer ({holder}); run again when it ends") from None
+                                  f"writer ({holder}); run again when it ends")
         try:
             created = not self.path.exists()
             self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)

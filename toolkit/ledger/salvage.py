@@ -19,7 +19,6 @@ nobody wrote. The new ledger gets the old one's file mode.
 import contextlib
 import dataclasses
 import errno
-import fcntl
 import json
 import os
 import stat
@@ -30,7 +29,7 @@ from toolkit.ledger import LEASE_FIELDS, PERMANENT, Item, State, canonical_path
 from toolkit.ledger.gaps import describe, describe_disorder
 from toolkit.ledger.jsonl import SNAPSHOT, JsonlLedger, header_line, item_to_json
 from toolkit.ledger.transitions import ARTIFACT_FIELDS
-from toolkit.storage import LOCK, lock_holder
+from toolkit.storage import LOCK, take_exclusive
 
 
 def salvage(path, new_path) -> dict:
@@ -176,13 +175,10 @@ def _writer_excluded(path: Path):
         raise ToolkitError(f"cannot open the lock of JSONL ledger {str(path)!r}: "
                            f"{exc.strerror or exc}") from None
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            pid = lock_holder(fd)
-            holder = f"live process {pid}" if pid else "a live process"
+        holder = take_exclusive(fd)
+        if holder is not None:
             raise LedgerBusyError(f"JSONL ledger {str(path)!r} is busy: open in another writer "
-                                  f"({holder}); salvage it when that run ends") from None
+                                  f"({holder}); salvage it when that run ends")
         try:
             yield real
         finally:
@@ -190,6 +186,8 @@ def _writer_excluded(path: Path):
                 Path(lock).unlink(missing_ok=True)  # still ours: see above
     finally:
         os.close(fd)
+
+
 _SNAPSHOTS_LOST = {"missing_header": "the header line (it may have held an earlier salvage's mark)",
                    "snapshot_mismatch": "snapshot lines the header did not count"}
 

@@ -7,7 +7,6 @@ writable again and removed it.
 """
 
 import contextlib
-import fcntl
 import json
 import os
 from pathlib import Path
@@ -17,7 +16,7 @@ from toolkit.errors import (LeaseHeldError, LedgerError, NotReadyError, StaleTok
                             StorageError, ToolkitError)
 from toolkit.ledger import State, open_ledger, owner_alive, postgres_health, why_illegal
 from toolkit.ledger.postgres import postgres_url
-from toolkit.storage import FULL_OR_FAILING, LOCK, lock_holder
+from toolkit.storage import FULL_OR_FAILING, LOCK, take_exclusive
 
 S = State
 
@@ -254,13 +253,7 @@ def _writer_excluded(path: Path):
         yield None  # no writer ever opened it: nobody holds it
         return
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            pid = lock_holder(fd)
-            yield f"live process {pid}" if pid else "a live process"
-            return
-        yield None
+        yield take_exclusive(fd)
     finally:
         os.close(fd)  # releases the lock
 
