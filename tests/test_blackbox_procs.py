@@ -27,6 +27,25 @@ def _with_marker(marker: str):
             if marker in " ".join(p.info["cmdline"] or [])]
 
 
+def _dead(pid: int) -> bool:
+    """Gone, or a zombie: killed and waiting for its reaper (the drill's orphans are
+    reparented to PID 1, which in some sandboxes reaps late; a zombie runs nothing)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def _all_dead(pids: list, polls: int = 100) -> list:
+    """The pids still alive after a bounded wait (no timing asserted)."""
+    for _ in range(polls):
+        alive = [pid for pid in pids if not _dead(pid)]
+        if not alive:
+            return []
+        time.sleep(0.1)
+    return alive
+
+
 def test_daemonized_children_of_the_program_are_killed_after_every_run(inputs, tmp_path):
     """Fault: the program leaves background children (``setsid sleep &`` leaves its process
     group, ``nohup sleep &`` stays in it) and exits. Property: after the drill no process
@@ -68,10 +87,10 @@ def test_sigterm_to_the_drill_stops_the_service_the_program_and_removes_its_fold
     out, err = drill.communicate(timeout=60)
     assert drill.returncode == 130, err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
-    gone, alive = psutil.wait_procs(family, timeout=10)
-    for process in alive:
-        process.kill()
-    assert alive == [] and not psutil.pid_exists(program)
+    alive = _all_dead([p.pid for p in family] + [program])
+    for pid in alive:  # do not leave them behind even when the test fails
+        os.kill(pid, signal.SIGKILL)
+    assert alive == []
     assert list(temp.iterdir()) == []
 
 
