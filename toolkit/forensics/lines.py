@@ -62,6 +62,7 @@ class LineReader:
         self.path = path
         self.chunk = chunk or CHUNK
         self.torn: tuple[int, int] | None = None
+        self.tail: bytes | None = None  # the torn line's bytes (None: over-long, or none)
         self.lines = 0
 
     def batches(self, decode: bool = True):
@@ -105,3 +106,4 @@ class LineReader:
         self.lines = number - 1
         if skipping or carry:
             self.torn = (number, skipping or len(carry))
+            self.tail = None if skipping else carry

@@ -4,7 +4,9 @@ The file is the history; items are rebuilt by replaying it (``replay.py``: the e
 are not kept, ``events()`` reads them again). A crash can leave
 a final line without its newline (a torn write): on open it is ignored,
 reported in ``torn_tail`` and cut off before the next append, so the next
-event never glues onto it. Interior lines that do not parse are reported in
+event never glues onto it. A final line that reads whole as an event is that event, its
+newline lost (``replay.whole_line``): read, named in ``unterminated``, and given its
+newline before the next append. Interior lines that do not parse are reported in
 ``corrupt_lines`` (1-based) and skipped, never fatal; seqs absent from the history
 (lines deleted: ``gaps.py``) in ``missing_seqs``, event lines out of seq order (copied,
 moved) in ``disorder``, snapshot lines the header does not count in ``snapshot_damage``.
@@ -122,6 +124,8 @@ class JsonlLedger(Ledger):
                               "toolkit event): refusing to write into it")
         if not self.damaged:  # pre-header: upgrade in place
             body = self._read_all()[:self._valid_end]
+            if self.unterminated:  # its owed newline, in the rewrite (no append cuts here)
+                body, self.unterminated = body + b"\n", None
             self._rewrite(HEADER_LINE + body)
             self._valid_end = None  # the torn tail was left out of the rewrite
             end, count = self._history_read  # the file's events, one header line lower
@@ -212,6 +216,9 @@ class JsonlLedger(Ledger):
         try:
             if self._valid_end is not None:  # cut a torn tail before the first append
                 os.ftruncate(self._fd, self._valid_end)
+                if self.unterminated:  # a whole last line lost its newline: give it one
+                    os.write(self._fd, b"\n")  # (fsynced with the line below)
+                    self.unterminated = None
                 self._valid_end, self._end = None, None
             start = self._end if self._end is not None else os.fstat(self._fd).st_size
         except OSError as exc:
@@ -313,6 +320,7 @@ class JsonlLedger(Ledger):
             self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND)
             self._end = self._held = None
             self._history, self._valid_end, self.torn_tail, self.corrupt_lines = [], None, None, []
+            self.unterminated = None  # every line just written has its newline
             self._history_read = None  # no event line left in the file
             return len(lines)
 

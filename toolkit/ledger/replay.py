@@ -16,6 +16,7 @@ feeds odd lines to both and compares the ledgers' verdicts); ``FAST = False`` ta
 reference way for every line.
 """
 
+import codecs
 import itertools
 import json
 import os
@@ -36,6 +37,7 @@ SEQ_PATTERN = re.compile(rb'"seq": (\d{1,30})[,}]')
 FAST = True  # False: every line the reference way (the tests compare the two)
 BLOCK = 1 << 22  # bytes read at a time: the lines of one block are alive at once
 _STATES = {state.value: state for state in State}
+BOM = codecs.BOM_UTF8
 # What a line no reading holds raises: besides the usual, a number no float holds (a ts of
 # 10**400: OverflowError) and nesting past the parser's depth (RecursionError).
 _MALFORMED = (ValueError, KeyError, TypeError, OverflowError, RecursionError)
@@ -47,14 +49,18 @@ def item_from_json(obj: dict) -> Item:
 
 def parse_line(raw: bytes) -> tuple[Event | None, Item | None, int]:
     """One line → (event, snapshot item, seq); raises ValueError/KeyError/TypeError if
-    malformed. The reference reading of a line: what every line means."""
-    obj = json.loads(raw)
+    malformed. The reference reading of a line: what every line means.
+
+    Text first (``decode``): ``json.loads`` of bytes would skip a BOM, which before any
+    line but line 1 is damage (the caller strips line 1's), as the audit reads it."""
+    obj = json.loads(raw.decode("utf-8"))
     if not isinstance(obj, dict):
         raise TypeError("line is not a JSON object")
     if SNAPSHOT in obj:
-        return None, item_from_json(obj[SNAPSHOT]), int(obj["seq"])
-    event = Event.from_json(obj)
-    return event, None, event.seq
+        if type(obj["seq"]) is not int:  # 20.0 is no seq (the audit's rule too)
+            raise TypeError("a snapshot's seq is not an integer")
+        return None, item_from_json(obj[SNAPSHOT]), obj["seq"]
+    return Event(*event_parts(obj)), None, obj["seq"]
 
 
 # A ts past 64 bits goes the reference way: msgspec would take 10**400 as a Python int,
@@ -62,23 +68,66 @@ def parse_line(raw: bytes) -> tuple[Event | None, Item | None, int]:
 _STAMP = typing.Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)] | float
 
 
+# An attempt or a token counts up from 0: a negative one is no line this toolkit wrote.
+_COUNT = typing.Annotated[int, msgspec.Meta(ge=0)]
+
+
 class EventLine(msgspec.Struct, gc=False):
     """An event line as this toolkit writes it (``lines.event_line``): the typed decoding
-    of the replay here and of the audit (``forensics.jsonl``)."""
+    of the replay here and of the audit (``forensics.jsonl``), and through ``event_parts``
+    the one validator of an event read any other way. Strict: ``20.0`` is no seq, ``true``
+    no attempt."""
     seq: int
     ts: _STAMP
     op: str
     key: str
     frm: str | None = msgspec.field(name="from")
     to: str
-    attempt: int
+    attempt: _COUNT
     worker: str | None
-    token: int
+    token: _COUNT
     detail: dict[str, str | int | float | bool | None]  # nested: the reference way
     snapshot: object = msgspec.UNSET  # present: a snapshot line, the reference way
 
 
 _decode, _refused = msgspec.json.Decoder(EventLine).decode, msgspec.DecodeError
+
+
+def event_parts(obj: dict) -> tuple:
+    """(seq, ts, op, key, frm, to, attempt, worker, token, detail) of an event object
+    (not a snapshot) that ``json.loads`` read, by the rules of ``EventLine`` (the typed
+    decoder's); raises KeyError, TypeError or ValueError otherwise. Only ``ts`` (any int a
+    float holds, a NaN) and ``detail`` (nested values) are checked apart, as the typed
+    decoder sends them this way. The ledger (``parse_line``) and the audit
+    (``forensics.jsonl``) both ask it: one verdict on a line."""
+    ts, detail = obj["ts"], obj["detail"]
+    if type(ts) not in (int, float) or type(detail) is not dict:
+        raise TypeError("ts is not a number or detail is not an object")
+    try:
+        e = msgspec.convert({**obj, "ts": 0, "detail": {}}, EventLine)
+    except msgspec.ValidationError as exc:
+        raise ValueError(f"not an event: {exc}") from None
+    frm, to = e.frm, _STATES.get(e.to)
+    if to is None or (frm is not None and (frm := _STATES.get(frm)) is None):
+        raise ValueError("not an event: an unknown state")
+    return e.seq, float(ts), e.op, e.key, frm, to, e.attempt, e.worker, e.token, detail
+
+
+def whole_line(raw: bytes) -> bool:
+    """The rule for a final line without its newline, the ledger's (``replay``) and the
+    audit's (``forensics.jsonl``): a line that reads whole as an event or snapshot line IS
+    that line (its newline lost: ``truncate -s -1``, an editor's save, a CR for the LF); the
+    writer puts the newline before its next line. Only a line that does not read whole is
+    a torn write (cut). Safe after a crash too: a write torn exactly before its newline was
+    never fsynced, so nothing was sent on it; its intent kept makes the item ``unknown``
+    (looked up, never sent twice), where dropping it sent the document again."""
+    if blank(raw):
+        return False
+    try:
+        parse_line(raw)
+    except _MALFORMED:
+        return False
+    return True
 
 
 def _parts(raw: bytes):
@@ -131,6 +180,7 @@ def replay(ledger, fd: int) -> None:
     ledger.affected_keys = set()  # keys a corrupt line may belong to
     ledger.orphans = {}  # the fold of events whose add line was lost
     ledger.unattributed_lines = []  # corrupt lines with no key readable at all
+    ledger.unterminated = None  # the number of a final event line without its newline
     corrupt, affected, orphans = ledger.corrupt_lines, ledger.affected_keys, ledger.orphans
     get, states, unset = state.get, _STATES, msgspec.UNSET
     fast = FAST
@@ -142,12 +192,17 @@ def replay(ledger, fd: int) -> None:
     number, valid_end, tail = 0, 0, b""
     ledger._history_start = 0  # the offset of the first event line (after the header)
     for raw, at in _lines(fd, 0, None):
-        if at is None:
-            tail = raw
-            break
+        if at is None:  # the bytes after the last newline
+            if not whole_line(raw):
+                tail = raw  # a torn write (or nothing): cut before the next append
+                break
+            at = valid_end + len(raw)  # an event whose newline was lost: it is read
+            ledger.unterminated = number + 1  # the writer owes it its newline (jsonl.py)
         number += 1
         valid_end = at  # a blank line too: the next append goes after it
         if number == 1:
+            if raw.startswith(BOM) and raw != BOM:  # an editor's BOM before line 1 only:
+                raw = raw[len(BOM):]  # the audit skips it too (a BOM alone is no blank)
             header = read_header(raw)
             # Seqs (gaps.py): the usual history is base+1, base+2, ... in file order, checked
             # line by line; anything else is measured exactly once the file is read: from
@@ -254,8 +309,8 @@ def history(ledger, fd: int) -> list[Event]:
     skip = set(ledger.corrupt_lines)
     events = []
     for raw, at in _lines(fd, start, end):
-        if at is None:
-            break
+        if at is None and not raw:  # ``end`` is a line's end, or a final line's own end:
+            break  # the unterminated event the replay read (``whole_line``) comes as a tail
         number += 1
         if number in skip:
             continue
