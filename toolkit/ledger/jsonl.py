@@ -110,8 +110,12 @@ class JsonlLedger(Ledger):
                               f"this toolkit writes version {VERSION}: use a newer toolkit")
         if self.version is not None:
             return
+        # Toolkit lines read: events and snapshots folded, and events of keys whose add was
+        # lost (``orphans``: what ``: > l`` mid-run leaves, no header, seqs not from 1): a
+        # damaged ledger of ours, which salvage reads, not a foreign file.
+        ours = self._events_read or self.orphans
         if self.view:
-            if self._size and self._events_read == 0:
+            if self._size and not ours:
                 raise LedgerError(f"{where!r} is not a resume-toolkit JSONL ledger")
             return
         if self._size == 0 or (self.torn_tail and self.torn_tail["line"] == 1
@@ -119,7 +123,7 @@ class JsonlLedger(Ledger):
             self._rewrite(HEADER_LINE)  # a new ledger (or one whose header write was cut)
             self.torn_tail, self._valid_end = None, None
             return
-        if self._events_read == 0:
+        if not ours:
             raise LedgerError(f"{where!r} is not a resume-toolkit JSONL ledger (no line is a "
                               "toolkit event): refusing to write into it")
         if not self.damaged:  # pre-header: upgrade in place
@@ -246,7 +250,11 @@ class JsonlLedger(Ledger):
         self._check_named("append")
 
     def _check_named(self, when: str):
-        """StorageError unless ``self.path`` still names the file open as ``self._fd``."""
+        """StorageError unless ``self.path`` still names the file open as ``self._fd``, at
+        the size our appends left it (``_end``, when known): a file truncated or emptied
+        in place (``: > l``, ``cat h > l``) or written by another program is no history
+        this run can go on from. The one ``stat`` answers both; the first error halts the
+        ledger (``_halted``): ``close`` then adds no second one."""
         try:
             if self._held is None:  # the file of this descriptor: asked once per open
                 held = os.fstat(self._fd)
@@ -258,11 +266,19 @@ class JsonlLedger(Ledger):
         except OSError as exc:
             raise StorageError(f"cannot check JSONL ledger {str(self.path)!r}: {exc}") from exc
         if not same:
+            self._halted = True
             raise StorageError(
                 f"JSONL ledger {str(self.path)!r} was replaced or removed while this run "
                 f"wrote it (seen at {when}); the run stopped: the events it wrote since are "
                 "not in the file at that path; do not copy, move or delete a ledger while a "
                 "run writes it; check the outputs of the last documents and run again")
+        if self._end is not None and named.st_size != self._end:
+            self._halted = True
+            raise StorageError(
+                f"JSONL ledger {str(self.path)!r} is {named.st_size} bytes where this run's "
+                f"appends end at {self._end} (seen at {when}): truncated or written by another "
+                "program while this run wrote it; the run stopped; run 'python -m toolkit "
+                f"ledger {self.path} --salvage NEW.jsonl' and run on NEW")
 
     def _write(self, old, new, parts):
         if self.view:
@@ -338,6 +354,7 @@ class JsonlLedger(Ledger):
             try:
                 yield
             except BaseException:
+                self._end = start  # what the cut leaves: close checks the size against it
                 with contextlib.suppress(OSError):
                     os.ftruncate(self._fd, start)
                     os.fsync(self._fd)
@@ -368,7 +385,8 @@ class JsonlLedger(Ledger):
         (``_check_named``): the error is raised after both are closed."""
         error = None
         if not self.view and getattr(self, "_fd", None) is not None \
-                and getattr(self, "_seq", 0) and getattr(self, "_end", None) is not None:
+                and getattr(self, "_seq", 0) and getattr(self, "_end", None) is not None \
+                and not getattr(self, "_halted", False):  # said once, where it was seen
             try:
                 self._check_named("close")
             except StorageError as exc:
