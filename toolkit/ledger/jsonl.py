@@ -22,7 +22,7 @@ import os
 from toolkit.documents import fsync_dir
 from toolkit.errors import LedgerBusyError, LedgerError, StorageError
 from toolkit.ledger import Event, Item, Ledger
-from toolkit.ledger.gaps import describe, describe_disorder
+from toolkit.ledger.gaps import describe, describe_disorder, too_long
 from toolkit.ledger.group import GroupCommit
 from toolkit.ledger.header import (FORMAT, HEADER_LINE, SALVAGED, VERSION,  # noqa: F401
                                    header_line, header_version, read_header)
@@ -179,7 +179,9 @@ class JsonlLedger(Ledger):
             keys = ", ".join(sorted(k[:12] for k in self.affected_keys)[:10]) or "not readable"
             more = f" and {len(lines) - 10} more" if len(lines) > 10 else ""
             damage.append(f"has corrupt lines {', '.join(map(str, lines[:10]))}{more} "
-                          f"(keys affected: {keys})")
+                          f"(keys affected: {keys})" + "".join(
+                              f" (line {line}: {too_long(size)})"
+                              for line, size in self.long_lines[:3]))
         if self.missing_seqs:  # lines deleted: any key's intent may be among them
             damage.append(f"is missing the events of {describe(self.missing_seqs)}, lines "
                           "deleted: any key's intent may be among them")

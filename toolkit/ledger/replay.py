@@ -26,7 +26,8 @@ import typing
 import msgspec
 
 from toolkit.errors import LedgerError
-from toolkit.ledger.gaps import blank, missing_ranges, out_of_order, snapshot_base, snapshot_damage
+from toolkit.ledger.gaps import (LINE_LIMIT, blank, missing_ranges, out_of_order, snapshot_base,
+                                 snapshot_damage)
 from toolkit.ledger.header import read_header
 from toolkit.ledger.records import Event, Item, apply_event, fold
 from toolkit.ledger.transitions import State
@@ -148,25 +149,50 @@ def _parts(raw: bytes):
     return e.seq, ts, e.op, e.key, frm, to, e.attempt, e.worker, e.token, e.detail
 
 
+class TooLong(bytes):
+    """A line over ``gaps.LINE_LIMIT`` in place of its bytes (never held whole): not UTF-8,
+    so every reading calls it corrupt; ``size`` its length, for the words (``too_long``)."""
+
+    size = 0
+
+
+def _too_long(size: int) -> TooLong:
+    line = TooLong(b"\xff")
+    line.size = size
+    return line
+
+
 def _lines(fd: int, start: int, end: int | None):
     """(line bytes, the offset after its newline) of the whole lines from ``start``, then
     (tail, None): the bytes after the last newline (b"" when the file ends with one).
-    ``end``: stop there (None: at the size the file has now)."""
+    ``end``: stop there (None: at the size the file has now). A line over ``LINE_LIMIT``
+    comes as a ``TooLong``, read through to its newline and dropped (bounded memory)."""
     if end is None:
         end = os.fstat(fd).st_size  # a writer may append meanwhile: its lines are not read
-    offset, rest = start, b""
+    offset, rest, over = start, b"", 0  # over: the size so far of a line over the limit
     while offset < end:
         block = os.pread(fd, min(BLOCK, end - offset), offset)
         if not block:  # shorter now (a writer cut its torn tail): what was read is all
             break
+        if over:  # inside a line over the limit: on to its newline, then read from there
+            newline = block.find(b"\n")
+            offset += len(block) if newline < 0 else newline + 1
+            over += len(block) if newline < 0 else newline
+            if newline >= 0:
+                yield _too_long(over), offset
+                over = 0
+            continue
         at = offset - len(rest)  # where ``rest + block`` starts in the file
         offset += len(block)
+        long = len(rest) + len(block) > LINE_LIMIT  # per block, not per line: rare
         lines = (rest + block).split(b"\n")
         rest = lines.pop()
         for line in lines:
             at += len(line) + 1
-            yield line, at
-    yield rest, None
+            yield (_too_long(len(line)) if long and len(line) > LINE_LIMIT else line), at
+        if len(rest) > LINE_LIMIT:
+            over, rest = len(rest), b""
+    yield (_too_long(over) if over else rest), None
 
 
 def replay(ledger, fd: int) -> None:
@@ -181,6 +207,7 @@ def replay(ledger, fd: int) -> None:
     ledger.orphans = {}  # the fold of events whose add line was lost
     ledger.unattributed_lines = []  # corrupt lines with no key readable at all
     ledger.unterminated = None  # the number of a final event line without its newline
+    ledger.long_lines = []  # (line, size) of the corrupt lines over the limit (gaps.too_long)
     corrupt, affected, orphans = ledger.corrupt_lines, ledger.affected_keys, ledger.orphans
     get, states, unset = state.get, _STATES, msgspec.UNSET
     fast = FAST
@@ -269,6 +296,8 @@ def replay(ledger, fd: int) -> None:
             if blank(raw):  # no event, no damage (gaps.blank); its number still counts.
                 continue  # Asked only here: no line JSON reads is blank (no cost per line)
             corrupt.append(number)
+            if raw.__class__ is TooLong:
+                ledger.long_lines.append((number, raw.size))
             regular = False
             found = SEQ_PATTERN.findall(raw)  # two, when a torn line was glued on
             unfolded.extend(map(int, found))
@@ -281,11 +310,12 @@ def replay(ledger, fd: int) -> None:
         events_read += 1
         if seq > top:
             top = seq
-    ledger._seq, ledger._events_read, ledger._size = top, events_read, valid_end + len(tail)
+    size = tail.size if tail.__class__ is TooLong else len(tail)
+    ledger._seq, ledger._events_read, ledger._size = top, events_read, valid_end + size
     ledger._valid_end = valid_end
     ledger._history_read = (valid_end, kept)  # where the file's history ends, its count
     if tail:
-        ledger.torn_tail = {"line": number + 1, "bytes": len(tail)}
+        ledger.torn_tail = {"line": number + 1, "bytes": size}
     # the snapshot lines against the header's count (a header deleted, a line deleted)
     ledger.snapshot_damage = snapshot_damage(header, snapshots, moved)
     ledger.disorder = out_of_order(trail, before) if trail else []  # lines copied, moved
