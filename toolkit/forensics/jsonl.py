@@ -15,6 +15,7 @@ from toolkit.ledger.jsonl import FORMAT as JSONL_FORMAT
 from toolkit.ledger.gaps import blank, describe, describe_disorder, missing_ranges, \
     out_of_order, snapshot_base, snapshot_damage
 from toolkit.ledger.jsonl import SALVAGED, read_header
+from toolkit.ledger.header import VERSION, newer_version
 from toolkit.ledger.replay import event_parts, whole_line
 from toolkit.ledger.salvage import lost_lines
 
@@ -230,6 +231,8 @@ def read_toolkit_jsonl(path) -> Raw:
     with open(path, "rb") as handle:
         header = read_header(handle.readline())
     headed = header is not None
+    if headed and header["version"] > VERSION:  # run, ledger and salvage refuse it
+        raw.notes.append(newer_version(str(path), header["version"]))
     if headed and header.get(SALVAGED) is not None:  # written by ``ledger --salvage``
         raw.notes.append(f"{lost_lines(header[SALVAGED])}: a run looks up every request "
                          "this ledger never recorded before sending it")

@@ -25,7 +25,7 @@ from toolkit.ledger import Event, Item, Ledger
 from toolkit.ledger.gaps import describe, describe_disorder, too_long
 from toolkit.ledger.group import GroupCommit
 from toolkit.ledger.header import (FORMAT, HEADER_LINE, SALVAGED, VERSION,  # noqa: F401
-                                   header_line, header_version, read_header)
+                                   header_line, header_version, newer_version, read_header)
 from toolkit.ledger.lines import event_line
 from toolkit.ledger.records import ItemRow, item_of
 from toolkit.ledger.replay import (KEY_PATTERN, SEQ_PATTERN, SNAPSHOT,  # noqa: F401
@@ -106,8 +106,7 @@ class JsonlLedger(Ledger):
         """
         where = str(self.path)
         if self.version is not None and self.version > VERSION:
-            raise LedgerError(f"{where!r} is a JSONL ledger of format version {self.version}; "
-                              f"this toolkit writes version {VERSION}: use a newer toolkit")
+            raise LedgerError(newer_version(where, self.version))
         if self.version is not None:
             return
         # Toolkit lines read: events and snapshots folded, and events of keys whose add was
