@@ -43,8 +43,15 @@ def test_ledger_emptied_mid_run_halts_with_one_line_and_salvage_reads_what_is_le
     run's last append and its check) or the run's next line (no header, its seq far from
     1). Either way the run halts and salvage writes a new ledger from it."""
     _halted(*_interrupted_run(tmp_path, _emptied, lines=40))
+    executions = provider_stats(tmp_path / "p.db")["executions"]
     assert main(["ledger", str(tmp_path / "l.jsonl"), "--salvage",
                  str(tmp_path / "S.jsonl")]) == 0, capsys.readouterr().err
+    with JsonlLedger(tmp_path / "S.jsonl", view=True) as salvaged:
+        assert salvaged.salvaged  # marked either way: the run looks up before it sends
+    _run(tmp_path, tmp_path / "S.jsonl")
+    stats = provider_stats(tmp_path / "p.db")
+    assert _twice(tmp_path) == 0  # the documents sent before the cut: never again
+    assert stats["executions"] == len(stats["per_task"]) >= executions
 
 
 def test_headerless_lines_with_seqs_not_from_1_are_a_damaged_ledger_salvage_reads(
