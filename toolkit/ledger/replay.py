@@ -69,8 +69,9 @@ def parse_line(raw: bytes) -> tuple[Event | None, Item | None, int]:
 _STAMP = typing.Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)] | float
 
 
-# An attempt or a token counts up from 0: a negative one is no line this toolkit wrote.
-_COUNT = typing.Annotated[int, msgspec.Meta(ge=0)]
+# An attempt or a token counts up from 0: a negative one is no line this toolkit wrote
+# (a typed decoder of event lines elsewhere takes this type for both, to agree).
+COUNT = typing.Annotated[int, msgspec.Meta(ge=0)]
 
 
 class EventLine(msgspec.Struct, gc=False):
@@ -84,9 +85,9 @@ class EventLine(msgspec.Struct, gc=False):
     key: str
     frm: str | None = msgspec.field(name="from")
     to: str
-    attempt: _COUNT
+    attempt: COUNT
     worker: str | None
-    token: _COUNT
+    token: COUNT
     detail: dict[str, str | int | float | bool | None]  # nested: the reference way
     snapshot: object = msgspec.UNSET  # present: a snapshot line, the reference way
 
