@@ -16,6 +16,7 @@ barrier to the last worker's end. Per repetition, back to back:
 
 import multiprocessing
 import os
+import resource
 import threading
 import time
 import uuid
@@ -27,17 +28,29 @@ from measure import Figure, Row, check, interleave, ratio
 S10 = "10"
 
 
+def _fsyncs(ledger) -> int:
+    """The fsyncs this worker ran itself (group commit: the flushes no other process's
+    fsync made unnecessary); 0 without a group."""
+    group, shared = getattr(ledger, "_group", None), getattr(ledger, "_flushes", None)
+    if group is None:
+        return 0
+    return group.flushes - (shared.skipped if shared is not None else 0)
+
+
 def _drive(location, options, prefix, items, start, done):
     from toolkit.ledger import open_ledger
 
     with open_ledger(location, **options) as ledger:
         start.wait()
         w.lifecycle(ledger, w.keys(items, prefix), worker=prefix)
-        done.put(time.perf_counter())
+        done.put((time.perf_counter(), _fsyncs(ledger)))
 
 
-def processes_rate(location, workers: int, items: int, options: dict) -> float:
-    """Transitions/s of ``workers`` forked processes, ``items`` lifecycles each."""
+def processes_run(location, workers: int, items: int, options: dict) -> tuple:
+    """(transitions/s, fsyncs per transition, workers' CPU µs per transition) of
+    ``workers`` forked processes, ``items`` lifecycles each. The CPU is the workers'
+    user + system time (``RUSAGE_CHILDREN``, collected as they are joined), opening and
+    closing their ledgers included; the rate counts barrier to last end only."""
     from toolkit.ledger import open_ledger
 
     context = multiprocessing.get_context("fork")
@@ -45,6 +58,7 @@ def processes_rate(location, workers: int, items: int, options: dict) -> float:
     open_ledger(location).close()  # tables first, outside the clock
     procs = [context.Process(target=_drive, args=(location, options, f"w{n}", items, start, done))
              for n in range(workers)]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     for proc in procs:
         proc.start()
     start.wait()
@@ -54,7 +68,16 @@ def processes_rate(location, workers: int, items: int, options: dict) -> float:
         proc.join()
         if proc.exitcode != 0:
             raise RuntimeError(f"worker exited {proc.exitcode}")
-    return workers * items * w.LIFECYCLE / (max(ends) - began)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    transitions = workers * items * w.LIFECYCLE
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return (transitions / (max(end for end, _ in ends) - began),
+            sum(fsyncs for _, fsyncs in ends) / transitions, cpu / transitions * 1e6)
+
+
+def processes_rate(location, workers: int, items: int, options: dict) -> float:
+    """Transitions/s of ``workers`` forked processes, ``items`` lifecycles each."""
+    return processes_run(location, workers, items, options)[0]
 
 
 def threads_rate(path: Path, threads: int, items: int, options: dict) -> float:
@@ -98,8 +121,8 @@ def group_commit(cfg, folder: Path) -> list[Row]:
             count[0] += 1
             path = folder / f"group-{count[0]}.sqlite"
             try:
-                return processes_rate(str(path), workers, items,
-                                      {"group_commit": True} if durable else {"durable": False})
+                return processes_run(str(path), workers, items,
+                                     {"group_commit": True} if durable else {"durable": False})
             finally:
                 w._fresh(path)
                 w._fresh(Path(f"{path}-flush"))
@@ -116,6 +139,9 @@ def group_commit(cfg, folder: Path) -> list[Row]:
 
     log(f"10 group commit: {', '.join(map(str, counts))} worker processes x {items} lifecycles")
     r = interleave(cfg.heavy_reps, runs)
+    extra = {}  # fsyncs and CPU per transition of the SQLite runs, beside their rates
+    for name in [name for name in r if name.startswith(("group", "cpu"))]:
+        r[name], extra[f"{name}_fsyncs"], extra[f"{name}_cpu"] = map(list, zip(*r[name]))
     rows = [Row(S10, "single-writer fsync limit: bare INSERT+COMMIT loop (synchronous=FULL)",
                 Figure(r["bare"], "/s"))]
     for n in counts:
@@ -129,6 +155,10 @@ def group_commit(cfg, folder: Path) -> list[Row]:
                 *(check(vs_bare, ">=", 2.0) if target else ())),
             Row(S10, f"  ratio group commit / CPU ceiling, {n} workers", vs_cpu,
                 *(check(vs_cpu, ">=", 0.7) if target else ())),
+            Row(S10, f"  fsyncs per transition, group commit, {n} workers",
+                Figure(extra[f"group{n}_fsyncs"], "")),
+            Row(S10, f"  workers' CPU per transition, group commit / ceiling, {n} workers",
+                ratio(extra[f"group{n}_cpu"], extra[f"cpu{n}_cpu"])),
         ]
     rows += [Row(S10, "JSONL ledger, 8 threads, group commit", Figure(r["jsonl_group"], "/s")),
              Row(S10, "JSONL ledger, 8 threads, one fsync per transition",
