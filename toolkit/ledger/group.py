@@ -28,8 +28,10 @@ the file: its own ack waits for a flush that covers both.
 
 ``SharedFlushes`` extends the same rule across processes (SQLite worker
 processes on one ledger): a ``<ledger>-flush`` file holds two counters,
-*started* and *done*, advanced under a lock on that file; a process whose write
-happened before another process's fsync started needs no fsync of its own.
+*started* and *done*, advanced by the one leader that holds the file's lead
+byte; a process whose write happened before another process's fsync started
+needs no fsync of its own, and waits for that fsync on its own gate byte (a
+read lock), so that all the processes one fsync covers return together.
 The counters are relative (a caller compares values it read after its own
 write), so a stale counter file is harmless; it is never a record.
 
@@ -309,6 +311,10 @@ class SharedFlushes:
         return COUNTERS.unpack(raw) if len(raw) == COUNTERS.size else (0, 0)
 
     def flush(self, sync) -> None:
+        """Return once a flush that started after our writes has ended (``sync()`` run
+        here or by another process); raises what ``sync()`` raises. One caller per
+        process at a time (``GroupCommit``'s leader): the locks belong to the descriptor,
+        so two callers on it would not exclude each other."""
         fd = self._fd
         seen, _ = self._read()
         last, last_again = None, False
