@@ -91,3 +91,19 @@ def test_next_leader_hung_holding_the_lead_byte_covered_waiter_still_acked(tmp_p
         os.close(fd)  # frees the lead byte
     with open_ledger(path) as ledger:
         assert [item.key for item in ledger.items()] == ["doc-1"]
+
+
+def test_counter_file_with_done_above_started_still_fsyncs_before_the_ack(tmp_path):
+    """What breaks: the ``-flush`` file holds counts no leader of ours wrote (*done*
+    above *started*: damaged, or written by another program). Must hold: a caller
+    does not read that as "another process's fsync covered me"; it runs the fsync
+    itself before its ack, and the counts it leaves are ours again."""
+    path = tmp_path / "ledger.sqlite"
+    open_ledger(path).close()
+    with open(f"{path}-flush", "wb") as counters:
+        counters.write(COUNTERS.pack(3, 9))
+    with open_ledger(path, group_commit=True) as ledger:
+        ledger.add("doc-1")
+        assert (ledger._group.flushes, ledger._flushes.skipped) == (1, 0)
+    with open(f"{path}-flush", "rb") as counters:
+        assert COUNTERS.unpack(counters.read(COUNTERS.size)) == (4, 4)

@@ -320,7 +320,7 @@ class SharedFlushes:
         last, last_again = None, False
         while True:
             started, done = self._read()
-            if done > seen:
+            if seen < done <= started:  # (done > started: not counts of ours; flush)
                 self.skipped += 1
                 return
             if _try(fd, LEAD_BYTE):
@@ -342,7 +342,7 @@ class SharedFlushes:
         gate = None
         try:  # under the lead lock: nobody else counts or flushes
             started, done = self._read()
-            if done > seen:  # a flush that ended since we looked covered us
+            if seen < done <= started:  # a flush that ended since we looked covered us
                 self.skipped += 1
                 return
             number = started + 1
