@@ -175,7 +175,7 @@ def group_commit(cfg, folder: Path) -> list[Row]:
         if n == 8 and "queued8" in r:
             rows += [
                 Row(S10, "  CPU ceiling, writer queue lent: same 8 workers, durable=False",
-                Figure(r["queued8"], "/s")),
+                    Figure(r["queued8"], "/s")),
                 Row(S10, "  ratio group commit / CPU ceiling with writer queue, 8 workers",
                     ratio(r["group8"], r["queued8"])),
             ]
