@@ -47,10 +47,10 @@ from pathlib import Path
 
 from toolkit import pool
 from toolkit.errors import ToolkitError
-from toolkit.explore.child import (KILL, TEAR, Paths, fork, fork_many, fork_shared, run_batch,
-                                   run_here)
+from toolkit.explore.child import (KILL, TEAR, Paths, fork, fork_many, fork_meanwhile,
+                                   fork_shared, run_batch, run_here)
 from toolkit.explore.judge import VERDICTS, _judge, _note_kill, _rested
-from toolkit.explore.memo import input_checks, install
+from toolkit.explore.memo import input_checks, install, prefile
 from toolkit.explore.powerloss import (LEDGERS, drop_unsynced, lost_acknowledged, lost_deferred,
                                        synced_size)
 from toolkit.explore import scratch
@@ -206,7 +206,11 @@ def explore(plan: Plan, workdir=None, progress=None) -> Exploration:
     memo = None if snapshots is None else (root / "provider-work", input_checks(inputs))
     body, args, kwargs = _call(plan, root, inputs, names, "baseline", Point(None),
                                record_first=True)
-    baseline = _result(*fork(body, *args, snapshots=snapshots, memo=memo, **kwargs))
+    def meanwhile():  # the recording is serial: render the later documents beside it
+        if memo is not None:
+            prefile(memo[0], inputs, memo[1], plan.page_by_page_from)
+    baseline = _result(*fork_meanwhile(meanwhile, body, *args, snapshots=snapshots, memo=memo,
+                                       **kwargs))
     steps = baseline["first_steps"]
     if snapshots is not None and baseline["row"]["errors"]:
         raise ToolkitError(f"the recording failed: {baseline['row']['errors'][0]}")
