@@ -139,3 +139,29 @@ def test_parent_work_done_while_the_child_runs_keeps_the_child_messages():
     messages, status = fork_meanwhile(lambda: seen.append("parent"), lambda fd, n: {"n": n}, 7)
     assert status == 0 and seen == ["parent"]
     assert [m["n"] for m in messages if m["t"] == "end"] == [7]
+
+
+def test_sigkilled_runs_leave_their_input_copies_inside_the_exploration_folder(monkeypatch,
+                                                                               tmp_path):
+    """Real mode SIGKILLs runs after they copied their inputs: those copies are in the
+    exploration's own ``tmp`` folder (RAM, removed with it), never in the system's temporary
+    folder, and nothing is left anywhere once explore returns."""
+    import glob
+    import tempfile
+
+    from toolkit.explore import Plan, explore
+
+    system = tmp_path / "system"
+    system.mkdir()
+    monkeypatch.setenv("TMPDIR", str(system))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
+    seen = {"system": set(), "inside": set()}
+
+    def progress(done, total):
+        seen["system"] |= set(glob.glob(str(system / "toolkit-inputs-*")))
+        seen["inside"] |= set(glob.glob(str(system / "explore-*" / "tmp" / "toolkit-inputs-*")))
+
+    result = explore(Plan(docs=1, every=3), progress=progress)
+    assert result.mode == "real" and result.total()["recovered"] == len(result.rows)
+    assert seen["inside"] and not seen["system"]
+    assert os.listdir(system) == []

@@ -42,6 +42,7 @@ design shows uncrashed (a naive design may violate an invariant on every run).
 import collections
 import dataclasses
 import os
+import tempfile
 import time
 from pathlib import Path
 
@@ -279,7 +280,7 @@ def _warm(inputs) -> None:
 def _call(plan, root, inputs, names, label, point, record_first=False, record=False):
     work = root / "points" / label
     return (_explore_point, (plan, work, inputs, names, point),
-            {"record_first": record_first, "record_recovery": record})
+            {"record_first": record_first, "record_recovery": record, "temp": root / "tmp"})
 
 
 def _explore_points(plan, root, inputs, names, points, jobs, tick, record=False, snapshots=None,
@@ -308,19 +309,27 @@ def _result(messages, status) -> dict:
 
 def _explore_point(fd, plan: Plan, work: Path, inputs, names, point: Point,
                    record_first=False, record_recovery=False, snapshots=None, start=None,
-                   start_step=None, memo=None) -> dict:
+                   start_step=None, memo=None, temp=None) -> dict:
     """One crash point, in a (forked) supervisor process: crash, rerun, judge.
 
     ``start`` (snapshot mode): the copy of the batch folder taken at step
     ``start_step``; the reruns start from it instead of a replay killed there.
     The supervisor may have run other points before (``fork_shared``), each in
     its own folder. ``memo`` (snapshot mode): the provider's work cache and the
-    inputs' checks.
+    inputs' checks. ``temp``: the temporary folder of this process and the runs it
+    forks (None: the system's).
     """
     import shutil
 
     if memo is not None:  # this process and the runs it forks, once: see ``memo``
         install(memo)
+    if temp is not None:
+        # The runs' private input copies (the runner's ``toolkit-inputs-*``, one folder per
+        # run) go inside the exploration's folder: in RAM when that is /dev/shm, removed with
+        # it once every process is gone (``scratch``). In a /tmp on disk, making and removing
+        # them cost ~0.25 ms of CPU and ~2.5 ms of wall time per run. No run reads another's.
+        os.makedirs(temp, exist_ok=True)
+        tempfile.tempdir = os.fspath(temp)
 
     shutil.rmtree(work, ignore_errors=True)  # a leftover of an interrupted exploration
     work.parent.mkdir(parents=True, exist_ok=True)

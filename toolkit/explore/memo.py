@@ -30,6 +30,7 @@ verdicts at every point covers them.
 import hashlib
 import json
 import os
+import signal
 from pathlib import Path
 
 from toolkit import documents
@@ -102,10 +103,16 @@ def prefile(cache, inputs, table: dict, page_by_page_from=None) -> None:
             continue
         entry.parent.mkdir(parents=True, exist_ok=True)
         made = entry.with_name(f"{entry.name}.{os.getpid()}.out")
+        # SIGINT and SIGTERM held while MuPDF works: a handler that raised inside its calls
+        # came back as another exception (or none), and the interrupt was lost. Held, it
+        # raises just after, here, and ``fork_meanwhile`` kills the recording.
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
         try:
             documents.process(path, made, options)  # written whole (``write_atomic``)
         except Exception:  # the recording meets the same failure and says so
             continue
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
         os.replace(made, entry)
 
 
