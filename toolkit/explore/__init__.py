@@ -47,7 +47,7 @@ import time
 from pathlib import Path
 
 from toolkit import pool
-from toolkit.errors import ToolkitError
+from toolkit.errors import StorageError, ToolkitError
 from toolkit.explore.child import (KILL, TEAR, Paths, fork, fork_many, fork_meanwhile,
                                    fork_shared, run_batch, run_here)
 from toolkit.explore.judge import VERDICTS, _judge, _note_kill, _rested
@@ -216,7 +216,7 @@ def explore(plan: Plan, workdir=None, progress=None) -> Exploration:
     if snapshots is not None and baseline["row"]["errors"]:
         raise ToolkitError(f"the recording failed: {baseline['row']['errors'][0]}")
     if baseline["row"]["verdict"] == "not-reached" or "not_at_rest" in baseline["row"]["anomalies"]:
-        raise ToolkitError(f"the uncrashed batch does not rest: {baseline['row']}")
+        _refuse_baseline(baseline, root)
     note = baseline["position"]  # a copy names the recording's folder (``Recorder``)
     if note:  # the copies cannot be moved: every point replays and dies for real
         import shutil
@@ -299,6 +299,18 @@ def _explore_points(plan, root, inputs, names, points, jobs, tick, record=False,
     return [_result(*result) for result in fork_shared(calls, jobs, size, tick)]
 
 
+def _refuse_baseline(baseline: dict, root: Path):
+    """The uncrashed batch did not rest: no point can be judged against it. A halt on full
+    or failing storage is the scratch folder's (exit 1, naming it), any other is a bug."""
+    row, halted = baseline["row"], baseline["halted"]
+    if halted:
+        raise StorageError(f"the uncrashed batch halted in the exploration's folder {root} "
+                           f"(TMPDIR: {tempfile.gettempdir()}): {halted}; free space there or "
+                           "point TMPDIR at a larger folder")
+    raise ToolkitError(f"the uncrashed batch does not rest ({row['outcome']}, "
+                       f"{row['detail'] or 'verdict ' + row['verdict']})")
+
+
 def _result(messages, status) -> dict:
     end = next((m for m in messages if m["t"] == "end"), None)
     if end is None:
@@ -379,8 +391,9 @@ def _explore_point(fd, plan: Plan, work: Path, inputs, names, point: Point,
     if plan.power_loss:
         row.update(acked=acked, lost_acked=len(lost), lost_deferred=deferred)
     shutil.rmtree(work, ignore_errors=True)
+    halted = [m["halted"] for m in messages if m["t"] == "end" and m["halted"]]
     return {"row": row, "first_steps": first_steps, "recovery_steps": recovery_steps,
-            "position": position, "pid": os.getpid()}
+            "position": position, "pid": os.getpid(), "halted": halted[-1] if halted else None}
 
 
 __all__ = ["KILL", "LEDGERS", "TEAR", "VERDICTS", "Exploration", "Plan", "Point", "explore"]
