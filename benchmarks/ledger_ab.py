@@ -61,9 +61,12 @@ def main(argv=None) -> int:
             assert runs[name][-1].pop("tree") == str(Path(trees[name]).resolve()), name
             print(f"rep {rep + 1}/{args.reps} {name} done", file=sys.stderr, flush=True)
 
-    def ratio(run, subject, base, backend, durable=True):
-        prefix = f"{backend} durable={durable} "
-        return run[prefix + base]["wall"] / run[prefix + subject]["wall"]  # rates: inverse
+    def ratio(run, subject, base, backend):  # rates: the inverse of the times
+        return run[f"{backend} durable=True {base}"]["wall"] / \
+            run[f"{backend} durable=True {subject}"]["wall"]
+
+    def take(name, kind):
+        return lambda run: run[name][kind]
 
     rows = [
         ("JSONL ledger / bare append+fsync (wall)",
@@ -72,24 +75,26 @@ def main(argv=None) -> int:
          lambda r: ratio(r, "ledger", "same SQL, no Python", "sqlite"), "x"),
         ("SQLite ledger / bare one-INSERT loop (wall)",
          lambda r: ratio(r, "ledger", "bare one-INSERT loop", "sqlite"), "x"),
-        ("JSONL durable=True CPU µs/transition", lambda r: r["jsonl durable=True ledger"]["cpu"], "µs"),
-        ("  bare append+fsync CPU µs", lambda r: r["jsonl durable=True bare append loop"]["cpu"], "µs"),
-        ("  bare append+fsync wall µs", lambda r: r["jsonl durable=True bare append loop"]["wall"], "µs"),
-        ("JSONL durable=False CPU µs/transition", lambda r: r["jsonl durable=False ledger"]["cpu"], "µs"),
-        ("SQLite durable=True CPU µs/transition", lambda r: r["sqlite durable=True ledger"]["cpu"], "µs"),
-        ("  same SQL, no Python (FULL) wall µs",
-         lambda r: r["sqlite durable=True same SQL, no Python"]["wall"], "µs"),
-        ("SQLite durable=False CPU µs/transition", lambda r: r["sqlite durable=False ledger"]["cpu"], "µs"),
-        ("  same SQL, no Python (NORMAL) CPU µs",
-         lambda r: r["sqlite durable=False same SQL, no Python"]["cpu"], "µs"),
-        ("policy alone (in-memory) CPU µs/transition", lambda r: r["jsonl durable=False memory"]["cpu"], "µs"),
+        ("JSONL durable=True CPU/transition", take("jsonl durable=True ledger", "cpu"), "us"),
+        ("  bare append+fsync CPU", take("jsonl durable=True bare append loop", "cpu"), "us"),
+        ("  bare append+fsync wall", take("jsonl durable=True bare append loop", "wall"), "us"),
+        ("JSONL durable=False CPU/transition", take("jsonl durable=False ledger", "cpu"), "us"),
+        ("SQLite durable=True CPU/transition", take("sqlite durable=True ledger", "cpu"), "us"),
+        ("  same SQL, no Python (FULL) wall",
+         take("sqlite durable=True same SQL, no Python", "wall"), "us"),
+        ("SQLite durable=False CPU/transition", take("sqlite durable=False ledger", "cpu"), "us"),
+        ("  same SQL, no Python (NORMAL) CPU",
+         take("sqlite durable=False same SQL, no Python", "cpu"), "us"),
+        ("policy alone (in-memory) CPU/transition", take("jsonl durable=False memory", "cpu"),
+         "us"),
     ]
     print(f"{'measurement':<46} {'before':>24} {'after':>24}")
     for label, take, unit in rows:
         cells = []
         for name in trees:
             values = [take(run) for run in runs[name]]
-            cells.append(f"{statistics.median(values):.2f}{unit} ({min(values):.2f}-{max(values):.2f})")
+            cells.append(f"{statistics.median(values):.2f}{unit} "
+                         f"({min(values):.2f}-{max(values):.2f})")
         print(f"{label:<46} {cells[0]:>24} {cells[1]:>24}")
     return 0
 
