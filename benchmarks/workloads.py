@@ -19,7 +19,8 @@ import sqlite3
 import time
 from pathlib import Path
 
-from toolkit.ledger import Event, Item, Ledger, State, open_ledger
+from toolkit.ledger import Event, Ledger, State, open_ledger
+from toolkit.ledger.records import item_of
 
 S = State
 LIFECYCLE = 6  # transitions per item in ``lifecycle``
@@ -228,16 +229,18 @@ class MemoryLedger(Ledger):
         return self._state.get(key)
 
     def _write(self, old, new, parts):
-        event = Event(len(self._history) + 1, *parts)
-        self._state[new.key] = Item(*new)
-        self._history.append(event)
-        return event.seq
+        # As the JSONL ledger keeps them: the Item built by the ledger's one constructor,
+        # the Event only when the history is read.
+        seq = len(self._history) + 1
+        self._state[new[0]] = item_of(new)
+        self._history.append((seq, parts))
+        return seq
 
     def _items(self):
         return list(self._state.values())
 
     def _events(self):
-        return list(self._history)
+        return [Event(seq, *parts) for seq, parts in self._history]
 
     def close(self):
         pass

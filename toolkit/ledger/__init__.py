@@ -45,6 +45,9 @@ S = State
 _MUTABLE = frozenset(MUTABLE_FIELDS)
 _FAILURES = (TRANSIENT, PERMANENT)
 _NEW_ATTEMPT = frozenset({S.PENDING, S.FAILED})  # entering unknown from these starts one
+# The members the hot path compares with, as module names: ``State.FAILED`` is a lookup
+# through the Enum class (about as much as the rest of a comparison's line), these are one.
+_PENDING, _UNKNOWN, _DONE, _FAILED = S.PENDING, S.UNKNOWN, S.DONE, S.FAILED
 _AFTER = ("failure", *ARTIFACT_FIELDS)  # what the policy reads of an item after a move
 _AFTER_VALUES = operator.attrgetter(*_AFTER)
 _RELEASED = dict.fromkeys(LEASE_FIELDS)
@@ -193,7 +196,7 @@ class Ledger:
         with Commit(self, sync) as commit:
             if self._current(key) is not None:
                 return False
-            commit(None, "add", key, None, S.PENDING, 0, None, 0, detail)
+            commit(None, "add", key, None, _PENDING, 0, None, 0, detail)
             return True
 
     def move(self, key: str, frm: State, to: State, *, token: int = 0,
@@ -214,7 +217,7 @@ class Ledger:
             raise IllegalTransitionError(frm, to)
         if fields and not _MUTABLE.issuperset(fields):
             raise TypeError(f"move() cannot set {sorted(fields.keys() - _MUTABLE)}")
-        if (to is S.FAILED) != (fields.get("failure") in _FAILURES):
+        if (to is _FAILED) != (fields.get("failure") in _FAILURES):
             raise IllegalTransitionError(frm, to, "failure='transient' or 'permanent' goes "
                                          "with a move to failed, only")
         with Commit(self, sync) as commit:
@@ -223,13 +226,13 @@ class Ledger:
                 after = dict(zip(_AFTER, _AFTER_VALUES(item)))
                 after.update(fields)  # why_illegal and bad_artifact read the _AFTER names only
                 why = why_illegal(frm, to, item.failure, after)
-                if why is None and to is S.DONE:
+                if why is None and to is _DONE:
                     why = bad_artifact(after)
                 if why is not None:
-                    raise IllegalTransitionError(frm if frm is not S.FAILED
+                    raise IllegalTransitionError(frm if frm is not _FAILED
                                                  else f"failed({item.failure})", to, why)
-            attempt = item.attempt + 1 if to is S.UNKNOWN and frm in _NEW_ATTEMPT else item.attempt
-            if frm is S.FAILED:  # the old failure belongs to the old attempt
+            attempt = item.attempt + 1 if to is _UNKNOWN and frm in _NEW_ATTEMPT else item.attempt
+            if frm is _FAILED:  # the old failure belongs to the old attempt
                 fields = {"failure": None, "reason": None, **fields}
             if note is not None:
                 fields["note"] = note

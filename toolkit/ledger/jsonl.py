@@ -51,6 +51,7 @@ class JsonlLedger(Ledger):
         self.view = view
         self._end = None  # the file's size after our last append (None: ask fstat)
         self._held = None  # (st_dev, st_ino) of self._fd (None: ask fstat; _check_named)
+        self._named = os.fspath(self.path)  # the path as os.stat takes it, converted once
         if group_commit and self.durable:
             self._group = GroupCommit(lambda: os.fsync(self._fd),
                                       f"JSONL ledger {str(self.path)!r}")
@@ -248,6 +249,17 @@ class JsonlLedger(Ledger):
         # cp+mv (how editors and sync tools save) or an rm would leave our appends in an
         # unnamed inode and the next run would redo what this one did. What remains is a
         # replacement between this check and the provider call (README, "Ledger files").
+        # Inline, the one case that needs no more: the path's stat names our file (one
+        # stat, no call). Anything else -- the first append, a stat that fails or names
+        # another file -- is decided by ``_check_named``, which looks again and raises.
+        held = self._held
+        if held is not None:
+            try:
+                named = os.stat(self._named)
+                if named.st_ino == held[1] and named.st_dev == held[0]:
+                    return
+            except OSError:
+                pass
         self._check_named("append")
 
     def _check_named(self, when: str):
@@ -260,7 +272,7 @@ class JsonlLedger(Ledger):
             if self._held is None:  # the file of this descriptor: asked once per open
                 held = os.fstat(self._fd)
                 self._held = (held.st_dev, held.st_ino)
-            named = os.stat(self.path)
+            named = os.stat(self._named)
             same = self._held == (named.st_dev, named.st_ino)
         except FileNotFoundError:
             same = False

@@ -107,17 +107,41 @@ _STATE, _ATTEMPT, _TOKEN, _UPDATED, _SOURCE = (
 _ADDED = list(_ITEM_VALUES(Item(key="")))  # a new item's defaults, in field order
 _ROW = tuple.__new__  # ItemRow(*values) without its Python __new__
 _NEW = object.__new__
-_SETTERS = tuple(Item.__dict__[name].__set__ for name in ITEM_FIELDS)  # the slots' own
+
+
+class _ItemSlots:
+    """An Item's slots, in its order, without the frozen ``__setattr__``: ``item_of`` fills
+    one with plain attribute stores, then makes it the Item it is laid out as."""
+
+    __slots__ = ITEM_FIELDS
+
+
 
 
 def item_of(row) -> Item:
-    """``Item(*row)`` for a row of all 21 fields in order (an ItemRow, a fold): the slots
-    set through their descriptors, without the frozen dataclass __init__'s
-    ``object.__setattr__`` by name per field (about 40 % of an Item's cost)."""
-    item = _NEW(Item)
-    for setter, value in zip(_SETTERS, row, strict=True):
-        setter(item, value)
+    """``Item(*row)`` for a row of all 21 fields in order (an ItemRow, a fold).
+
+    The frozen dataclass ``__init__`` sets each field by ``object.__setattr__`` (a call per
+    field, several times the rest of a transition's Python); here each is a slot store,
+    the one bytecode a slotted class's attribute assignment specializes to, and the
+    object then becomes an Item (its layout is the same: ``_ItemSlots``). A row of any
+    other length raises ValueError, as the unpacking does.
+    """
+    item = _NEW(_ItemSlots)
+    (item.key, item.state, item.source, item.attempt, item.token, item.job_id, item.failure,
+     item.reason, item.artifact_path, item.artifact_size, item.artifact_sha256,
+     item.pages_done, item.lease_owner, item.lease_host, item.lease_pid, item.lease_started,
+     item.lease_expires, item.artifact_mtime_ns, item.artifact_ctime_ns, item.artifact_ino,
+     item.updated) = row
+    item.__class__ = Item
     return item
+
+
+# ``__class__`` assignment needs the same slots in the same order (CPython raises TypeError
+# otherwise), and the stores above must follow that order: checked once, at import, so a
+# field added to Item without its store there fails here, not in a ledger.
+if _ITEM_VALUES(item_of(range(len(ITEM_FIELDS)))) != tuple(range(len(ITEM_FIELDS))):
+    raise ImportError("records.item_of stores an Item's fields out of their order")
 
 
 def fold(item, op: str, key: str, to: State, attempt: int, token: int, ts: float,

@@ -14,7 +14,7 @@ from toolkit.documents import fsync_dir
 from toolkit.errors import LedgerError, StateConflictError, StorageError, ToolkitError
 from toolkit.ledger import PERMANENT, TERMINAL, Event, Item, Ledger, State
 from toolkit.ledger.group import GroupCommit, SharedFlushes
-from toolkit.ledger.records import ItemRow, detail_json
+from toolkit.ledger.records import ItemRow, detail_json, item_of
 from toolkit.ledger.sqlite_cache import DATA_VERSION, _LedgerTxn, _RowCache
 from toolkit.storage import sqlite_read, storage_error
 
@@ -66,7 +66,7 @@ _TEXT = {None: None, **{state: state.value for state in State}}
 
 def _item(row) -> Item:
     # Columns are the dataclass fields in order (ITEM_COLUMNS): positional is exact.
-    return Item(row[0], _STATE_OF.get(row[1]) or _not_ours(row[0], row[1]), *row[2:])
+    return item_of((row[0], _STATE_OF.get(row[1]) or _not_ours(row[0], row[1]), *row[2:]))
 
 
 class NotOursError(ToolkitError, ValueError):
