@@ -56,9 +56,8 @@ def test_ledger_path_changed_between_appends_next_transition_raises_and_run_stop
         item = ledger.get("k")
         assert item.state is State.PENDING and item.token == token
         assert [event.op for event in ledger.events()] == ["add", "claim"]
-    finally:
-        with pytest.raises(StorageError):
-            ledger.close()
+    finally:  # the halt was said where it was seen (an append): close adds no second one
+        ledger.close()
 
 
 def test_ledger_path_unchanged_many_appends_every_transition_accepted(tmp_path):
@@ -93,3 +92,23 @@ def test_item_of_any_row_is_the_item_the_dataclass_builds():
     for bad in (tuple(range(len(ITEM_FIELDS) - 1)), tuple(range(len(ITEM_FIELDS) + 1))):
         with pytest.raises(ValueError):
             item_of(bad)
+
+
+@pytest.mark.parametrize("keep", [0, 1], ids=["emptied", "cut-to-header"])
+def test_ledger_cut_in_place_between_appends_next_transition_raises(tmp_path, keep):
+    """Fault: between two transitions the ledger is truncated in place (``: > l``, or cut
+    to its first lines): the same file, so the inline stat's inode matches. Property: the
+    very next transition raises StorageError naming the truncation (the inline check
+    compares the size too), not only the close at the end of the run."""
+    path = tmp_path / "l.jsonl"
+    ledger = JsonlLedger(path)
+    try:
+        ledger.add("k", "k.pdf")
+        token = ledger.claim("k", "w", 60)  # appends since the open: the inline check ran
+        lines = path.read_bytes().splitlines(keepends=True)
+        with open(path, "r+b") as handle:  # in place: same inode
+            handle.truncate(len(b"".join(lines[:keep])))
+        with pytest.raises(StorageError, match="truncated"):
+            ledger.move("k", State.PENDING, State.UNKNOWN, token=token, worker="w")
+    finally:
+        ledger.close()

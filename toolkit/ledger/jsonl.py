@@ -249,14 +249,15 @@ class JsonlLedger(Ledger):
         # cp+mv (how editors and sync tools save) or an rm would leave our appends in an
         # unnamed inode and the next run would redo what this one did. What remains is a
         # replacement between this check and the provider call (README, "Ledger files").
-        # Inline, the one case that needs no more: the path's stat names our file (one
-        # stat, no call). Anything else -- the first append, a stat that fails or names
+        # Inline, the one case that needs no more: the path's stat names our file at the
+        # size our appends left (one stat, no call). Anything else -- the first append, a stat that fails or names
         # another file -- is decided by ``_check_named``, which looks again and raises.
         held = self._held
         if held is not None:
             try:
                 named = os.stat(self._named)
-                if named.st_ino == held[1] and named.st_dev == held[0]:
+                if named.st_ino == held[1] and named.st_dev == held[0] \
+                        and named.st_size == self._end:
                     return
             except OSError:
                 pass
