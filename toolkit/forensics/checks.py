@@ -310,8 +310,10 @@ class Planner:
 
     def __call__(self, item, details=None) -> tuple[str, str]:
         failure = item.failure
+        if failure.__class__ is not str:
+            failure = None
         if not details:
-            memo_key = (item.state, failure if type(failure) is str else None)
+            memo_key = (item.state, failure)
             answer = self.memo.get(memo_key)
             if answer is None:
                 answer = self.memo[memo_key] = plan_item(item, set(), self.lookup)
@@ -319,12 +321,13 @@ class Planner:
         unchecked = details.get("done_without_artifact")
         history = details.get("missing_history")
         stale = details.get("stale_input")
-        if not all(type(text) is str for text in (unchecked, history, stale)
-                   if text is not None):
-            return plan_item(item, details, self.lookup)
-        memo_key = (item.state, failure if type(failure) is str else None, frozenset(details),
-                    history, stale is not None and SUPERSEDED in stale,
-                    unchecked is not None and NOT_CHECKED in unchecked)
+        for text in (unchecked, history, stale):
+            if text is not None and text.__class__ is not str:
+                return plan_item(item, details, self.lookup)
+        # the kinds in the order found (a fixed order per set: a miss at worst, never wrong)
+        not_checked = unchecked is not None and NOT_CHECKED in unchecked
+        memo_key = (item.state, failure, tuple(details), history,
+                    stale is not None and SUPERSEDED in stale, not_checked)
         answer = self.memo.get(memo_key)
         if answer is None:
             standing = dict.fromkeys(details, "")  # each detail by the facts plan_item reads
@@ -333,15 +336,19 @@ class Planner:
             if memo_key[4]:
                 standing["stale_input"] = SUPERSEDED
             if unchecked is not None:
-                standing["done_without_artifact"] = _marker(memo_key[5])
+                standing["done_without_artifact"] = _marker(not_checked)
             answer = self.memo[memo_key] = plan_item(item, standing, self.lookup)
         if unchecked is not None:
-            marker = _marker(memo_key[5])
+            marker = _marker(not_checked)
             if marker in answer[1]:
                 return answer[0], answer[1].replace(marker, unchecked)
         return answer
 
 
+_MARKERS = ("\0\0", f"\0{NOT_CHECKED}\0")
+
+
 def _marker(not_checked: bool) -> str:
-    """A stand-in ``done_without_artifact`` detail no plan's words contain (NULs)."""
-    return f"\0{NOT_CHECKED}\0" if not_checked else "\0\0"
+    """A stand-in ``done_without_artifact`` detail no plan's words contain (NULs) that
+    says ``NOT_CHECKED`` or not, as the detail it stands for."""
+    return _MARKERS[not_checked]
