@@ -144,34 +144,3 @@ def test_objects_made_while_paused_are_no_young_generation_walk(frozen_before):
         if frozen_before:
             gc.unfreeze()
 
-
-@pytest.mark.parametrize("chunk", [1, 3, 4096])
-def test_odd_values_per_item_json_is_the_dict_documents_bytes(tmp_path, monkeypatch, chunk):
-    """Fault: items whose fields are not plain text: a number or bytes for a source, None
-    for a raw state, a lone surrogate in a key (a JSON "\\ud800" decodes to one, which
-    orjson refuses), several findings on one item, among plain ones; and every ledger of
-    the memo test. Property: ``audit --json``'s streamed per_item (entries laid out without
-    a dict per item where it can) is byte for byte the one-piece document of dicts."""
-    import dataclasses
-    import io
-
-    from toolkit.forensics import report as module
-
-    monkeypatch.setattr(module, "CHUNK", chunk)
-
-    def same(audited):
-        whole, streamed = io.StringIO(), io.StringIO()
-        module.write_json(module.document(audited), whole)
-        module.stream_json(audited, streamed)
-        assert streamed.getvalue() == whole.getvalue()
-
-    for path, kwargs in _ledgers(tmp_path):
-        same(audit(path, now=0.0, **kwargs))
-    audited = audit(FIXTURES / "toolkit.sqlite", now=0.0, artifacts=FIXTURES / "artifacts",
-                    inputs=FIXTURES / "inputs")
-    odd = [dataclasses.replace(audited.rows[0][0], source=7),
-           dataclasses.replace(audited.rows[1][0], source=b"\xffname", raw_state=None),
-           dataclasses.replace(audited.rows[2][0], key="k\ud800")]
-    rows = [(record, "review", "why \u2028 \"quoted\"") for record in odd] + audited.rows[3:]
-    for start in range(len(rows)):  # each odd row alone in a chunk, or among plain ones
-        same(dataclasses.replace(audited, rows=rows[start:]))

@@ -129,83 +129,25 @@ def _stream(report, stream, action, orjson) -> None:
     text = dumps(head)
     findings = _findings_by_key(report.anomalies)
     anomalies = report.anomalies
-    options = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
-
-    def chunk(objects):  # the entries of a list, as they sit one level down in the document
-        data = _orjson(orjson, objects, options)  # b"[\n  {...}\n]"
-        return data[1:-2].replace(b"\n", b"\n  ")
-
-    items = _ItemChunks(orjson, findings, chunk)
     lists = ((b'\n  "anomalies": [', len(anomalies),
-              lambda start, stop: chunk([anomaly.to_json() for anomaly in anomalies[start:stop]])),
-             (b'\n  "per_item": [', len(rows), lambda start, stop: items(rows[start:stop])))
+              lambda start, stop: [anomaly.to_json() for anomaly in anomalies[start:stop]]),
+             (b'\n  "per_item": [', len(rows),
+              lambda start, stop: _objects(rows[start:stop], findings)))
+    options = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
     write, done = _byte_writer(stream), 0
-    for opening, count, entries in lists:  # in the document's (sorted) key order
+    for opening, count, objects in lists:  # in the document's (sorted) key order
         slot = opening + b"],"
         at = text.index(slot, done)
         if not count:  # an empty list stays as dumps writes it
             continue
         write(text[done:at] + opening)
         for start in range(0, count, CHUNK):
-            write((b"," if start else b"") + entries(start, start + CHUNK))
+            data = _orjson(orjson, objects(start, start + CHUNK), options)  # b"[\n  {...}\n]"
+            write((b"," if start else b"") + data[1:-2].replace(b"\n", b"\n  "))
         write(b"\n  ],")
         done = at + len(slot)
     write(text[done:] + b"\n")
     getattr(stream, "buffer", stream).flush()
-
-
-# One per_item entry as ``chunk`` lays it out (orjson's indent of 2, keys sorted, one level
-# down): the seven fields in sorted order, each value its JSON.
-_ENTRY = (b'\n    {\n      "action": %b,\n      "findings": %b,\n      "key": %b,\n'
-          b'      "raw_state": %b,\n      "source": %b,\n      "state": %b,\n      "why": %b\n    }')
-_SCALARS = frozenset({str, type(None)})
-
-
-class _ItemChunks:
-    """The per_item entries of some rows as bytes, laid out as ``chunk(_objects(...))``
-    lays them out, without a dict per item: each text through ``orjson.dumps`` alone
-    and put in ``_ENTRY``; the words shared by many items (action, state, findings)
-    encoded once. A chunk holding any value that is not text or None (a foreign format's
-    number, a BLOB's bytes), or a text orjson refuses (a lone surrogate), goes the
-    general way: dicts through ``chunk``."""
-
-    def __init__(self, orjson, findings, chunk):
-        self.dumps, self.findings, self.chunk = orjson.dumps, findings, chunk
-        self.indent = orjson.OPT_INDENT_2
-        self.words: dict = {}  # action, state, raw state -> JSON
-        self.kinds: dict = {(): b"[]"}  # findings of an item -> JSON, one level down
-
-    def __call__(self, rows) -> bytes:
-        records = [row[0] for row in rows]
-        columns = [[record.key for record in records], [record.source for record in records],
-                   [record.state for record in records],
-                   [record.raw_state for record in records], [row[2] for row in rows]]
-        if any(not set(map(type, column)) <= _SCALARS for column in columns) \
-                or any(type(row[1]) is not str for row in rows):
-            return self.chunk(_objects(rows, self.findings))
-        dumps, word, kinds, found = self.dumps, self._word, self._kinds, self.findings.get
-        keys, sources, states, raw_states, whys = columns
-        try:
-            return b",".join([_ENTRY % (word(row[1]), kinds(found(key, ())), dumps(key),
-                                        word(raw_state), dumps(source), word(state), dumps(why))
-                              for row, key, source, state, raw_state, why
-                              in zip(rows, keys, sources, states, raw_states, whys)])
-        except TypeError:  # orjson.JSONEncodeError: a lone surrogate, json's way instead
-            return self.chunk(_objects(rows, self.findings))
-
-    def _word(self, text) -> bytes:
-        encoded = self.words.get(text)
-        if encoded is None:
-            encoded = self.words[text] = self.dumps(text)
-        return encoded
-
-    def _kinds(self, found) -> bytes:
-        found = tuple(found)
-        encoded = self.kinds.get(found)
-        if encoded is None:  # a list of texts, one level further down than its item
-            encoded = self.kinds[found] = self.dumps(list(found), option=self.indent).replace(
-                b"\n", b"\n      ")
-        return encoded
 
 
 def _byte_writer(stream):
