@@ -43,6 +43,8 @@ pandas is imported only when ``Report.items`` or ``Report.events`` is first read
 this package, and ``audit --json``, stay cheap.
 """
 
+import collections
+import operator
 import os
 import sqlite3
 import stat
@@ -55,7 +57,7 @@ from toolkit.forensics import jsonl as _jsonl  # noqa: F401  (registers its adap
 # task_items table" ones (a litequeue named "jobs" is litequeue)
 from toolkit.forensics import queues as _queues  # noqa: F401  (registers its adapters)
 from toolkit.forensics import sqlite as _sqlite
-from toolkit.forensics.checks import LOOKUP_FORMATS, check_items, plan_item
+from toolkit.forensics.checks import LOOKUP_FORMATS, Planner, check_items
 from toolkit.forensics.lines import MAX_LINE
 from toolkit.forensics.private import CopyError, ScratchFull
 from toolkit.forensics.model import (
@@ -222,10 +224,16 @@ def _audit(path, name, adapter, artifacts, inputs, now, gone=None, output_name=N
     return _report(os.fspath(path), name, raw, _ordered(anomalies))
 
 
+_RANK = {kind: index for index, kind in enumerate(KINDS)}
+
+
 def _ordered(anomalies):
-    rank = {kind: index for index, kind in enumerate(KINDS)}
-    lines = [a for a in anomalies if a.key is None]  # already in line order
-    keyed = sorted((a for a in anomalies if a.key is not None), key=lambda a: (a.key, rank[a.kind]))
+    """Line findings first (already in line order), then by key and kind's rank: two stable
+    sorts, by rank then by key (C compares the keys; no (key, rank) tuple per finding)."""
+    lines = [a for a in anomalies if a.key is None]
+    keyed = [a for a in anomalies if a.key is not None]
+    keyed.sort(key=lambda a: _RANK[a.kind])
+    keyed.sort(key=operator.attrgetter("key"))
     return lines + keyed
 
 
@@ -252,27 +260,28 @@ def _report(path, name, raw, anomalies) -> Report:
     kinds: dict[str, dict] = {}  # key -> {kind: its first detail} (plan_item names evidence)
     for anomaly in anomalies:
         if anomaly.key is not None:
-            kinds.setdefault(anomaly.key, {}).setdefault(anomaly.kind, anomaly.detail)
-    plan, by_state = dict.fromkeys(ACTIONS, 0), dict.fromkeys(STATES, 0)
-    rows = []
-    memo = {}  # items without findings are planned by (state, failure) alone
-    lookup = name in LOOKUP_FORMATS  # without a lookup, a done with no artifact is "verify"
+            found = kinds.get(anomaly.key)
+            if found is None:
+                kinds[anomaly.key] = {anomaly.kind: anomaly.detail}
+            elif anomaly.kind not in found:
+                found[anomaly.kind] = anomaly.detail
+    # without a lookup, a done with no artifact is "verify"; items alike share one answer
+    plan_of = Planner(name in LOOKUP_FORMATS)
     damaged = _damage(raw) if name == "toolkit-jsonl" else None  # the ledger salvage reads
-    for key in sorted(raw.items):
-        item = raw.items[key]
-        state, failure = item.state, item.failure
-        if key in kinds:
-            action, why = plan_item(item, kinds[key], lookup)
-        else:
-            memo_key = (state, failure if type(failure) is str else None)
-            if memo_key not in memo:
-                memo[memo_key] = plan_item(item, set(), lookup)
-            action, why = memo[memo_key]
-        if damaged and state in UNSETTLED and not (state == "failed" and failure == "permanent"):
+    items, found = raw.items, kinds.get
+    rows = []
+    for key in sorted(items):
+        item = items[key]
+        action, why = plan_of(item, found(key))
+        if damaged and item.state in UNSETTLED and not (item.state == "failed"
+                                                         and item.failure == "permanent"):
             action, why = "review", damaged  # what salvage parks: never run on a guess
-        plan[action] += 1
-        by_state[state] += 1
         rows.append((item, action, why))
+    plan, by_state = dict.fromkeys(ACTIONS, 0), dict.fromkeys(STATES, 0)
+    for action, count in collections.Counter(map(operator.itemgetter(1), rows)).items():
+        plan[action] += count
+    for state, count in collections.Counter(item.state for item in items.values()).items():
+        by_state[state] += count  # a state outside STATES fails here, as it always did
     return Report(path, name, rows, raw.events, sorted(raw.corrupt_lines),
                   anomalies, plan, by_state, list(raw.notes))
 

@@ -291,3 +291,64 @@ def plan_item(item, kinds, lookup: bool = True) -> tuple[str, str]:
     if failure == "permanent":
         return "review", "permanent failure"
     return "review", "failed without a transient/permanent class"
+
+
+class Planner:
+    """``plan_item`` for many items, answered from a memo: ``plan_item``'s answer depends
+    on the item's state, its failure (when text), the kinds found on it and, of their
+    details, on three facts only: the ``missing_history`` detail (quoted), whether the
+    ``stale_input`` one names ``SUPERSEDED``, and the ``done_without_artifact`` one
+    (whether it says ``NOT_CHECKED``, and quoted whole in a ``verify`` why). That last
+    one is planned with a marker in its place and put back, so a million done items
+    whose artifacts were not checked cost one ``plan_item`` call, not a million.
+
+    Call it as ``plan_item``: ``planner(item, details)``, ``details`` a {kind: detail}
+    mapping or None (no findings)."""
+
+    def __init__(self, lookup: bool = True):
+        self.lookup, self.memo = lookup, {}
+
+    def __call__(self, item, details=None) -> tuple[str, str]:
+        failure = item.failure
+        if failure.__class__ is not str:
+            failure = None
+        if not details:
+            memo_key = (item.state, failure)
+            answer = self.memo.get(memo_key)
+            if answer is None:
+                answer = self.memo[memo_key] = plan_item(item, set(), self.lookup)
+            return answer
+        unchecked = details.get("done_without_artifact")
+        history = details.get("missing_history")
+        stale = details.get("stale_input")
+        for text in (unchecked, history, stale):
+            if text is not None and text.__class__ is not str:
+                return plan_item(item, details, self.lookup)
+        # the kinds in the order found (a fixed order per set: a miss at worst, never wrong)
+        not_checked = unchecked is not None and NOT_CHECKED in unchecked
+        memo_key = (item.state, failure, tuple(details), history,
+                    stale is not None and SUPERSEDED in stale, not_checked)
+        answer = self.memo.get(memo_key)
+        if answer is None:
+            standing = dict.fromkeys(details, "")  # each detail by the facts plan_item reads
+            if history is not None:
+                standing["missing_history"] = history
+            if memo_key[4]:
+                standing["stale_input"] = SUPERSEDED
+            if unchecked is not None:
+                standing["done_without_artifact"] = _marker(not_checked)
+            answer = self.memo[memo_key] = plan_item(item, standing, self.lookup)
+        if unchecked is not None:
+            marker = _marker(not_checked)
+            if marker in answer[1]:
+                return answer[0], answer[1].replace(marker, unchecked)
+        return answer
+
+
+_MARKERS = ("\0\0", f"\0{NOT_CHECKED}\0")
+
+
+def _marker(not_checked: bool) -> str:
+    """A stand-in ``done_without_artifact`` detail no plan's words contain (NULs) that
+    says ``NOT_CHECKED`` or not, as the detail it stands for."""
+    return _MARKERS[not_checked]
