@@ -56,15 +56,6 @@ class Columns:
 
         self.push = push
 
-    @classmethod
-    def packed(cls, numbers: array, times: array, keys: list, workers: list | None) -> dict:
-        """The table ``finish`` gives for rows already packed (``forensics.fastfold``):
-        ``numbers`` five int64 per row (seq, attempt, token, line, code), ``times`` their
-        ts, ``keys`` the items' strings, ``workers`` None when no event names one."""
-        table = cls(True)
-        table.numbers, table.times, table.keys, table.workers = numbers, times, keys, workers
-        return table.finish()
-
     def _named(self, workers: list) -> None:
         """Append the workers of the rows just pushed; the first named one makes the list
         (None for every row before it)."""

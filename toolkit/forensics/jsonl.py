@@ -8,7 +8,7 @@ from functools import partial
 from toolkit.forensics.columns import OPS, Field
 from toolkit.forensics.foreign import StateFile
 from toolkit.forensics.history import SNAPSHOT, History
-from toolkit.forensics import fastfold, lines as reading
+from toolkit.forensics import lines as reading
 from toolkit.forensics.lines import SHALLOW, LineReader, decode_one
 from toolkit.forensics.model import Raw, register
 from toolkit.ledger.jsonl import FORMAT as JSONL_FORMAT
@@ -122,15 +122,10 @@ def _read_lines(path, raw: Raw, use, fast=None, batch=None, unparsed=None):
                     why += unparsed(line, number)
                 _corrupt(raw, number, why)
     if reader.torn is not None:
-        _torn(raw, reader.torn)
-
-
-def _torn(raw: Raw, torn) -> None:
-    """The finding of a final line without its newline: (line number, bytes)."""
-    number, size = torn
-    raw.finding(None, "torn_line",
-                f"line {number}: {size} bytes without a final newline (write cut; not used)",
-                line=number)
+        number, size = reader.torn
+        raw.finding(None, "torn_line",
+                    f"line {number}: {size} bytes without a final newline (write cut; not used)",
+                    line=number)
 
 
 NOT_MINE = object()
@@ -217,29 +212,18 @@ def read_toolkit_jsonl(path) -> Raw:
     raw = Raw()
     history = History(raw)
     with open(path, "rb") as handle:
-        first = handle.readline()
-    header = read_header(first)
+        header = read_header(handle.readline())
     headed = header is not None
     if headed and header.get(SALVAGED) is not None:  # written by ``ledger --salvage``
         raw.notes.append(f"{lost_lines(header[SALVAGED])}: a run looks up every request "
                          "this ledger never recorded before sending it")
-    # The common case first: an undamaged history, folded whole (``fastfold``); anything
-    # else (None, nothing changed) is read line by line, which words every finding.
-    folded = fastfold.fold(path, len(first) if headed else 0, 2 if headed else 1,
-                           raw.items) if reading.FAST else None
-    if folded is not None:
-        raw.events, torn = folded
-        events = raw.events
-        if torn is not None:
-            _torn(raw, torn)
-    else:
-        event = history.event
-        if headed:  # line 1 is the header, not an event; the hot loop stays a plain call
-            def event(obj, line, _event=history.event):
-                return None if line == 1 else _event(obj, line)
-        fast, batch = _event_reader(history, headed, partial(_corrupt, raw))
-        _read_lines(path, raw, event, fast, batch, partial(_glued, history, [FILE_TRIES]))
-        events = history.finish()
+    event = history.event
+    if headed:  # line 1 is the header, not an event; the hot loop stays a plain call
+        def event(obj, line, _event=history.event):
+            return None if line == 1 else _event(obj, line)
+    fast, batch = _event_reader(history, headed, partial(_corrupt, raw))
+    _read_lines(path, raw, event, fast, batch, partial(_glued, history, [FILE_TRIES]))
+    events = history.finish()
     gaps = seq_gaps(events["seq"], [*history.apart, *history.snapshot_seqs])
     if gaps:  # an orphaned event's line is unusable but holds its own seq, no missing one
         raw.finding(None, "seq_gap", _gap_detail(gaps, len(raw.corrupt_lines) -
