@@ -8,6 +8,7 @@ array, key and worker as references to shared strings; its columns come back laz
 """
 
 import itertools
+import struct
 from array import array
 
 from toolkit.forensics.model import EVENT_COLUMNS, STATES
@@ -68,15 +69,16 @@ class Columns:
         few C loops. Any value ``push`` would not pack (an integer ts, an integer beyond 64
         bits) sends the whole batch through ``push``, row by row: the exact way."""
         if self.lists is None and (not times or set(map(type, times)) == {float}):
-            block = array("q", bytes(40 * len(keys)))  # the batch's rows, five int64 each
-            try:
-                for index, values in enumerate((seqs, attempts, tokens, lines, codes)):
-                    block[index::5] = array("q", values)
-            except OverflowError:
+            rows = len(keys)
+            try:  # the batch's rows, five int64 each, packed in one C call (struct reads
+                # each int directly; array("q", list) parses each through PyArg_Parse)
+                block = struct.pack(f"={5 * rows}q", *itertools.chain.from_iterable(
+                    zip(seqs, attempts, tokens, lines, codes)))
+            except struct.error:  # an integer beyond 64 bits
                 pass
             else:
-                self.numbers.extend(block)
-                self.times.extend(times)
+                self.numbers.frombytes(block)
+                self.times.frombytes(struct.pack(f"={rows}d", *times))
                 self.keys.extend(keys)
                 if self.workers is not None or workers.count(None) != len(workers):
                     self._named(workers)

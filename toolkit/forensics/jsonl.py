@@ -1,16 +1,18 @@
 """JSONL adapters: the toolkit's own event ledger and a per-file state log."""
 
 import codecs
+import functools
 import json
 import json.scanner
+import typing
 from functools import partial
 
-from toolkit.forensics.columns import OPS, Field
+from toolkit.forensics.columns import OPS, VOCABULARY, Field
 from toolkit.forensics.foreign import StateFile
 from toolkit.forensics.history import BAD_EVENT, SNAPSHOT, History
 from toolkit.forensics import lines as reading
 from toolkit.forensics.lines import SHALLOW, LineReader, decode_one
-from toolkit.forensics.model import Raw, register
+from toolkit.forensics.model import STATES, Raw, register
 from toolkit.ledger.jsonl import FORMAT as JSONL_FORMAT
 from toolkit.ledger.gaps import blank, describe, describe_disorder, missing_ranges, \
     out_of_order, snapshot_base, snapshot_damage
@@ -155,10 +157,8 @@ def _event_reader(history: History, headed: bool, report):
     non-UTF-8 line) is ``NOT_MINE``: the reference path reads it."""
     import msgspec
 
-    from toolkit.ledger.replay import EventLine as Event  # the ledger's own typed line
-
-    decode, failed, unset, mine = msgspec.json.Decoder(Event).decode, msgspec.DecodeError, \
-        msgspec.UNSET, NOT_MINE
+    decode, failed, unset, mine = msgspec.json.Decoder(_worded_event()).decode, \
+        msgspec.DecodeError, msgspec.UNSET, NOT_MINE
     apply, fold, push_many = history.apply, history.fold, history.columns.push_many
     items, workers = history.items, history.workers
     _bytes, _int = bytes, int
@@ -216,6 +216,28 @@ def _event_reader(history: History, headed: bool, report):
         return True
 
     return fast, batch
+
+
+@functools.cache
+def _worded_event():
+    """The ledger's own typed line (``replay.EventLine``) with op, from and to read as
+    words of the vocabulary (``Literal``): msgspec then hands back the vocabulary's own
+    string objects, no new string per field, and the fold's (op, from, to) lookup meets
+    the very keys it holds. A word outside the vocabulary is refused here, so its line
+    goes the reference way, which finds it no event as ``History`` does (measured by
+    callgrind over 20k lines: 1.5k of ~26k instructions an event saved)."""
+    import msgspec
+
+    from toolkit.ledger.replay import EventLine
+
+    ops = typing.Literal[tuple(dict.fromkeys(op for op, _, _ in VOCABULARY))]
+    states = typing.Literal[tuple(STATES)]
+    worded = {"op": ops, "frm": states | None, "to": states}
+    return msgspec.defstruct("WordedEvent", [
+        (f.name, worded.get(f.name, f.type), msgspec.field(
+            name=f.encode_name, **({} if f.default is msgspec.NODEFAULT else
+                                   {"default": f.default})))
+        for f in msgspec.structs.fields(EventLine)], gc=False)
 
 
 def _is_event(obj):
