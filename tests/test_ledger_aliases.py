@@ -74,3 +74,36 @@ def test_health_marker_is_seen_through_a_symlink_alias_of_the_ledger(tmp_path):
     refused = _run(tmp_path, tmp_path / "alias.sqlite")
     assert refused.returncode != 0 and "not ready" in refused.stderr
     assert _executions(tmp_path) == 0
+
+
+def _health_cli(*args):
+    return subprocess.run([sys.executable, "-m", "toolkit", "health", *args],
+                          capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("clear", [False, True], ids=["health", "health-clear"])
+def test_hard_linked_ledger_is_refused_by_health_as_run_refuses_it(tmp_path, clear):
+    """Fault: the ledger file has a second hard link (outsider o29, S9). Before, ``health``
+    and ``health --clear`` said "ready" for a ledger that ``run`` refuses. Property: both
+    refuse it with run's one line (exit 2), and nothing is written beside either name."""
+    make_corpus(tmp_path / "in", docs=1, poison=0, seed=3)
+    assert _run(tmp_path, tmp_path / "L.jsonl").returncode == 0
+    os.link(tmp_path / "L.jsonl", tmp_path / "H.jsonl")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    result = _health_cli("--ledger", str(tmp_path / "H.jsonl"), *(["--clear"] if clear else []))
+    assert result.returncode == 2 and "2 hard links" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_health_clear_through_a_symlink_alias_leaves_no_alias_lock(tmp_path):
+    """Fault: ``health --clear`` typed through a symlink alias of a JSONL ledger (outsider
+    o29, S9). Before, its read of the ledger created ``alias.jsonl.lock`` beside the alias.
+    Property: ready, and the only lock is the writer's ``<real path>.lock``."""
+    make_corpus(tmp_path / "in", docs=1, poison=0, seed=3)
+    (tmp_path / "real").mkdir()
+    assert _run(tmp_path, tmp_path / "real" / "L.jsonl").returncode == 0
+    os.symlink("real/L.jsonl", tmp_path / "alias.jsonl")
+    result = _health_cli("--ledger", str(tmp_path / "alias.jsonl"), "--clear")
+    assert result.returncode == 0 and "ready" in result.stdout, result.stderr
+    assert not (tmp_path / "alias.jsonl.lock").exists()

@@ -145,6 +145,7 @@ def require_ledger_shape(path: Path) -> bool:
     # a FIFO, a device (a symlink to /dev/zero), a dangling link: refused by stat alone,
     # never opened (opening a FIFO blocks; reading /dev/zero never ends)
     require_regular(path, "--ledger")
+    _one_name(path)  # a hard-linked ledger: refused as run refuses it, even when empty
     if not path.exists() or path.stat().st_size == 0:
         return False
     if suffix != ".jsonl":
@@ -162,11 +163,23 @@ def _read_only_fs(path: Path) -> bool:
         return False
 
 
+def _one_name(path: Path) -> Path:
+    """The ledger's one name (``canonical_path``: a symlink alias resolved, so its view's
+    lock is the writer's ``<real path>.lock`` and no ``<alias>.lock`` is left behind);
+    ToolkitError for a file with a second hard link, which ``run`` refuses."""
+    from toolkit.ledger import canonical_path
+
+    try:
+        return canonical_path(path)
+    except LedgerError as exc:
+        raise ToolkitError(str(exc)) from exc
+
+
 def _open_existing(path: Path):
     if path.suffix.lower() == ".jsonl":
         from toolkit.ledger.jsonl import JsonlLedger
 
-        return JsonlLedger(path, view=True)
+        return JsonlLedger(_one_name(path), view=True)
     return open_ledger(path)
 
 
