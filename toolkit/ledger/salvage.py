@@ -32,7 +32,7 @@ from toolkit.ledger.transitions import ARTIFACT_FIELDS
 from toolkit.storage import LOCK, take_exclusive
 
 
-def salvage(path, new_path) -> dict:
+def salvage(path, new_path, loss=None) -> dict:
     """Write ``new_path`` from the readable part of the JSONL ledger ``path``.
 
     Returns ``{"items", "needs_review": [keys], "corrupt_lines": [n], "unattributed": [n],
@@ -40,7 +40,8 @@ def salvage(path, new_path) -> dict:
     lines in which no key can be read at all; ``seq_gaps``: the ranges of missing seqs,
     ``JsonlLedger.missing_seqs``; ``salvaged``: the new header's mark, or None when
     nothing was lost and the old ledger had none; ``lost``: what this salvage found lost,
-    its mark's words, or None).
+    its mark's words, or None). ``loss(old)``, given the old ledger open for reading, may
+    name a loss its file cannot show (``runner.witness``: an older copy): it marks too.
 
     Raises:
         ToolkitError: ``new_path`` exists or has no folder, or ``path`` is no JSONL ledger
@@ -68,18 +69,19 @@ def salvage(path, new_path) -> dict:
             disorder, snapshots = old.disorder, old.snapshot_damage  # gaps.py too
             mark = old.salvaged  # an earlier salvage's mark stays: its lost keys are still lost
             mode = stat.S_IMODE(os.fstat(old._fd).st_mode)  # the new ledger gets the old one's
+            witnessed = loss(old) if loss is not None else None  # read under the writer lock
         finally:
             old.close()
     lost = None
     reason = (f"salvaged from {path.name}: corrupt lines {', '.join(map(str, lines))} may hold "
               "events of this item; check it at the provider, then release or cancel it")
-    if lines or gaps or disorder or snapshots:
+    if lines or gaps or disorder or snapshots or witnessed:
         named = ", ".join(map(str, lines[:10])) + (f" and {len(lines) - 10} more"
                                                    if len(lines) > 10 else "")
         lost = " and ".join(filter(None, [
             lines and f"corrupt lines {named}", gaps and f"the events of {describe(gaps)}",
             disorder and f"the order of event lines ({describe_disorder(disorder)})",
-            snapshots and _SNAPSHOTS_LOST[snapshots[0]]]))
+            snapshots and _SNAPSHOTS_LOST[snapshots[0]], witnessed]))
         # A chain, oldest first: each salvage's own loss stays named (a header deleted
         # took an earlier mark with it: ``missing_header`` says it may have been there).
         chain = mark.get("earlier") if isinstance(mark, dict) else None
