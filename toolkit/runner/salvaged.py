@@ -29,6 +29,7 @@ import os
 from pathlib import Path
 
 from toolkit.ledger import State
+from toolkit.provider import JobStatus
 from toolkit.ledger.salvage import lost_lines
 
 S = State
@@ -90,6 +91,11 @@ class Salvaged:
         at once, or on a salvaged ledger after a lookup (the table above)."""
         if getattr(self.ledger, "salvaged", None) is None:
             return self._submit(item, token, budget)
+        if getattr(budget, "clear_to", 0) >= item.attempt:
+            # This run looked this attempt up already (the later-attempt search before an
+            # earlier attempt's send) and found nothing; only our own refused sends came
+            # since, which leave no job: asking again would ask the same question.
+            return self._submit(item, token, budget)
         budget.lookups = 0  # a new request: its own lookups, as a new page gets its own
         job = self._look_up(item, token, budget)
         self._checked = (item.attempt, item.attempt)
@@ -105,6 +111,7 @@ class Salvaged:
                        note="found by lookup before a first send (salvaged ledger)")
             return CONTINUE
         if job is None and not files:
+            budget.clear_to = self._checked[1]  # none of these attempts has a job (above)
             return self._submit(item, token, budget)  # "not found" answered: new work
         first, last = self._checked
         tried = f"attempt {first}" if first == last else f"attempts {first}-{last}"
@@ -123,9 +130,9 @@ class Salvaged:
     def _look_up_later(self, item, token, budget):
         """After "not found" for the item's attempt n, on a salvaged ledger: the job of the
         latest later attempt found (n+1, n+2, ...: each request with its own lookups), the
-        search going on while any of the last ``window`` attempts was found and ending at
-        ``window`` misses in a row; else None, or ``UNANSWERED`` if one got no answer. A
-        retry's request may have been sent (and have succeeded) in lines since lost, and a
+        search ending at a job not failed (no retry follows one) or at ``window`` misses in
+        a row (a failed job found restarts the count); else None, or ``UNANSWERED`` if one
+        got no answer. A retry's request may have been sent (and have succeeded) in lines since lost, and a
         transient refusal leaves no job at all. One run starts up to ``policy.submits``
         requests, so ``window`` = 2 x that + 1 misses in a row: two whole runs refused
         every request (a storm run, then a second one; attempt 9 executed after 8 refusals
@@ -144,8 +151,11 @@ class Salvaged:
                 unanswered, misses = True, misses + 1
             elif job is None:
                 misses += 1
+            elif job.status is not JobStatus.FAILED:
+                found = job  # queued, running or succeeded: no later attempt was sent after it
+                break
             else:
-                found, misses = job, 0  # a later one may have been sent after it: go on
+                found, misses = job, 0  # failed: a later attempt may have been sent: go on
         self._checked = (item.attempt, attempt)
         return found if found is not None else UNANSWERED if unanswered else None
 

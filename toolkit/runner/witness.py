@@ -32,6 +32,7 @@ PostgreSQL ledgers have no file and no witness.
 """
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
@@ -41,7 +42,7 @@ from pathlib import Path
 from toolkit import documents, roots
 from toolkit.errors import LedgerError, StorageError
 from toolkit.ledger.header import header_line, read_header
-from toolkit.storage import LOCK, take_exclusive
+from toolkit.storage import LOCK, READ_ONLY, take_exclusive
 
 NAME = ".witness.json"
 READ = 1 << 16  # bytes read for the header and the first record (a longer line: its prefix)
@@ -118,7 +119,9 @@ def record(out, seen: dict | None, seq: int | None = None) -> None:
             documents.write_atomic(json.dumps({"ledgers": entries}, indent=1,
                                               sort_keys=True).encode(), Path(out) / NAME)
     except OSError as exc:
-        raise StorageError(f"cannot record the ledger's witness in {str(out)!r}: {exc}") from exc
+        said = f"{exc.strerror}; {READ_ONLY}" if exc.errno == errno.EROFS else exc
+        raise StorageError(f"cannot record the ledger's witness in {str(out)!r}: {said}") \
+            from exc
 
 
 def loss(out, seen: dict) -> str | None:
