@@ -159,7 +159,7 @@ def _run(parser):
             counts = runner.run(inputs)
         finally:  # the seq it reached, even when halted (its path replaced, removed)
             try:
-                witness.record(args.out, seen and witness.facts(runner.ledger))
+                witness.record_end(args.out, seen, runner.ledger)
             finally:
                 runner.close()
         provider.close()
@@ -290,6 +290,6 @@ def _witness_end(args) -> None:
     with contextlib.suppress(LedgerError, OSError):  # unreachable now: the start's entry stays
         ledger = open_ledger(args.ledger)
         try:
-            witness.record(args.out, witness.facts(ledger))
+            witness.record_end(args.out, True, ledger)
         finally:
             ledger.close()

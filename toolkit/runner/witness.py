@@ -40,7 +40,7 @@ import os
 from pathlib import Path
 
 from toolkit import documents, roots
-from toolkit.errors import LedgerError, StorageError
+from toolkit.errors import LedgerError, StorageError, ToolkitError
 from toolkit.ledger.header import header_line, read_header
 from toolkit.storage import LOCK, READ_ONLY, take_exclusive
 
@@ -56,9 +56,11 @@ def facts(ledger) -> dict | None:
     """``{"real", "kind", "id", "seq", "salvaged", "compacted"}`` of an open file ledger,
     read through its own handle (not its path: the path may name another file by now);
     None for a ledger with no file (a URL)."""
-    fd, db = getattr(ledger, "_fd", None), getattr(ledger, "_db", None)
-    if fd is not None:
-        head = os.pread(fd, READ, 0).split(b"\n", 2)
+    from toolkit.ledger.jsonl import JsonlLedger
+    from toolkit.ledger.sqlite import SqliteLedger
+
+    if isinstance(ledger, JsonlLedger):
+        head = os.pread(ledger._fd, READ, 0).split(b"\n", 2)
         header = read_header(head[0]) if head[0] else None
         first = head[1] if header is not None and len(head) > 1 else head[0]
         snapshots = (header or {}).get("snapshots")
@@ -66,7 +68,8 @@ def facts(ledger) -> dict | None:
                 "id": hashlib.sha256(first).hexdigest()[:20] if first.strip() else None,
                 "salvaged": bool(getattr(ledger, "salvaged", None)),
                 "compacted": snapshots.get("seq") if isinstance(snapshots, dict) else None}
-    if db is not None:
+    if isinstance(ledger, SqliteLedger):
+        db = ledger._db
         top = db.execute("SELECT max(seq) FROM events").fetchone()[0] or 0
         row = db.execute("SELECT seq, ts, key FROM events ORDER BY seq LIMIT 1").fetchone()
         ident = hashlib.sha256(repr(tuple(row)).encode()).hexdigest()[:20] if row else None
@@ -122,6 +125,16 @@ def record(out, seen: dict | None, seq: int | None = None) -> None:
         said = f"{exc.strerror}; {READ_ONLY}" if exc.errno == errno.EROFS else exc
         raise StorageError(f"cannot record the ledger's witness in {str(out)!r}: {said}") \
             from exc
+
+
+def record_end(out, seen, ledger) -> None:
+    """At a run's end (``seen``: what ``check`` returned at its start; None: no witness):
+    the seq the ledger reached. A failure here (``--out`` full, read-only, gone) is not
+    the run's to report: the start's entry stays, a lower bound, so the witness still
+    refuses only what lost transitions, and sees a little less far."""
+    if seen:
+        with contextlib.suppress(ToolkitError, OSError):
+            record(out, facts(ledger))
 
 
 def loss(out, seen: dict) -> str | None:
