@@ -8,7 +8,13 @@ barrier to the last worker's end. Per repetition, back to back:
   * the single-writer fsync limit: the bare one-row ``INSERT`` + ``COMMIT`` loop
     (WAL, synchronous=FULL), one process: at most 1/fsync commits per second;
   * the SQLite ledger with group commit, 1, 2, 4, 8, 16 worker processes;
-  * the CPU ceiling: the same workers with ``durable=False`` (no fsync at all);
+  * the CPU ceiling: the same workers with ``durable=False`` (no fsync at all). It
+    is not all CPU: without group commit the workers have no writer queue, and a
+    worker that finds SQLite's write lock taken sleeps in SQLite's busy handler
+    (1, 2, 5, 10 ms ...) while the lock may already be free. So, for 8 workers,
+    also the same with the writer queue lent (``writer_queue``: no sleeps);
+  * beside each SQLite rate, the fsyncs each transition cost (group commit: the
+    flushes a worker ran itself) and the workers' CPU per transition (rusage);
   * JSONL, one process: 8 threads with group commit, against the same bare limit;
   * PostgreSQL (when ``TOOLKIT_TEST_PG`` names a server): 1-16 worker connections,
     synchronous_commit=on; the server's ``fsync`` is printed in the label.
@@ -16,6 +22,7 @@ barrier to the last worker's end. Per repetition, back to back:
 
 import multiprocessing
 import os
+import resource
 import threading
 import time
 import uuid
@@ -27,17 +34,34 @@ from measure import Figure, Row, check, interleave, ratio
 S10 = "10"
 
 
+def _fsyncs(ledger) -> int:
+    """The fsyncs this worker ran itself (group commit: the flushes no other process's
+    fsync made unnecessary); 0 without a group."""
+    group, shared = getattr(ledger, "_group", None), getattr(ledger, "_flushes", None)
+    if group is None:
+        return 0
+    return group.flushes - (shared.skipped if shared is not None else 0)
+
+
 def _drive(location, options, prefix, items, start, done):
     from toolkit.ledger import open_ledger
+    from toolkit.ledger.group import SharedFlushes
 
+    options = dict(options)
+    queue = options.pop("writer_queue", False)
     with open_ledger(location, **options) as ledger:
+        if queue:  # durable=False has no writer queue: lend it group commit's (no fsync)
+            ledger._flushes = ledger._ctx.flushes = SharedFlushes(f"{ledger.path}-flush")
         start.wait()
         w.lifecycle(ledger, w.keys(items, prefix), worker=prefix)
-        done.put(time.perf_counter())
+        done.put((time.perf_counter(), _fsyncs(ledger)))
 
 
-def processes_rate(location, workers: int, items: int, options: dict) -> float:
-    """Transitions/s of ``workers`` forked processes, ``items`` lifecycles each."""
+def processes_run(location, workers: int, items: int, options: dict) -> tuple:
+    """(transitions/s, fsyncs per transition, workers' CPU µs per transition) of
+    ``workers`` forked processes, ``items`` lifecycles each. The CPU is the workers'
+    user + system time (``RUSAGE_CHILDREN``, collected as they are joined), opening and
+    closing their ledgers included; the rate counts barrier to last end only."""
     from toolkit.ledger import open_ledger
 
     context = multiprocessing.get_context("fork")
@@ -45,6 +69,7 @@ def processes_rate(location, workers: int, items: int, options: dict) -> float:
     open_ledger(location).close()  # tables first, outside the clock
     procs = [context.Process(target=_drive, args=(location, options, f"w{n}", items, start, done))
              for n in range(workers)]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     for proc in procs:
         proc.start()
     start.wait()
@@ -54,7 +79,16 @@ def processes_rate(location, workers: int, items: int, options: dict) -> float:
         proc.join()
         if proc.exitcode != 0:
             raise RuntimeError(f"worker exited {proc.exitcode}")
-    return workers * items * w.LIFECYCLE / (max(ends) - began)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    transitions = workers * items * w.LIFECYCLE
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return (transitions / (max(end for end, _ in ends) - began),
+            sum(fsyncs for _, fsyncs in ends) / transitions, cpu / transitions * 1e6)
+
+
+def processes_rate(location, workers: int, items: int, options: dict) -> float:
+    """Transitions/s of ``workers`` forked processes, ``items`` lifecycles each."""
+    return processes_run(location, workers, items, options)[0]
 
 
 def threads_rate(path: Path, threads: int, items: int, options: dict) -> float:
@@ -93,13 +127,12 @@ def group_commit(cfg, folder: Path) -> list[Row]:
     counts, items = cfg.worker_counts, cfg.worker_items
     count = [0]
 
-    def sqlite(workers, durable):
+    def sqlite(workers, options):
         def go():
             count[0] += 1
             path = folder / f"group-{count[0]}.sqlite"
             try:
-                return processes_rate(str(path), workers, items,
-                                      {"group_commit": True} if durable else {"durable": False})
+                return processes_run(str(path), workers, items, options)
             finally:
                 w._fresh(path)
                 w._fresh(Path(f"{path}-flush"))
@@ -107,8 +140,10 @@ def group_commit(cfg, folder: Path) -> list[Row]:
 
     runs = {"bare": lambda: _bare_limit(folder, items * 2)}
     for n in counts:
-        runs[f"group{n}"] = sqlite(n, True)
-        runs[f"cpu{n}"] = sqlite(n, False)
+        runs[f"group{n}"] = sqlite(n, {"group_commit": True})
+        runs[f"cpu{n}"] = sqlite(n, {"durable": False})
+    if 8 in counts:  # the target's ceiling, once more without SQLite's busy-wait sleeps
+        runs["queued8"] = sqlite(8, {"durable": False, "writer_queue": True})
     jsonl = folder / "group-threads.jsonl"
     runs["jsonl_group"] = lambda: threads_rate(jsonl, 8, items, {"group_commit": True})
     runs["jsonl_plain"] = lambda: threads_rate(jsonl, 8, items, {})
@@ -116,6 +151,9 @@ def group_commit(cfg, folder: Path) -> list[Row]:
 
     log(f"10 group commit: {', '.join(map(str, counts))} worker processes x {items} lifecycles")
     r = interleave(cfg.heavy_reps, runs)
+    extra = {}  # fsyncs and CPU per transition of the SQLite runs, beside their rates
+    for name in [name for name in r if name.startswith(("group", "cpu", "queued"))]:
+        r[name], extra[f"{name}_fsyncs"], extra[f"{name}_cpu"] = map(list, zip(*r[name]))
     rows = [Row(S10, "single-writer fsync limit: bare INSERT+COMMIT loop (synchronous=FULL)",
                 Figure(r["bare"], "/s"))]
     for n in counts:
@@ -129,7 +167,18 @@ def group_commit(cfg, folder: Path) -> list[Row]:
                 *(check(vs_bare, ">=", 2.0) if target else ())),
             Row(S10, f"  ratio group commit / CPU ceiling, {n} workers", vs_cpu,
                 *(check(vs_cpu, ">=", 0.7) if target else ())),
+            Row(S10, f"  fsyncs per transition, group commit, {n} workers",
+                Figure(extra[f"group{n}_fsyncs"], "")),
+            Row(S10, f"  workers' CPU per transition, group commit / ceiling, {n} workers",
+                ratio(extra[f"group{n}_cpu"], extra[f"cpu{n}_cpu"])),
         ]
+        if n == 8 and "queued8" in r:
+            rows += [
+                Row(S10, "  CPU ceiling, writer queue lent: same 8 workers, durable=False",
+                    Figure(r["queued8"], "/s")),
+                Row(S10, "  ratio group commit / CPU ceiling with writer queue, 8 workers",
+                    ratio(r["group8"], r["queued8"])),
+            ]
     rows += [Row(S10, "JSONL ledger, 8 threads, group commit", Figure(r["jsonl_group"], "/s")),
              Row(S10, "JSONL ledger, 8 threads, one fsync per transition",
                  Figure(r["jsonl_plain"], "/s")),

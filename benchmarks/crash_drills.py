@@ -16,6 +16,7 @@
 * CPU time (this process and its reaped children, ``getrusage``) per crash
   point and per ``drill all``: what a loaded machine distorts least. Divided
   by the cores, it bounds the wall time a quiet machine can reach.
+  ``benchmarks/profile_explore.py`` splits a crash point's CPU by phase.
 """
 
 import resource

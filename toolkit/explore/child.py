@@ -311,6 +311,25 @@ def fork(body, *args, **kwargs) -> tuple[list[dict], int]:
     return _messages(data), status
 
 
+def fork_meanwhile(meanwhile, body, *args, **kwargs) -> tuple[list[dict], int]:
+    """``fork``, with ``meanwhile()`` run in this process while the child runs.
+
+    The child's messages wait in its pipe meanwhile (a child with more to say than
+    the pipe holds waits for us, then goes on). If ``meanwhile`` raises, the child
+    is killed and reaped before the exception propagates.
+    """
+    pid, read_fd = pool.start(_task(body, args, kwargs))
+    try:
+        meanwhile()
+    except BaseException:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        os.close(read_fd)
+        raise
+    data, status = pool.wait(pid, read_fd)
+    return _messages(data), status
+
+
 def fork_many(calls, jobs: int, done=None) -> list[tuple[list[dict], int]]:
     """Run ``(body, args, kwargs)`` calls in up to ``jobs`` forked children at once (``pool``).
 

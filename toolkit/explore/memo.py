@@ -12,6 +12,8 @@ replayed, and neither is what the exploration tests:
   the same atomic write (temp file, fsync, rename, folder fsync). The
   provider's database, its call log and its steps are unchanged: only the CPU
   time of rendering goes. A call that fails (poison input) is never cached.
+  While the serial recording runs, the exploring process files the later
+  inputs' results (``prefile``), so the recording renders about half of them.
 * the preflight and OCR routing of the inputs (``same_checks``): MuPDF reading
   a document, asked by the client at enqueue, by the provider and by the
   oracle's ``collect_history``. A pure function of the bytes: done once per
@@ -20,13 +22,15 @@ replayed, and neither is what the exploration tests:
 The client's own protocol (hashing, private copies, ledger, provider calls,
 recovery) runs in full at every point. Both are installed only in forked
 children (the point's supervisor and the runs it forks), never in the
-exploring process; the real mode uses neither, and the test that compares the
-two modes' verdicts at every point covers them.
+exploring process (``prefile`` calls the real ``documents.process`` there);
+the real mode uses neither, and the test that compares the two modes'
+verdicts at every point covers them.
 """
 
 import hashlib
 import json
 import os
+import signal
 from pathlib import Path
 
 from toolkit import documents
@@ -48,20 +52,68 @@ def install(memo) -> None:
 def provider_work(cache: Path) -> None:
     """In this (forked) process, make ``documents.process`` compute each result once."""
     real = documents.process
+    filed = {}  # entry -> (bytes, SHA-256): a filed entry never changes, read it once here
 
     def process(input_path, output_path, options):
-        key = hashlib.sha256(Path(input_path).read_bytes())
-        key.update(json.dumps(options, sort_keys=True).encode())
-        entry = Path(cache) / f"{key.hexdigest()}.pdf"
-        try:
-            data = entry.read_bytes()
-        except FileNotFoundError:
-            artifact = real(input_path, output_path, options)  # raises: nothing is cached
-            _file(entry, Path(artifact.path).read_bytes())
-            return artifact
+        entry = work_entry(cache, Path(input_path).read_bytes(), options)
+        if entry not in filed:
+            try:
+                data = entry.read_bytes()
+            except FileNotFoundError:
+                artifact = real(input_path, output_path, options)  # raises: nothing is cached
+                _file(entry, Path(artifact.path).read_bytes())
+                return artifact
+            filed[entry] = (data, hashlib.sha256(data).hexdigest())
+        data, digest = filed[entry]
         documents.write_atomic(data, output_path)
-        return documents.Artifact(str(output_path), len(data), hashlib.sha256(data).hexdigest())
+        return documents.Artifact(str(output_path), len(data), digest)
     documents.process = process
+
+
+def work_entry(cache, data: bytes, options: dict) -> Path:
+    """Where the result of ``documents.process`` for input bytes ``data`` and ``options``
+    is filed in the cache folder ``cache``."""
+    key = hashlib.sha256(data)
+    key.update(json.dumps(options, sort_keys=True).encode())
+    return Path(cache) / f"{key.hexdigest()}.pdf"
+
+
+def prefile(cache, inputs, table: dict, page_by_page_from=None) -> None:
+    """In the exploring process while the recording runs: file the provider's work for
+    the inputs after the first, the last first.
+
+    The recording is serial and rendering was most of it. It takes the inputs
+    first to last and finds filed what this did meanwhile, last to first (a
+    race on one input costs a second rendering of the same bytes, never a
+    wrong one: ``_file`` and this both rename a whole file into place). The
+    options are the ones the client sends a whole document with (its OCR
+    route, ``table``); a document sent page by page, or an input that fails its
+    checks, is left to the recording (a wrong guess would only miss).
+    """
+    from toolkit.runner.intake import PAGE_BY_PAGE, routed_options
+
+    for path in reversed(list(inputs)[1:]):
+        data = Path(path).read_bytes()
+        check, routed = table.get(_digest(data)), table.get((_digest(data), _options({})))
+        if check is None or not check.ok or routed is None:
+            continue
+        options = routed_options(routed, check.pages, page_by_page_from)
+        entry = work_entry(cache, data, options)
+        if PAGE_BY_PAGE in options or entry.exists():  # the recording got there first
+            continue
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        made = entry.with_name(f"{entry.name}.{os.getpid()}.out")
+        # SIGINT and SIGTERM held while MuPDF works: a handler that raised inside its calls
+        # came back as another exception (or none), and the interrupt was lost. Held, it
+        # raises just after, here, and ``fork_meanwhile`` kills the recording.
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        try:
+            documents.process(path, made, options)  # written whole (``write_atomic``)
+        except Exception:  # the recording meets the same failure and says so
+            continue
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        os.replace(made, entry)
 
 
 def _file(entry: Path, data: bytes) -> None:
@@ -89,7 +141,9 @@ def input_checks(inputs) -> dict:
 
 def same_checks(table: dict) -> None:
     """In this (forked) supervisor and the runs it forks: answer ``documents.preflight``
-    (whole document) and ``documents.ocr_routed`` from ``table`` by the bytes' SHA-256.
+    (whole document: ``page`` None, as the client asks it and as the provider's
+    ``process`` passes it on) and ``documents.ocr_routed`` from ``table`` by the
+    bytes' SHA-256.
 
     Both are pure functions of the bytes (and the options): MuPDF's reading of
     the document, nothing of the ledger, the provider or the crash. Bytes never
@@ -100,9 +154,9 @@ def same_checks(table: dict) -> None:
     """
     preflight, ocr_routed = documents.preflight, documents.ocr_routed
 
-    def cached_preflight(path, *args, **kwargs):
-        if args or kwargs:  # one page of a document: the provider's check, rarely repeated
-            return preflight(path, *args, **kwargs)
+    def cached_preflight(path, page=None):
+        if page is not None:  # one page of a document: the provider's check, rarely repeated
+            return preflight(path, page)
         try:
             key = _digest(Path(path).read_bytes())
         except OSError:

@@ -19,8 +19,9 @@ process explore forked is gone:
   holds no descriptor), whoever their parent now is;
 * until then, every process that holds the pipe (``/proc/<pid>/fd``) is killed
   with SIGKILL, again and again (one may fork as it is killed);
-* then the folder is removed, and the runs' input snapshots (``toolkit-inputs-*``,
-  their owners now dead) swept.
+* then the folder is removed (with the runs' input snapshots, ``toolkit-inputs-*``:
+  explore's runs make them in its ``tmp`` folder), and those that dead runs left in
+  the system's temporary folder swept.
 
 Signals. The folder and the pipe are made with SIGINT and SIGTERM held (a signal
 between making and registering left the folder, as ``liveness.owned_folder`` says),

@@ -21,8 +21,9 @@ real child would send itself SIGKILL, so:
 * open descriptors and ``fcntl`` locks: a kill closes and releases them; a copy
   has none. The same for both.
 * temporary files (a download's ``.tmp`` beside its destination): inside the
-  batch folder, copied. The runner's private input copies live in the system's
-  temp folder, per run, and no rerun reads another run's: nothing to carry.
+  batch folder, copied. The runner's private input copies live in the
+  exploration's temporary folder (``<root>/tmp``, not the batch folder), per run,
+  and no rerun reads another run's: nothing to carry.
 * the provider's state: the fake provider keeps all of it in its database and
   jobs folder, inside the batch folder, copied at the same instant as the
   ledger. Its in-memory state (locks, the set of executing jobs) dies with a

@@ -7,7 +7,7 @@ from functools import partial
 
 from toolkit.forensics.columns import OPS, Field
 from toolkit.forensics.foreign import StateFile
-from toolkit.forensics.history import SNAPSHOT, History
+from toolkit.forensics.history import BAD_EVENT, SNAPSHOT, History
 from toolkit.forensics import lines as reading
 from toolkit.forensics.lines import SHALLOW, LineReader, decode_one
 from toolkit.forensics.model import Raw, register
@@ -15,6 +15,8 @@ from toolkit.ledger.jsonl import FORMAT as JSONL_FORMAT
 from toolkit.ledger.gaps import blank, describe, describe_disorder, missing_ranges, \
     out_of_order, snapshot_base, snapshot_damage
 from toolkit.ledger.jsonl import SALVAGED, read_header
+from toolkit.ledger.header import VERSION, newer_version
+from toolkit.ledger.replay import event_parts, whole_line
 from toolkit.ledger.salvage import lost_lines
 
 BOM = codecs.BOM_UTF8
@@ -69,7 +71,18 @@ def _corrupt(raw: Raw, number: int, why: str) -> None:
     raw.finding(None, "corrupt_line", f"line {number}: {why}", line=number)
 
 
-def _read_lines(path, raw: Raw, use, fast=None, batch=None, unparsed=None):
+def _with_tail(reader: LineReader, whole):
+    """The reader's batches, then its final line without a newline when ``whole`` (the
+    ledger's ``replay.whole_line``) says it is a whole record, its newline lost: read as
+    any line (``reader.torn`` becomes None, ``reader.unterminated`` its number)."""
+    yield from reader.batches(decode=False)
+    reader.unterminated = None
+    if whole is not None and reader.tail is not None and whole(reader.tail):
+        reader.unterminated, reader.torn = reader.torn[0], None
+        yield reader.unterminated, [reader.tail]
+
+
+def _read_lines(path, raw: Raw, use, fast=None, batch=None, unparsed=None, whole=None):
     """Parse every complete line; ``use(obj, line)`` returns None or why it is invalid.
 
     ``unparsed(line, number)`` (optional) is asked about each line that is not JSON and
@@ -90,7 +103,7 @@ def _read_lines(path, raw: Raw, use, fast=None, batch=None, unparsed=None):
     decode, failed = msgspec.json.Decoder().decode, msgspec.DecodeError
     reader = LineReader(path)
     only_reference = not reading.FAST
-    for first, lines in _slices(reader.batches(decode=False)):
+    for first, lines in _slices(_with_tail(reader, whole)):
         if first == 1 and lines and type(lines[0]) is bytes and lines[0].startswith(BOM) \
                 and lines[0] != BOM:  # a BOM alone is no blank line (``gaps.blank``)
             # A UTF-8 BOM before line 1 (an editor's save): the ledger reads it (json.loads
@@ -121,6 +134,10 @@ def _read_lines(path, raw: Raw, use, fast=None, batch=None, unparsed=None):
                 if unparsed is not None and why.startswith("not JSON"):
                     why += unparsed(line, number)
                 _corrupt(raw, number, why)
+    if reader.unterminated is not None:  # not damage: the ledger reads it as an event
+        raw.notes.append(f"line {reader.unterminated}: unterminated_tail: the last line is "
+                         "a whole event without its final newline (an editor, a truncate, a "
+                         "CR for the LF); read as an event, the next run's writer adds it")
     if reader.torn is not None:
         number, size = reader.torn
         raw.finding(None, "torn_line",
@@ -214,15 +231,27 @@ def read_toolkit_jsonl(path) -> Raw:
     with open(path, "rb") as handle:
         header = read_header(handle.readline())
     headed = header is not None
+    if headed and header["version"] > VERSION:  # run, ledger and salvage refuse it
+        raw.notes.append(newer_version(str(path), header["version"]))
     if headed and header.get(SALVAGED) is not None:  # written by ``ledger --salvage``
         raw.notes.append(f"{lost_lines(header[SALVAGED])}: a run looks up every request "
                          "this ledger never recorded before sending it")
-    event = history.event
-    if headed:  # line 1 is the header, not an event; the hot loop stays a plain call
-        def event(obj, line, _event=history.event):
-            return None if line == 1 else _event(obj, line)
+    # The lines the typed decoder did not take: the ledger's own validator first
+    # (``replay.event_parts``: 20.0 is no seq, -1 no attempt), then the fold's checks.
+    def event(obj, line, _event=history.event):
+        if headed and line == 1:  # the header, not an event
+            return None
+        if SNAPSHOT not in obj:
+            try:
+                event_parts(obj)
+            except KeyError:
+                pass  # the fold words it ("missing field")
+            except (TypeError, ValueError, OverflowError):
+                return BAD_EVENT
+        return _event(obj, line)
     fast, batch = _event_reader(history, headed, partial(_corrupt, raw))
-    _read_lines(path, raw, event, fast, batch, partial(_glued, history, [FILE_TRIES]))
+    _read_lines(path, raw, event, fast, batch, partial(_glued, history, [FILE_TRIES]),
+                whole_line)
     events = history.finish()
     gaps = seq_gaps(events["seq"], [*history.apart, *history.snapshot_seqs])
     if gaps:  # an orphaned event's line is unusable but holds its own seq, no missing one

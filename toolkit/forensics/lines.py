@@ -8,8 +8,10 @@ toolkit's own JSONL ledger ignores it the same way and cuts it off before its
 next append).
 """
 
+from toolkit.ledger.gaps import LINE_LIMIT, too_long
+
 CHUNK = 1 << 21  # 2 MiB: big enough to amortize, small enough not to weigh
-MAX_LINE = 1 << 20  # bytes; our events are a few hundred
+MAX_LINE = LINE_LIMIT  # bytes; the ledger's own limit (gaps.py): a line both read or neither
 # A line with more brackets than this goes the reference way (json): the nesting depth
 # at which json gives up depends on the caller's stack, so only shallow text is read fast.
 SHALLOW = 64
@@ -28,7 +30,7 @@ class Bad:
 
 
 def _too_long(size: int) -> Bad:
-    return Bad(f"{size} bytes, over the {MAX_LINE}-byte line limit")
+    return Bad(too_long(size, MAX_LINE))
 
 
 def decode_one(raw: bytes):
@@ -62,6 +64,7 @@ class LineReader:
         self.path = path
         self.chunk = chunk or CHUNK
         self.torn: tuple[int, int] | None = None
+        self.tail: bytes | None = None  # the torn line's bytes (None: over-long, or none)
         self.lines = 0
 
     def batches(self, decode: bool = True):
@@ -105,3 +108,4 @@ class LineReader:
         self.lines = number - 1
         if skipping or carry:
             self.torn = (number, skipping or len(carry))
+            self.tail = None if skipping else carry

@@ -27,6 +27,15 @@ header deleted (with it a salvage's mark, the only record that keys were lost), 
 """
 
 SHOWN = 5  # ranges named in a message; the rest are counted
+# The longest line the ledger's replay and the audit read (bytes, newline excluded): both
+# read every line up to it (a long note: a few MiB), both call a longer one corrupt in the
+# same words (``too_long``) and read on from its newline, in bounded memory.
+LINE_LIMIT = 1 << 26
+
+
+def too_long(size: int, limit: int = LINE_LIMIT) -> str:
+    """The words for a line over the limit, the ledger's and the audit's."""
+    return f"{size} bytes, over the {limit}-byte line limit"
 
 
 def blank(raw: bytes) -> bool:

@@ -28,8 +28,10 @@ the file: its own ack waits for a flush that covers both.
 
 ``SharedFlushes`` extends the same rule across processes (SQLite worker
 processes on one ledger): a ``<ledger>-flush`` file holds two counters,
-*started* and *done*, advanced under a lock on that file; a process whose write
-happened before another process's fsync started needs no fsync of its own.
+*started* and *done*, advanced by the one leader that holds the file's lead
+byte; a process whose write happened before another process's fsync started
+needs no fsync of its own, and waits for that fsync on its own gate byte (a
+read lock), so that all the processes one fsync covers return together.
 The counters are relative (a caller compares values it read after its own
 write), so a stale counter file is harmless; it is never a record.
 
@@ -60,12 +62,26 @@ from toolkit.ledger.records import Event, fold
 COUNTERS = struct.Struct("<QQ")  # started, done
 # Two independent locks on one file: open-file-description byte locks (F_OFD_SETLKW), so a
 # lock belongs to this process's descriptor and dies with it; flock would be one per file.
-WRITER_BYTE, FLUSH_BYTE = 16, 17
+WRITER_BYTE, LEAD_BYTE, GATES = 16, 17, 64  # the gates are bytes 64..127 (SharedFlushes)
 FLOCK = struct.Struct("hhqqi4x")  # struct flock on Linux: type, whence, start, len, pid
 
 
 def _ofd(fd: int, byte: int, kind: int) -> None:
     fcntl.fcntl(fd, fcntl.F_OFD_SETLKW, FLOCK.pack(kind, os.SEEK_SET, byte, 1, 0))
+
+
+def _gate(number: int) -> int:
+    """The byte whose write lock flush ``number``'s leader holds while it flushes."""
+    return GATES + number % GATES
+
+
+def _try(fd: int, byte: int) -> bool:
+    """The write lock on ``byte`` if it is free now (no wait)."""
+    try:
+        fcntl.fcntl(fd, fcntl.F_OFD_SETLK, FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, byte, 1, 0))
+    except (BlockingIOError, PermissionError):  # EAGAIN or EACCES: held
+        return False
+    return True
 
 
 @contextlib.contextmanager
@@ -258,11 +274,30 @@ class SharedFlushes:
     """The cross-process half: skip the fsync when another process's covered us.
 
     ``flush(sync)`` is called by an in-process leader after its writes. It reads
-    *started* (no lock: a value read after our writes), then under the flush lock
-    reads *done*: if a flush numbered above what we read has completed, it
-    started after our writes and covered them. Otherwise it becomes the leader:
-    *started* += 1, ``sync()``, *done* = that number. A killed leader's lock
-    dies with its process; the next one simply fsyncs again.
+    *started* (a value read after our writes: every flush numbered above it starts
+    after them), then loops until a flush numbered above that has completed:
+
+    * *done* > what we read: covered, return (no lock, no fsync);
+    * the *lead* byte is free (a write lock taken without waiting): lead --
+      *started* += 1, ``sync()``, *done* = that number -- unless, under the lock,
+      *done* shows that a flush which ended meanwhile covered us;
+    * else wait for flush number *started* (+1 if not yet counted) to end: a read
+      lock on that number's *gate* byte, which its leader holds (write) from before
+      it counts *started* until after it counts *done*. The kernel wakes every waiter
+      when the gate opens, and a woken waiter still has to run to take its read lock:
+      the gates rotate through ``GATES`` bytes, so the next leaders take other bytes
+      and a waiter that runs late still gets through (one gate for all, each next
+      leader would shut it again before most waiters ran: they slept through flushes
+      that had covered them). A killed leader's locks die with it: its waiters wake,
+      find the lead byte free, and one of them flushes again.
+
+    Counting *started* before ``sync()`` and *done* after it, under the lead lock, is
+    what lets a waiter trust *done* without a lock: a flush counted in *done* ran to
+    its end, and it started after every write that read a smaller *started*. A killed
+    leader leaves *started* > *done*; the next leader's number skips one (only order
+    counts). A write lock is never queued for on the lead byte: the kernel orders every
+    read lock asked for after a queued write lock behind it, and the waiters would pass
+    the lock on one at a time again.
     """
 
     def __init__(self, path):
@@ -276,16 +311,52 @@ class SharedFlushes:
         return COUNTERS.unpack(raw) if len(raw) == COUNTERS.size else (0, 0)
 
     def flush(self, sync) -> None:
+        """Return once a flush that started after our writes has ended (``sync()`` run
+        here or by another process); raises what ``sync()`` raises. One caller per
+        process at a time (``GroupCommit``'s leader): the locks belong to the descriptor,
+        so two callers on it would not exclude each other."""
+        fd = self._fd
         seen, _ = self._read()
-        with _locked(self._fd, FLUSH_BYTE):
+        last, last_again = None, False
+        while True:
             started, done = self._read()
-            if done > seen:
+            if seen < done <= started:  # (done > started: not counts of ours; flush)
+                self.skipped += 1
+                return
+            if _try(fd, LEAD_BYTE):
+                break
+            # The lead byte is held: by the leader of flush ``started`` (in flight, or
+            # just counted done: it opens that gate after it frees the lead byte, so
+            # the wait ends when leading is possible), by the next leader before it has
+            # counted ``started + 1`` (it shuts that gate first), or for an instant by
+            # a waiter checking under it. So: wait on gate ``started``; if the lead
+            # byte is still held with nothing counted since, on the next one (and,
+            # should that be open too, yield the core to whoever holds the lead byte).
+            again = last == (started, done)
+            if again and last_again:
+                os.sched_yield()
+            last, last_again = (started, done), again
+            gate = _gate(started + again)
+            _ofd(fd, gate, fcntl.F_RDLCK)
+            _ofd(fd, gate, fcntl.F_UNLCK)
+        gate = None
+        try:  # under the lead lock: nobody else counts or flushes
+            started, done = self._read()
+            if seen < done <= started:  # a flush that ended since we looked covered us
                 self.skipped += 1
                 return
             number = started + 1
-            os.pwrite(self._fd, COUNTERS.pack(number, done), 0)
+            gate = _gate(number)
+            _ofd(fd, gate, fcntl.F_WRLCK)  # free but for a waiter of GATES flushes ago
+            os.pwrite(fd, COUNTERS.pack(number, done), 0)
             sync()
-            os.pwrite(self._fd, COUNTERS.pack(number, number), 0)
+            os.pwrite(fd, COUNTERS.pack(number, number), 0)
+        finally:
+            # The lead byte first: a waiter woken by the gate that needs the next
+            # flush finds it free and leads at once.
+            _ofd(fd, LEAD_BYTE, fcntl.F_UNLCK)
+            if gate is not None:
+                _ofd(fd, gate, fcntl.F_UNLCK)
 
     def writer(self):
         """Held around one write transaction: the processes' writers queue in the kernel

@@ -50,3 +50,13 @@ def header_line(salvaged: dict | None = None, snapshots: tuple[int, int] | None 
     if snapshots is not None:
         header[SNAPSHOTS] = {"count": snapshots[0], "seq": snapshots[1]}
     return json.dumps(header, sort_keys=True).encode() + b"\n"
+
+
+def newer_version(where: str, version: int) -> str:
+    """The one refusal of a header naming a version above ours (``run``, ``ledger``,
+    ``--salvage``; the audit notes it): what to do, whichever way it came to be."""
+    return (f"{where!r} is a JSONL ledger of format version {version}; this toolkit reads "
+            f"version {VERSION}: open it with the newer toolkit that wrote it; if none did "
+            f"(line 1 edited), set \"version\": {VERSION} in line 1 and run 'python -m "
+            f"toolkit audit {where}', then 'python -m toolkit ledger {where} --salvage "
+            "NEW.jsonl'")

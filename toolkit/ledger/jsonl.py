@@ -4,7 +4,9 @@ The file is the history; items are rebuilt by replaying it (``replay.py``: the e
 are not kept, ``events()`` reads them again). A crash can leave
 a final line without its newline (a torn write): on open it is ignored,
 reported in ``torn_tail`` and cut off before the next append, so the next
-event never glues onto it. Interior lines that do not parse are reported in
+event never glues onto it. A final line that reads whole as an event is that event, its
+newline lost (``replay.whole_line``): read, named in ``unterminated``, and given its
+newline before the next append. Interior lines that do not parse are reported in
 ``corrupt_lines`` (1-based) and skipped, never fatal; seqs absent from the history
 (lines deleted: ``gaps.py``) in ``missing_seqs``, event lines out of seq order (copied,
 moved) in ``disorder``, snapshot lines the header does not count in ``snapshot_damage``.
@@ -20,10 +22,10 @@ import os
 from toolkit.documents import fsync_dir
 from toolkit.errors import LedgerBusyError, LedgerError, StorageError
 from toolkit.ledger import Event, Item, Ledger
-from toolkit.ledger.gaps import describe, describe_disorder
+from toolkit.ledger.gaps import describe, describe_disorder, too_long
 from toolkit.ledger.group import GroupCommit
 from toolkit.ledger.header import (FORMAT, HEADER_LINE, SALVAGED, VERSION,  # noqa: F401
-                                   header_line, header_version, read_header)
+                                   header_line, header_version, newer_version, read_header)
 from toolkit.ledger.lines import event_line
 from toolkit.ledger.records import ItemRow, item_of
 from toolkit.ledger.replay import (KEY_PATTERN, SEQ_PATTERN, SNAPSHOT,  # noqa: F401
@@ -104,12 +106,15 @@ class JsonlLedger(Ledger):
         """
         where = str(self.path)
         if self.version is not None and self.version > VERSION:
-            raise LedgerError(f"{where!r} is a JSONL ledger of format version {self.version}; "
-                              f"this toolkit writes version {VERSION}: use a newer toolkit")
+            raise LedgerError(newer_version(where, self.version))
         if self.version is not None:
             return
+        # Toolkit lines read: events and snapshots folded, and events of keys whose add was
+        # lost (``orphans``: what ``: > l`` mid-run leaves, no header, seqs not from 1): a
+        # damaged ledger of ours, which salvage reads, not a foreign file.
+        ours = self._events_read or self.orphans
         if self.view:
-            if self._size and self._events_read == 0:
+            if self._size and not ours:
                 raise LedgerError(f"{where!r} is not a resume-toolkit JSONL ledger")
             return
         if self._size == 0 or (self.torn_tail and self.torn_tail["line"] == 1
@@ -117,11 +122,13 @@ class JsonlLedger(Ledger):
             self._rewrite(HEADER_LINE)  # a new ledger (or one whose header write was cut)
             self.torn_tail, self._valid_end = None, None
             return
-        if self._events_read == 0:
+        if not ours:
             raise LedgerError(f"{where!r} is not a resume-toolkit JSONL ledger (no line is a "
                               "toolkit event): refusing to write into it")
         if not self.damaged:  # pre-header: upgrade in place
             body = self._read_all()[:self._valid_end]
+            if self.unterminated:  # its owed newline, in the rewrite (no append cuts here)
+                body, self.unterminated = body + b"\n", None
             self._rewrite(HEADER_LINE + body)
             self._valid_end = None  # the torn tail was left out of the rewrite
             end, count = self._history_read  # the file's events, one header line lower
@@ -171,7 +178,9 @@ class JsonlLedger(Ledger):
             keys = ", ".join(sorted(k[:12] for k in self.affected_keys)[:10]) or "not readable"
             more = f" and {len(lines) - 10} more" if len(lines) > 10 else ""
             damage.append(f"has corrupt lines {', '.join(map(str, lines[:10]))}{more} "
-                          f"(keys affected: {keys})")
+                          f"(keys affected: {keys})" + "".join(
+                              f" (line {line}: {too_long(size)})"
+                              for line, size in self.long_lines[:3]))
         if self.missing_seqs:  # lines deleted: any key's intent may be among them
             damage.append(f"is missing the events of {describe(self.missing_seqs)}, lines "
                           "deleted: any key's intent may be among them")
@@ -212,6 +221,9 @@ class JsonlLedger(Ledger):
         try:
             if self._valid_end is not None:  # cut a torn tail before the first append
                 os.ftruncate(self._fd, self._valid_end)
+                if self.unterminated:  # a whole last line lost its newline: give it one
+                    os.write(self._fd, b"\n")  # (fsynced with the line below)
+                    self.unterminated = None
                 self._valid_end, self._end = None, None
             start = self._end if self._end is not None else os.fstat(self._fd).st_size
         except OSError as exc:
@@ -239,7 +251,11 @@ class JsonlLedger(Ledger):
         self._check_named("append")
 
     def _check_named(self, when: str):
-        """StorageError unless ``self.path`` still names the file open as ``self._fd``."""
+        """StorageError unless ``self.path`` still names the file open as ``self._fd``, at
+        the size our appends left it (``_end``, when known): a file truncated or emptied
+        in place (``: > l``, ``cat h > l``) or written by another program is no history
+        this run can go on from. The one ``stat`` answers both; the first error halts the
+        ledger (``_halted``): ``close`` then adds no second one."""
         try:
             if self._held is None:  # the file of this descriptor: asked once per open
                 held = os.fstat(self._fd)
@@ -251,6 +267,7 @@ class JsonlLedger(Ledger):
         except OSError as exc:
             raise StorageError(f"cannot check JSONL ledger {str(self.path)!r}: {exc}") from exc
         if not same:
+            self._halted = True
             raise StorageError(
                 f"JSONL ledger {str(self.path)!r} was replaced or removed while this run "
                 f"wrote it (seen at {when}); the run stopped: the events it wrote since are "
@@ -259,6 +276,13 @@ class JsonlLedger(Ledger):
                 "else a run with the same --out sees the loss in its witness: a ledger "
                 "missing there is made anew, marked as salvaged, and every request is looked "
                 "up before it is sent; an older copy is refused (salvage it)")
+        if self._end is not None and named.st_size != self._end:
+            self._halted = True
+            raise StorageError(
+                f"JSONL ledger {str(self.path)!r} is {named.st_size} bytes where this run's "
+                f"appends end at {self._end} (seen at {when}): truncated or written by another "
+                "program while this run wrote it; the run stopped; run 'python -m toolkit "
+                f"ledger {self.path} --salvage NEW.jsonl' and run on NEW")
 
     def _write(self, old, new, parts):
         if self.view:
@@ -316,6 +340,7 @@ class JsonlLedger(Ledger):
             self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND)
             self._end = self._held = None
             self._history, self._valid_end, self.torn_tail, self.corrupt_lines = [], None, None, []
+            self.unterminated = None  # every line just written has its newline
             self._history_read = None  # no event line left in the file
             return len(lines)
 
@@ -333,6 +358,7 @@ class JsonlLedger(Ledger):
             try:
                 yield
             except BaseException:
+                self._end = start  # what the cut leaves: close checks the size against it
                 with contextlib.suppress(OSError):
                     os.ftruncate(self._fd, start)
                     os.fsync(self._fd)
@@ -363,7 +389,8 @@ class JsonlLedger(Ledger):
         (``_check_named``): the error is raised after both are closed."""
         error = None
         if not self.view and getattr(self, "_fd", None) is not None \
-                and getattr(self, "_seq", 0) and getattr(self, "_end", None) is not None:
+                and getattr(self, "_seq", 0) and getattr(self, "_end", None) is not None \
+                and not getattr(self, "_halted", False):  # said once, where it was seen
             try:
                 self._check_named("close")
             except StorageError as exc:

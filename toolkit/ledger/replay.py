@@ -16,6 +16,7 @@ feeds odd lines to both and compares the ledgers' verdicts); ``FAST = False`` ta
 reference way for every line.
 """
 
+import codecs
 import itertools
 import json
 import os
@@ -25,7 +26,8 @@ import typing
 import msgspec
 
 from toolkit.errors import LedgerError
-from toolkit.ledger.gaps import blank, missing_ranges, out_of_order, snapshot_base, snapshot_damage
+from toolkit.ledger.gaps import (LINE_LIMIT, blank, missing_ranges, out_of_order, snapshot_base,
+                                 snapshot_damage)
 from toolkit.ledger.header import read_header
 from toolkit.ledger.records import Event, Item, apply_event, fold
 from toolkit.ledger.transitions import State
@@ -36,6 +38,7 @@ SEQ_PATTERN = re.compile(rb'"seq": (\d{1,30})[,}]')
 FAST = True  # False: every line the reference way (the tests compare the two)
 BLOCK = 1 << 22  # bytes read at a time: the lines of one block are alive at once
 _STATES = {state.value: state for state in State}
+BOM = codecs.BOM_UTF8
 # What a line no reading holds raises: besides the usual, a number no float holds (a ts of
 # 10**400: OverflowError) and nesting past the parser's depth (RecursionError).
 _MALFORMED = (ValueError, KeyError, TypeError, OverflowError, RecursionError)
@@ -47,14 +50,18 @@ def item_from_json(obj: dict) -> Item:
 
 def parse_line(raw: bytes) -> tuple[Event | None, Item | None, int]:
     """One line → (event, snapshot item, seq); raises ValueError/KeyError/TypeError if
-    malformed. The reference reading of a line: what every line means."""
-    obj = json.loads(raw)
+    malformed. The reference reading of a line: what every line means.
+
+    Text first (``decode``): ``json.loads`` of bytes would skip a BOM, which before any
+    line but line 1 is damage (the caller strips line 1's), as the audit reads it."""
+    obj = json.loads(raw.decode("utf-8"))
     if not isinstance(obj, dict):
         raise TypeError("line is not a JSON object")
     if SNAPSHOT in obj:
-        return None, item_from_json(obj[SNAPSHOT]), int(obj["seq"])
-    event = Event.from_json(obj)
-    return event, None, event.seq
+        if type(obj["seq"]) is not int:  # 20.0 is no seq (the audit's rule too)
+            raise TypeError("a snapshot's seq is not an integer")
+        return None, item_from_json(obj[SNAPSHOT]), obj["seq"]
+    return Event(*event_parts(obj)), None, obj["seq"]
 
 
 # A ts past 64 bits goes the reference way: msgspec would take 10**400 as a Python int,
@@ -62,23 +69,67 @@ def parse_line(raw: bytes) -> tuple[Event | None, Item | None, int]:
 _STAMP = typing.Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)] | float
 
 
+# An attempt or a token counts up from 0: a negative one is no line this toolkit wrote
+# (a typed decoder of event lines elsewhere takes this type for both, to agree).
+COUNT = typing.Annotated[int, msgspec.Meta(ge=0)]
+
+
 class EventLine(msgspec.Struct, gc=False):
     """An event line as this toolkit writes it (``lines.event_line``): the typed decoding
-    of the replay here and of the audit (``forensics.jsonl``)."""
+    of the replay here and of the audit (``forensics.jsonl``), and through ``event_parts``
+    the one validator of an event read any other way. Strict: ``20.0`` is no seq, ``true``
+    no attempt."""
     seq: int
     ts: _STAMP
     op: str
     key: str
     frm: str | None = msgspec.field(name="from")
     to: str
-    attempt: int
+    attempt: COUNT
     worker: str | None
-    token: int
+    token: COUNT
     detail: dict[str, str | int | float | bool | None]  # nested: the reference way
     snapshot: object = msgspec.UNSET  # present: a snapshot line, the reference way
 
 
 _decode, _refused = msgspec.json.Decoder(EventLine).decode, msgspec.DecodeError
+
+
+def event_parts(obj: dict) -> tuple:
+    """(seq, ts, op, key, frm, to, attempt, worker, token, detail) of an event object
+    (not a snapshot) that ``json.loads`` read, by the rules of ``EventLine`` (the typed
+    decoder's); raises KeyError, TypeError or ValueError otherwise. Only ``ts`` (any int a
+    float holds, a NaN) and ``detail`` (nested values) are checked apart, as the typed
+    decoder sends them this way. The ledger (``parse_line``) and the audit
+    (``forensics.jsonl``) both ask it: one verdict on a line."""
+    ts, detail = obj["ts"], obj["detail"]
+    if type(ts) not in (int, float) or type(detail) is not dict:
+        raise TypeError("ts is not a number or detail is not an object")
+    try:
+        e = msgspec.convert({**obj, "ts": 0, "detail": {}}, EventLine)
+    except msgspec.ValidationError as exc:
+        raise ValueError(f"not an event: {exc}") from None
+    frm, to = e.frm, _STATES.get(e.to)
+    if to is None or (frm is not None and (frm := _STATES.get(frm)) is None):
+        raise ValueError("not an event: an unknown state")
+    return e.seq, float(ts), e.op, e.key, frm, to, e.attempt, e.worker, e.token, detail
+
+
+def whole_line(raw: bytes) -> bool:
+    """The rule for a final line without its newline, the ledger's (``replay``) and the
+    audit's (``forensics.jsonl``): a line that reads whole as an event or snapshot line IS
+    that line (its newline lost: ``truncate -s -1``, an editor's save, a CR for the LF); the
+    writer puts the newline before its next line. Only a line that does not read whole is
+    a torn write (cut). Safe after a crash too: a write torn exactly before its newline was
+    never fsynced, so nothing was sent on it; its intent kept makes the item ``unknown``
+    (looked up, never sent twice), where dropping it sent the document again."""
+    if blank(raw):
+        return False
+    try:
+        parse_line(raw)
+    except _MALFORMED:
+        return False
+    return True
 
 
 def _parts(raw: bytes):
@@ -99,25 +150,50 @@ def _parts(raw: bytes):
     return e.seq, ts, e.op, e.key, frm, to, e.attempt, e.worker, e.token, e.detail
 
 
+class TooLong(bytes):
+    """A line over ``gaps.LINE_LIMIT`` in place of its bytes (never held whole): not UTF-8,
+    so every reading calls it corrupt; ``size`` its length, for the words (``too_long``)."""
+
+    size = 0
+
+
+def _too_long(size: int) -> TooLong:
+    line = TooLong(b"\xff")
+    line.size = size
+    return line
+
+
 def _lines(fd: int, start: int, end: int | None):
     """(line bytes, the offset after its newline) of the whole lines from ``start``, then
     (tail, None): the bytes after the last newline (b"" when the file ends with one).
-    ``end``: stop there (None: at the size the file has now)."""
+    ``end``: stop there (None: at the size the file has now). A line over ``LINE_LIMIT``
+    comes as a ``TooLong``, read through to its newline and dropped (bounded memory)."""
     if end is None:
         end = os.fstat(fd).st_size  # a writer may append meanwhile: its lines are not read
-    offset, rest = start, b""
+    offset, rest, over = start, b"", 0  # over: the size so far of a line over the limit
     while offset < end:
         block = os.pread(fd, min(BLOCK, end - offset), offset)
         if not block:  # shorter now (a writer cut its torn tail): what was read is all
             break
+        if over:  # inside a line over the limit: on to its newline, then read from there
+            newline = block.find(b"\n")
+            offset += len(block) if newline < 0 else newline + 1
+            over += len(block) if newline < 0 else newline
+            if newline >= 0:
+                yield _too_long(over), offset
+                over = 0
+            continue
         at = offset - len(rest)  # where ``rest + block`` starts in the file
         offset += len(block)
+        long = len(rest) + len(block) > LINE_LIMIT  # per block, not per line: rare
         lines = (rest + block).split(b"\n")
         rest = lines.pop()
         for line in lines:
             at += len(line) + 1
-            yield line, at
-    yield rest, None
+            yield (_too_long(len(line)) if long and len(line) > LINE_LIMIT else line), at
+        if len(rest) > LINE_LIMIT:
+            over, rest = len(rest), b""
+    yield (_too_long(over) if over else rest), None
 
 
 def replay(ledger, fd: int) -> None:
@@ -131,6 +207,8 @@ def replay(ledger, fd: int) -> None:
     ledger.affected_keys = set()  # keys a corrupt line may belong to
     ledger.orphans = {}  # the fold of events whose add line was lost
     ledger.unattributed_lines = []  # corrupt lines with no key readable at all
+    ledger.unterminated = None  # the number of a final event line without its newline
+    ledger.long_lines = []  # (line, size) of the corrupt lines over the limit (gaps.too_long)
     corrupt, affected, orphans = ledger.corrupt_lines, ledger.affected_keys, ledger.orphans
     get, states, unset = state.get, _STATES, msgspec.UNSET
     fast = FAST
@@ -142,12 +220,17 @@ def replay(ledger, fd: int) -> None:
     number, valid_end, tail = 0, 0, b""
     ledger._history_start = 0  # the offset of the first event line (after the header)
     for raw, at in _lines(fd, 0, None):
-        if at is None:
-            tail = raw
-            break
+        if at is None:  # the bytes after the last newline
+            if not whole_line(raw):
+                tail = raw  # a torn write (or nothing): cut before the next append
+                break
+            at = valid_end + len(raw)  # an event whose newline was lost: it is read
+            ledger.unterminated = number + 1  # the writer owes it its newline (jsonl.py)
         number += 1
         valid_end = at  # a blank line too: the next append goes after it
         if number == 1:
+            if raw.startswith(BOM) and raw != BOM:  # an editor's BOM before line 1 only:
+                raw = raw[len(BOM):]  # the audit skips it too (a BOM alone is no blank)
             header = read_header(raw)
             # Seqs (gaps.py): the usual history is base+1, base+2, ... in file order, checked
             # line by line; anything else is measured exactly once the file is read: from
@@ -214,6 +297,8 @@ def replay(ledger, fd: int) -> None:
             if blank(raw):  # no event, no damage (gaps.blank); its number still counts.
                 continue  # Asked only here: no line JSON reads is blank (no cost per line)
             corrupt.append(number)
+            if raw.__class__ is TooLong:
+                ledger.long_lines.append((number, raw.size))
             regular = False
             found = SEQ_PATTERN.findall(raw)  # two, when a torn line was glued on
             unfolded.extend(map(int, found))
@@ -226,11 +311,12 @@ def replay(ledger, fd: int) -> None:
         events_read += 1
         if seq > top:
             top = seq
-    ledger._seq, ledger._events_read, ledger._size = top, events_read, valid_end + len(tail)
+    size = tail.size if tail.__class__ is TooLong else len(tail)
+    ledger._seq, ledger._events_read, ledger._size = top, events_read, valid_end + size
     ledger._valid_end = valid_end
     ledger._history_read = (valid_end, kept)  # where the file's history ends, its count
     if tail:
-        ledger.torn_tail = {"line": number + 1, "bytes": len(tail)}
+        ledger.torn_tail = {"line": number + 1, "bytes": size}
     # the snapshot lines against the header's count (a header deleted, a line deleted)
     ledger.snapshot_damage = snapshot_damage(header, snapshots, moved)
     ledger.disorder = out_of_order(trail, before) if trail else []  # lines copied, moved
@@ -254,8 +340,8 @@ def history(ledger, fd: int) -> list[Event]:
     skip = set(ledger.corrupt_lines)
     events = []
     for raw, at in _lines(fd, start, end):
-        if at is None:
-            break
+        if at is None and not raw:  # ``end`` is a line's end, or a final line's own end:
+            break  # the unterminated event the replay read (``whole_line``) comes as a tail
         number += 1
         if number in skip:
             continue

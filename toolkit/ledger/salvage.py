@@ -69,19 +69,25 @@ def salvage(path, new_path, loss=None) -> dict:
             disorder, snapshots = old.disorder, old.snapshot_damage  # gaps.py too
             mark = old.salvaged  # an earlier salvage's mark stays: its lost keys are still lost
             mode = stat.S_IMODE(os.fstat(old._fd).st_mode)  # the new ledger gets the old one's
+            # No line read at all (0 bytes, or the header alone): a ledger emptied or cut
+            # in place while a run wrote it (its halt says to salvage) reads as a new one;
+            # only a mark keeps the next run from resending what the lost lines sent.
+            empty = not old._events_read and not old.orphans and not lines
             witnessed = loss(old) if loss is not None else None  # read under the writer lock
         finally:
             old.close()
     lost = None
     reason = (f"salvaged from {path.name}: corrupt lines {', '.join(map(str, lines))} may hold "
               "events of this item; check it at the provider, then release or cancel it")
-    if lines or gaps or disorder or snapshots or witnessed:
+    if lines or gaps or disorder or snapshots or empty or witnessed:
         named = ", ".join(map(str, lines[:10])) + (f" and {len(lines) - 10} more"
                                                    if len(lines) > 10 else "")
         lost = " and ".join(filter(None, [
             lines and f"corrupt lines {named}", gaps and f"the events of {describe(gaps)}",
             disorder and f"the order of event lines ({describe_disorder(disorder)})",
-            snapshots and _SNAPSHOTS_LOST[snapshots[0]], witnessed]))
+            snapshots and _SNAPSHOTS_LOST[snapshots[0]],
+            empty and "every event line, if it had any (it held none: emptied, or cut to "
+                      "its header)", witnessed]))
         # A chain, oldest first: each salvage's own loss stays named (a header deleted
         # took an earlier mark with it: ``missing_header`` says it may have been there).
         chain = mark.get("earlier") if isinstance(mark, dict) else None
