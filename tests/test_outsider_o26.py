@@ -50,20 +50,21 @@ def test_one_path_for_two_of_ledger_provider_and_out_is_refused_before_anything_
 
 def test_read_only_out_halts_the_batch_at_the_first_artifact_and_bills_no_more(tmp_path):
     """Fault: ``--out`` on a read-only file system (a real tmpfs mounted ``ro``: every write
-    fails with EROFS). Property: the batch halts with one line at the first artifact, exit
-    1; the provider executed the documents started before it (those done, none here, plus
-    the one left ``submitted``), not the whole batch."""
+    fails with EROFS). Property: the batch stops with one line, exit 1, before its first
+    send (the run cannot record the ledger's witness in --out: runner/witness.py), so the
+    provider executed nothing (before the witness: it halted at the first artifact, with
+    one document executed and left ``submitted``), never the whole batch."""
     corpus = tmp_path / "in"
     make_corpus(corpus, docs=DOCS, poison=0, seed=5)
     with tmpfs_mount(tmp_path / "out", "size=1m,ro") as out:
         first = toolkit(tmp_path, *run_args(corpus, out))
     assert first.returncode == 1, first.stderr
     lines = first.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("halted, no new work taken: "), lines
+    assert len(lines) == 1 and "witness" in lines[0] and "read-only" in lines[0], lines
     states = _states(tmp_path / "l.sqlite")
     with provider_at(tmp_path / "p.sqlite") as provider:
         executed = provider.stats()["executions"]
-    assert states.get("submitted") == 1 and executed == 1, (executed, states)
+    assert not states.get("submitted") and executed == 0, (executed, states)
 
 
 def _audited_batch(tmp_path) -> Path:

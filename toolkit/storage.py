@@ -35,6 +35,10 @@ NOT_A_DATABASE = ("SQLITE_NOTADB", "SQLITE_CANTOPEN")
 # a file-size limit, a failing device. Anything else from the OS (no such folder, no
 # permission, not a directory) is the path the user gave: bad input.
 FULL_OR_FAILING = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO})
+# A read-only file system (EROFS) is a storage state too (exit 1), with its own advice: a
+# writer (run, resolve) cannot even take the ledger's lock there; the views read it as it is.
+READ_ONLY = ("the file system is read-only: remount it writable, or copy the batch folder "
+             "to writable storage and run there (ledger and audit read it where it is)")
 
 
 def storage_error(what: str, exc: sqlite3.Error, path=None) -> LedgerError:
@@ -47,20 +51,35 @@ def storage_error(what: str, exc: sqlite3.Error, path=None) -> LedgerError:
     """
     name = getattr(exc, "sqlite_errorname", "")
     full = cannot_create(path) if name == "SQLITE_CANTOPEN" and path is not None else None
+    if full is not None and full.errno == errno.EROFS:
+        return StorageError(f"{what}: {exc}; {READ_ONLY}")
     if full is not None:  # the folder answers ENOSPC (no inode) or EDQUOT: the storage's
         return StorageError(f"{what}: {exc} (a new file there: {full.strerror})")
+    if name == "SQLITE_READONLY" and path is not None and read_only(path):
+        return StorageError(f"{what}: {exc}; {READ_ONLY}")
     return (LedgerError if name in NOT_A_DATABASE else StorageError)(f"{what}: {exc}")
 
 
 def os_error(what: str, exc: OSError) -> LedgerError:
     """The toolkit error for an OS error on a ledger's file: ``StorageError`` when the
     storage is full or failing (exit 1, run again once space is freed), else bad input."""
+    if exc.errno == errno.EROFS:
+        return StorageError(f"{what}: {exc.strerror}; {READ_ONLY}")
     storage = exc.errno in FULL_OR_FAILING
     return (StorageError if storage else LedgerError)(f"{what}: {exc}")
 
 
+def read_only(path) -> bool:
+    """Is the file system holding ``path`` (or its folder) mounted read-only?"""
+    try:
+        return bool(os.statvfs(os.path.dirname(os.path.abspath(path))).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
 def cannot_create(path) -> OSError | None:
-    """The error (full or failing storage only) that creating a file beside ``path`` meets now.
+    """The error (full, failing or read-only storage only) that creating a file beside
+    ``path`` meets now.
 
     A real file of a fresh private name (``mkstemp``), removed at once: it asks the
     filesystem what SQLite asked it (``statvfs`` shows neither quotas nor reserved
@@ -71,7 +90,7 @@ def cannot_create(path) -> OSError | None:
         fd, probe = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)),
                                      prefix=f".{os.path.basename(path)}.", suffix=".probe")
     except OSError as exc:
-        return exc if exc.errno in FULL_OR_FAILING else None
+        return exc if exc.errno in FULL_OR_FAILING or exc.errno == errno.EROFS else None
     os.close(fd)
     with contextlib.suppress(OSError):
         os.unlink(probe)

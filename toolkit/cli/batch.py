@@ -132,12 +132,20 @@ def _run(parser):
                 return thing
 
             provider = opened(_service(args)) if args.provider_url else None
+            from toolkit.runner import witness
+
+            # A ledger the witness in --out knows and that is gone is made anew, marked as
+            # salvaged (JSONL), before anything opens it; an SQLite one is refused.
+            witness.replace_missing(args.out, args.ledger)
             existing = _existing_ledger(args)  # else its place is checked, by stat alone
             ledger = opened(open_run_ledger(args.strategy, args.ledger)) if existing else None
             if provider is None:
                 provider = opened(provider_at(args.provider_db, contract))
             if not existing:
                 ledger = opened(open_run_ledger(args.strategy, args.ledger))
+            # Before anything is sent: an older copy, a copy, another ledger is refused
+            # (exit 2); else the ledger's identity and seq are recorded in --out.
+            seen = witness.check(args.out, ledger) if ledger is not None else None
             if args.workers is not None:
                 if ledger is not None:
                     ledger.close()  # judged; each worker opens its own
@@ -149,8 +157,11 @@ def _run(parser):
             undo.pop_all()  # the runner closes the ledger; the provider is closed below
         try:
             counts = runner.run(inputs)
-        finally:
-            runner.close()
+        finally:  # the seq it reached, even when halted (its path replaced, removed)
+            try:
+                witness.record_end(args.out, seen, runner.ledger)
+            finally:
+                runner.close()
         provider.close()
         # Strays (items of the ledger whose input is gone) are counted too, so the summary
         # matches `ledger`: a `pending=1` there is never missing here.
@@ -241,10 +252,14 @@ def _run_workers(args, inputs, provider):
 
     contract = provider.contract
     provider.close()  # each worker opens its own
-    result = run_workers(args.ledger, args.provider_db, inputs, args.out, args.workers, contract,
-                         provider_url=args.provider_url, read_timeout=args.read_timeout,
-                         strategy=args.strategy, policy=RetryPolicy(seed=args.seed),
-                         page_by_page_from=args.page_by_page_from, verify=args.verify)
+    try:
+        result = run_workers(args.ledger, args.provider_db, inputs, args.out, args.workers,
+                             contract, provider_url=args.provider_url,
+                             read_timeout=args.read_timeout,
+                             strategy=args.strategy, policy=RetryPolicy(seed=args.seed),
+                             page_by_page_from=args.page_by_page_from, verify=args.verify)
+    finally:
+        _witness_end(args)
     counts = result.counts or {}
     items = sum(counts.values())
     text = "  ".join(f"{state}={n}" for state, n in counts.items() if n) + \
@@ -264,3 +279,17 @@ def _run_workers(args, inputs, provider):
               file=sys.stderr)
         return 1
     return 0
+
+
+def _witness_end(args) -> None:
+    """After ``--workers``: the seq the workers took the ledger to, in --out's witness."""
+    from toolkit.errors import LedgerError
+    from toolkit.ledger import open_ledger
+    from toolkit.runner import witness
+
+    with contextlib.suppress(LedgerError, OSError):  # unreachable now: the start's entry stays
+        ledger = open_ledger(args.ledger)
+        try:
+            witness.record_end(args.out, True, ledger)
+        finally:
+            ledger.close()

@@ -15,6 +15,9 @@ def _ledger(parser):
     parser.add_argument("--salvage", metavar="NEW",
                         help="JSONL: write a new ledger NEW from what is readable; every key a "
                              "corrupt line may hold goes to needs_review (PATH is left as it is)")
+    parser.add_argument("--out", metavar="OUT", default=None,
+                        help="with --salvage: the outputs folder of the runs whose witness "
+                             "says what PATH lost (default: PATH's recorded outputs root)")
 
     def run(args):
         from pathlib import Path
@@ -29,11 +32,16 @@ def _ledger(parser):
         else:
             if not Path(args.path).is_file():  # a FIFO or a device is never opened
                 raise ToolkitError(f"no ledger at {args.path!r}")
+            if args.out is not None and not args.salvage:
+                raise ToolkitError("--out goes with --salvage")
             if args.salvage:
                 from toolkit.ledger.salvage import salvage
 
                 _outside_batch(args.salvage, args.path)  # before anything is read or written
-                result = salvage(args.path, args.salvage)
+                from toolkit.runner.witness import loss_of
+
+                result = salvage(args.path, args.salvage,  # an older copy: marked
+                                 loss=lambda old: loss_of(old, args.out))
                 # worded by what was lost (the mark's words: lines, seqs, their order,
                 # snapshot lines), never "corrupt lines none" for a loss of another kind
                 emit(result, args.json, f"wrote {args.salvage}: {result['items']} items, "

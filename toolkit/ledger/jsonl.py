@@ -285,7 +285,10 @@ class JsonlLedger(Ledger):
                 f"JSONL ledger {str(self.path)!r} was replaced or removed while this run "
                 f"wrote it (seen at {when}); the run stopped: the events it wrote since are "
                 "not in the file at that path; do not copy, move or delete a ledger while a "
-                "run writes it; check the outputs of the last documents and run again")
+                "run writes it; put the file this run wrote back at that path if you can; "
+                "else a run with the same --out sees the loss in its witness: a ledger "
+                "missing there is made anew, marked as salvaged, and every request is looked "
+                "up before it is sent; an older copy is refused (salvage it)")
         if self._end is not None and named.st_size != self._end:
             self._halted = True
             raise StorageError(

@@ -32,7 +32,7 @@ from toolkit.ledger.transitions import ARTIFACT_FIELDS
 from toolkit.storage import LOCK, take_exclusive
 
 
-def salvage(path, new_path) -> dict:
+def salvage(path, new_path, loss=None) -> dict:
     """Write ``new_path`` from the readable part of the JSONL ledger ``path``.
 
     Returns ``{"items", "needs_review": [keys], "corrupt_lines": [n], "unattributed": [n],
@@ -40,7 +40,8 @@ def salvage(path, new_path) -> dict:
     lines in which no key can be read at all; ``seq_gaps``: the ranges of missing seqs,
     ``JsonlLedger.missing_seqs``; ``salvaged``: the new header's mark, or None when
     nothing was lost and the old ledger had none; ``lost``: what this salvage found lost,
-    its mark's words, or None).
+    its mark's words, or None). ``loss(old)``, given the old ledger open for reading, may
+    name a loss its file cannot show (``runner.witness``: an older copy): it marks too.
 
     Raises:
         ToolkitError: ``new_path`` exists or has no folder, or ``path`` is no JSONL ledger
@@ -72,12 +73,13 @@ def salvage(path, new_path) -> dict:
             # in place while a run wrote it (its halt says to salvage) reads as a new one;
             # only a mark keeps the next run from resending what the lost lines sent.
             empty = not old._events_read and not old.orphans and not lines
+            witnessed = loss(old) if loss is not None else None  # read under the writer lock
         finally:
             old.close()
     lost = None
     reason = (f"salvaged from {path.name}: corrupt lines {', '.join(map(str, lines))} may hold "
               "events of this item; check it at the provider, then release or cancel it")
-    if lines or gaps or disorder or snapshots or empty:
+    if lines or gaps or disorder or snapshots or empty or witnessed:
         named = ", ".join(map(str, lines[:10])) + (f" and {len(lines) - 10} more"
                                                    if len(lines) > 10 else "")
         lost = " and ".join(filter(None, [
@@ -85,7 +87,7 @@ def salvage(path, new_path) -> dict:
             disorder and f"the order of event lines ({describe_disorder(disorder)})",
             snapshots and _SNAPSHOTS_LOST[snapshots[0]],
             empty and "every event line, if it had any (it held none: emptied, or cut to "
-                      "its header)"]))
+                      "its header)", witnessed]))
         # A chain, oldest first: each salvage's own loss stays named (a header deleted
         # took an earlier mark with it: ``missing_header`` says it may have been there).
         chain = mark.get("earlier") if isinstance(mark, dict) else None

@@ -204,7 +204,8 @@ def mark_unhealthy(ledger_path, reason: str) -> bool:
         os.replace(tmp, marker)
         return True
     except OSError:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # a read-only folder refuses the unlink too
+            tmp.unlink(missing_ok=True)
         return False
 
 

@@ -17,11 +17,11 @@ before it is sent, the way an ``unknown`` item is reconciled:
 
 The rule lasts as long as the ledger: one lookup per new request, never a guess (a retry
 too: a key the lost lines held may have been adopted at an attempt they had retried). And
-the lost lines may have held a retry: when the lookup of attempt n finds nothing for an
-``unknown`` item (one the salvage parked, released by a person) or for a new request
-with a file under the outputs root carrying its key, the later attempts
-n+1 .. n+``submits`` (the retries one run may start) are looked up before deciding, and a
-job found is adopted. A ledger never salvaged sends new work without a lookup.
+the lost lines may have held a retry: when the lookup of attempt n finds nothing (an
+``unknown`` item the salvage parked and a person released, or any new request) the later
+attempts n+1, n+2, ... are looked up before deciding, until 2 x ``submits`` + 1 in a row
+(more than two runs start) are not found, and the job of the latest attempt found is
+adopted (``_look_up_later``). A ledger never salvaged sends new work without a lookup.
 """
 
 import dataclasses
@@ -29,6 +29,7 @@ import os
 from pathlib import Path
 
 from toolkit.ledger import State
+from toolkit.provider import JobStatus
 from toolkit.ledger.salvage import lost_lines
 
 S = State
@@ -90,23 +91,32 @@ class Salvaged:
         at once, or on a salvaged ledger after a lookup (the table above)."""
         if getattr(self.ledger, "salvaged", None) is None:
             return self._submit(item, token, budget)
+        if getattr(budget, "clear_to", 0) >= item.attempt:
+            # This run looked this attempt up already (the later-attempt search before an
+            # earlier attempt's send) and found nothing; only our own refused sends came
+            # since, which leave no job: asking again would ask the same question.
+            return self._submit(item, token, budget)
         budget.lookups = 0  # a new request: its own lookups, as a new page gets its own
         job = self._look_up(item, token, budget)
-        files = self._traces_of(item) if job is None or job is UNANSWERED else []
-        if job is None and files:
-            # Evidence of a send, and none of this attempt's: perhaps of a retry the lost
-            # lines held (attempt n refused, n+1 executed). Only then the later attempts
-            # are looked up: a new document (no such file) costs its one lookup.
+        self._checked = (item.attempt, item.attempt)
+        if job is None:
+            # None of this attempt's: perhaps a retry the lost lines held was sent (attempt
+            # n refused, n+1 executed), its output since deleted: the later attempts are
+            # looked up too, whether or not a file under --out carries the key.
             later = self._look_up_later(item, token, budget)
             job = later if later is not UNANSWERED else job
+        files = self._traces_of(item) if job is None or job is UNANSWERED else []
         if job is not None and job is not UNANSWERED:
             self._move(item, S.SUBMITTED, token, job_id=job.job_id, sync=False,
                        note="found by lookup before a first send (salvaged ledger)")
             return CONTINUE
         if job is None and not files:
+            budget.clear_to = self._checked[1]  # none of these attempts has a job (above)
             return self._submit(item, token, budget)  # "not found" answered: new work
+        first, last = self._checked
+        tried = f"attempt {first}" if first == last else f"attempts {first}-{last}"
         said = ("no lookup answered" if job is UNANSWERED else
-                "the provider has no job for it (not found), yet")
+                f"the provider has no job for {tried} (not found), yet")
         named = ", ".join(map(str, files[:SHOWN])) + (
             f" and {len(files) - SHOWN} more" if len(files) > SHOWN else "")
         found = f"{'; ' if job is UNANSWERED else ' '}{named} under the outputs root " \
@@ -118,23 +128,36 @@ class Salvaged:
         return REST
 
     def _look_up_later(self, item, token, budget):
-        """After "not found" for the item's attempt n, on a salvaged ledger: the job of a
-        later attempt's request (n+1 .. n+``policy.submits``, each with its own lookups),
-        the first found; else None, or ``UNANSWERED`` if one got no answer. A retry's
-        request may have been sent (and have succeeded) in lines since lost, and a
-        transient refusal of attempt n leaves no job of n at all: so no attempt stops the
-        search. A ledger never salvaged: None at once (its history is whole)."""
+        """After "not found" for the item's attempt n, on a salvaged ledger: the job of the
+        latest later attempt found (n+1, n+2, ...: each request with its own lookups), the
+        search ending at a job not failed (no retry follows one) or at ``window`` misses in
+        a row (a failed job found restarts the count); else None, or ``UNANSWERED`` if one
+        got no answer. A retry's request may have been sent (and have succeeded) in lines since lost, and a
+        transient refusal leaves no job at all. One run starts up to ``policy.submits``
+        requests, so ``window`` = 2 x that + 1 misses in a row: two whole runs refused
+        every request (a storm run, then a second one; attempt 9 executed after 8 refusals
+        is found). A third such run in a row is past it (README).
+        ``self._checked`` holds the attempts asked, for the reason. A ledger never
+        salvaged: None at once (its history is whole)."""
         if getattr(self.ledger, "salvaged", None) is None:
             return None
-        unanswered = False
-        for attempt in range(item.attempt + 1, item.attempt + 1 + self.policy.submits):
+        window = 2 * self.policy.submits + 1
+        found, unanswered, misses, attempt = None, False, 0, item.attempt
+        while misses < window:
+            attempt += 1
             budget.lookups = 0  # another request: its own lookups
             job = self._look_up(dataclasses.replace(item, attempt=attempt), token, budget)
             if job is UNANSWERED:
-                unanswered = True
-            elif job is not None:
-                return job
-        return UNANSWERED if unanswered else None
+                unanswered, misses = True, misses + 1
+            elif job is None:
+                misses += 1
+            elif job.status is not JobStatus.FAILED:
+                found = job  # queued, running or succeeded: no later attempt was sent after it
+                break
+            else:
+                found, misses = job, 0  # failed: a later attempt may have been sent: go on
+        self._checked = (item.attempt, attempt)
+        return found if found is not None else UNANSWERED if unanswered else None
 
     def _traces_of(self, item) -> list[Path]:
         """Files under --out (and the recorded outputs root) named by the item's key."""
