@@ -161,3 +161,28 @@ def snapshot_base(header: dict | None, snapshots) -> int:
 
 def _lines(count: int) -> str:
     return f"{count} snapshot line{'' if count == 1 else 's'}"
+
+
+def damage_words(ledger, refusing: str) -> str | None:
+    """The one line a damaged JSONL ledger (``JsonlLedger.corruption``) is refused with:
+    its corrupt lines and the keys affected, its missing seqs (lines deleted), its lines
+    out of seq order and its snapshot damage, then the way out; None when intact."""
+    lines, damage = ledger.corrupt_lines, []
+    if lines:
+        keys = ", ".join(sorted(k[:12] for k in ledger.affected_keys)[:10]) or "not readable"
+        more = f" and {len(lines) - 10} more" if len(lines) > 10 else ""
+        damage.append(f"has corrupt lines {', '.join(map(str, lines[:10]))}{more} "
+                      f"(keys affected: {keys})" + "".join(
+                          f" (line {line}: {too_long(size)})"
+                          for line, size in ledger.long_lines[:3]))
+    if ledger.missing_seqs:  # lines deleted: any key's intent may be among them
+        damage.append(f"is missing the events of {describe(ledger.missing_seqs)}, lines "
+                      "deleted: any key's intent may be among them")
+    if ledger.disorder:  # lines copied or moved: the fold is not the history written
+        damage.append(f"has event lines out of seq order ({describe_disorder(ledger.disorder)}"
+                      "): lines copied or moved")
+    if ledger.snapshot_damage:
+        damage.append(ledger.snapshot_damage[1])
+    return (f"JSONL ledger {str(ledger.path)!r} {' and '.join(damage)}; refusing {refusing}: "
+            f"run 'python -m toolkit audit {ledger.path}', then 'python -m toolkit "
+            f"ledger {ledger.path} --salvage NEW.jsonl'") if damage else None

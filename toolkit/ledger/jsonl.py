@@ -22,7 +22,7 @@ import os
 from toolkit.documents import fsync_dir
 from toolkit.errors import LedgerBusyError, LedgerError, StorageError
 from toolkit.ledger import Event, Item, Ledger
-from toolkit.ledger.gaps import describe, describe_disorder, too_long
+from toolkit.ledger.gaps import damage_words
 from toolkit.ledger.group import GroupCommit
 from toolkit.ledger.header import (FORMAT, HEADER_LINE, SALVAGED, VERSION,  # noqa: F401
                                    header_line, header_version, newer_version, read_header)
@@ -173,26 +173,8 @@ class JsonlLedger(Ledger):
     def corruption(self, refusing: str = "to write on it") -> str | None:
         """One line naming the corrupt lines and the keys affected, and the missing seqs
         (lines deleted), or None when intact: the ledger's one verdict on its file, and its
-        one wording (a view names what it refuses instead: ``refusing``)."""
-        lines, damage = self.corrupt_lines, []
-        if lines:
-            keys = ", ".join(sorted(k[:12] for k in self.affected_keys)[:10]) or "not readable"
-            more = f" and {len(lines) - 10} more" if len(lines) > 10 else ""
-            damage.append(f"has corrupt lines {', '.join(map(str, lines[:10]))}{more} "
-                          f"(keys affected: {keys})" + "".join(
-                              f" (line {line}: {too_long(size)})"
-                              for line, size in self.long_lines[:3]))
-        if self.missing_seqs:  # lines deleted: any key's intent may be among them
-            damage.append(f"is missing the events of {describe(self.missing_seqs)}, lines "
-                          "deleted: any key's intent may be among them")
-        if self.disorder:  # lines copied or moved: the fold is not the history written
-            damage.append(f"has event lines out of seq order ({describe_disorder(self.disorder)}"
-                          "): lines copied or moved")
-        if self.snapshot_damage:
-            damage.append(self.snapshot_damage[1])
-        return (f"JSONL ledger {str(self.path)!r} {' and '.join(damage)}; refusing {refusing}: "
-                f"run 'python -m toolkit audit {self.path}', then 'python -m toolkit "
-                f"ledger {self.path} --salvage NEW.jsonl'") if damage else None
+        one wording (``gaps.damage_words``; a view names what it refuses: ``refusing``)."""
+        return damage_words(self, refusing)
 
     def _txn(self):
         # The in-process lock (held by the caller) and the file lock make this
