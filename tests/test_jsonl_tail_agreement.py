@@ -50,6 +50,8 @@ EDITS = {
     "attempt-float": _field(float, "attempt"),
     "token-float": _field(float, "token"),
     "attempt-negative": _field(lambda _: -1, "attempt"),
+    # outsider o30 T3: an op outside the ledger's four was read by the ledger (as a move)
+    "op-unknown": _field(lambda _: "x", "op"),
 }
 
 

@@ -9,11 +9,13 @@ array, key and worker as references to shared strings; its columns come back laz
 
 import itertools
 import struct
+import typing
 from array import array
 
 from toolkit.forensics.model import EVENT_COLUMNS, STATES
+from toolkit.ledger.replay import OP
 
-OPS = frozenset({"add", "move", "claim", "release"})
+OPS = frozenset(typing.get_args(OP))  # the ledger's own four (``replay.OP``)
 # (op, from, to) -> one small integer, and back: the check that op, from and to are
 # known words, and three strings of a row in 8 bytes
 VOCABULARY = [(op, frm, to) for op in sorted(OPS) for frm in (None, *STATES) for to in STATES]

@@ -79,6 +79,9 @@ def _with_tail(reader: LineReader, whole):
     any line (``reader.torn`` becomes None, ``reader.unterminated`` its number)."""
     yield from reader.batches(decode=False)
     reader.unterminated = None
+    if reader.tail is not None and blank(reader.tail):  # spaces, a CR: no line, no damage
+        reader.torn = None  # (``gaps.blank``, the ledger's rule for a final line too)
+        return
     if whole is not None and reader.tail is not None and whole(reader.tail):
         reader.unterminated, reader.torn = reader.torn[0], None
         yield reader.unterminated, [reader.tail]

@@ -231,7 +231,11 @@ class Ledger:
                 if why is not None:
                     raise IllegalTransitionError(frm if frm is not _FAILED
                                                  else f"failed({item.failure})", to, why)
-            attempt = item.attempt + 1 if to is _UNKNOWN and frm in _NEW_ATTEMPT else item.attempt
+            # Entering unknown from pending or failed starts an attempt; so does a release
+            # (needs_review -> unknown) of an item with none on record (a pending item that
+            # salvage parked): the lost lines may hold its first intent, attempt 1.
+            attempt = item.attempt + 1 if to is _UNKNOWN and (
+                frm in _NEW_ATTEMPT or not item.attempt) else item.attempt
             if frm is _FAILED:  # the old failure belongs to the old attempt
                 fields = {"failure": None, "reason": None, **fields}
             if note is not None:

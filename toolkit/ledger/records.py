@@ -61,7 +61,9 @@ class Item:
     def request_key(self) -> str:
         """The idempotency key of the request in flight: the document's, or its next page's."""
         unit = self.key if self.pages_done is None else page_key(self.key, self.pages_done + 1)
-        return idem_key(unit, self.attempt)
+        # An item released unsent by an older toolkit rests in unknown at attempt 0: what
+        # it may have sent is attempt 1 (the ledger now records that release as attempt 1).
+        return idem_key(unit, max(self.attempt, 1))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -72,6 +72,8 @@ _STAMP = typing.Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)] | float
 # An attempt or a token counts up from 0: a negative one is no line this toolkit wrote
 # (a typed decoder of event lines elsewhere takes this type for both, to agree).
 COUNT = typing.Annotated[int, msgspec.Meta(ge=0)]
+# The four ops a ledger writes: any other word is no line of ours (the audit's rule too).
+OP = typing.Literal["add", "move", "claim", "release"]
 
 
 class EventLine(msgspec.Struct, gc=False):
@@ -81,7 +83,7 @@ class EventLine(msgspec.Struct, gc=False):
     no attempt."""
     seq: int
     ts: _STAMP
-    op: str
+    op: OP
     key: str
     frm: str | None = msgspec.field(name="from")
     to: str
@@ -315,8 +317,8 @@ def replay(ledger, fd: int) -> None:
     ledger._seq, ledger._events_read, ledger._size = top, events_read, valid_end + size
     ledger._valid_end = valid_end
     ledger._history_read = (valid_end, kept)  # where the file's history ends, its count
-    if tail:
-        ledger.torn_tail = {"line": number + 1, "bytes": size}
+    if tail and (tail.__class__ is TooLong or not blank(tail)):  # spaces, a CR: no line
+        ledger.torn_tail = {"line": number + 1, "bytes": size}  # (still cut, as any tail)
     # the snapshot lines against the header's count (a header deleted, a line deleted)
     ledger.snapshot_damage = snapshot_damage(header, snapshots, moved)
     ledger.disorder = out_of_order(trail, before) if trail else []  # lines copied, moved
