@@ -191,7 +191,8 @@ class Pipeline(Intake):
             self._index = InputIndex(getattr(self.ledger, "path", None), trust=not self.verify_all)
         try:
             self.recovered = recover_abandoned(self.ledger, self.worker)
-            paths = sorted((p if isinstance(p, Path) else Path(p) for p in inputs), key=order)
+            paths = [p if isinstance(p, Path) else Path(p) for p in inputs]
+            paths.sort(key=order)
             self._record_roots(paths)
             if self.progress:
                 from tqdm.auto import tqdm
