@@ -10,13 +10,13 @@ Fault injectors plug in through ``hook(point, key, **context)``, called at
 the named ``HOOK_POINTS``; a hook may raise (a lost reply, a crash) or damage
 a file. The runner never imports ``toolkit.faults``. The plumbing shared with
 every other strategy (keying, preflight, health, the loop) is ``Pipeline``;
-long documents page by page (checkpoints, ``partial``, resume) are ``PageByPage``.
+long documents page by page (checkpoints, ``partial``, resume) are ``PageByPage``;
+the lease kept alive around provider calls is ``Lease``; the reuse of done items, ``Reuse``.
 """
 
 import contextlib
 import errno
 import os
-import threading
 from pathlib import Path
 
 from toolkit import documents, roots
@@ -25,12 +25,13 @@ from toolkit.errors import (KeyReuseError, LeaseHeldError, LedgerError, Permanen
 from toolkit.ledger import PERMANENT, TRANSIENT, Item, State
 from toolkit.provider import JobStatus, ProviderConflict
 from toolkit.runner import artifacts
+from toolkit.runner.lease import Lease
 from toolkit.runner.ops import mark_unhealthy
 from toolkit.runner.pages import PageByPage
 from toolkit.runner.reuse import Reuse
 from toolkit.runner.salvaged import UNANSWERED, Salvaged
 from toolkit.runner.pipeline import (HOOK_POINTS, Pipeline, RetryPolicy, Snapshot, _Budget,
-                                     default_worker, no_hook, resubmit_is_safe)
+                                     default_worker, resubmit_is_safe)
 from toolkit.storage import FULL_OR_FAILING
 
 S = State
@@ -39,7 +40,7 @@ __all__ = ["HOOK_POINTS", "CONTINUE", "REST", "Pipeline", "RetryPolicy", "Runner
            "default_worker", "resubmit_is_safe"]
 
 
-class Runner(Salvaged, Reuse, PageByPage, Pipeline):
+class Runner(Salvaged, Reuse, PageByPage, Lease, Pipeline):
     """Drive a batch to rest with the safe strategy: reconcile, then act.
 
     Run it again after any crash: it reconciles what it finds.
@@ -129,54 +130,6 @@ class Runner(Salvaged, Reuse, PageByPage, Pipeline):
             except (TypeError, ValueError):
                 self._records_callers = False
         return {"worker": self.worker, "token": token} if self._records_callers else {}
-
-    def _renew(self, item, token):
-        """Before each provider call: keep the lease alive (fenced: raises if it was lost).
-
-        Not asked of the ledger when our own move of this item just passed the same fence
-        and left more than half of the lease (``renew`` would check the token and not
-        write): nothing ran since but this thread's code, no provider call, no callback.
-        With a hook or a ledger ``on_event`` installed (which may do anything: a fault
-        injector takes leases over there), it is always asked. With more than half left,
-        only an owner of the same worker name could have claimed it since the move."""
-        moved, self._fenced = self._fenced, None
-        clock = getattr(self.ledger, "clock", None)  # a wrapped ledger may not say: ask it
-        if moved is not None and clock is not None and self.hook is no_hook and \
-                getattr(self.ledger, "on_event", None) is None and moved.key == item.key and \
-                moved.token == token and moved.lease_owner == self.worker and \
-                moved.lease_expires is not None and \
-                moved.lease_expires - clock() > self.lease_ttl / 2:
-            return
-        self.ledger.renew(item.key, token, self.worker, self.lease_ttl, sync=False)
-
-    @contextlib.contextmanager
-    def _in_flight(self, item, token):
-        """Around one provider call: a heartbeat thread keeps the lease renewed (fenced)
-        while the call waits, so a slow submit never lets a live owner's lease expire
-        (an owner on another host could otherwise be robbed: only expiry speaks for it).
-
-        Order: the thread starts after the renewal that precedes the call and is stopped
-        and joined before the reply is recorded, so it never writes after the caller's
-        own next move. A lost lease (StaleTokenError) ends it; the caller's next fenced
-        write then fails as it would without the heartbeat.
-        """
-        stop = threading.Event()
-        every = max(self.lease_ttl / 3, 0.01)  # renew() writes only once half is spent
-
-        def beat():
-            while not stop.wait(every):
-                try:
-                    self.ledger.renew(item.key, token, self.worker, self.lease_ttl, sync=False)
-                except (StaleTokenError, StateConflictError, LedgerError):
-                    return  # lost, or the ledger failed: the caller's own writes will say so
-        self._fenced = None  # a provider call: the next renewal asks the ledger
-        thread = threading.Thread(target=beat, name=f"lease-{item.key[:8]}", daemon=True)
-        thread.start()
-        try:
-            yield
-        finally:
-            stop.set()
-            thread.join()
 
     def _backoff(self, tries: int):
         self.sleep(self.policy.delay(tries, self._rng))

@@ -48,13 +48,26 @@ def stat_fields(path) -> dict:
 def unchanged(path, item) -> bool:
     """True when ``path`` has the size and stat recorded with ``item``'s artifact (an older
     record, its fields None, never has: nothing vouches for the file but its hash)."""
-    try:
-        info = os.stat(path)
-    except OSError:
-        return False
-    return (info.st_mtime_ns == item.artifact_mtime_ns and info.st_size == item.artifact_size
-            and info.st_ctime_ns == item.artifact_ctime_ns
-            and _signed(info.st_ino) == item.artifact_ino)
+    return unchanged_all((path,), (item,))[0]
+
+
+def unchanged_all(paths, items) -> list:
+    """``unchanged(path, item)`` of each pair, in order: the one rule, in one frame for a
+    chunk of done items (a rerun of a large, nearly done batch is mostly these, and a
+    Python call per artifact was a fifth of its cost). One ``stat`` per artifact."""
+    stat, wrap, half, found = os.stat, _INO_WRAP, _INO_HALF, []
+    for path, item in zip(paths, items, strict=True):
+        try:
+            info = stat(path)
+        except OSError:
+            found.append(False)
+            continue
+        ino = info.st_ino  # ``_signed``, inline
+        found.append(info.st_mtime_ns == item.artifact_mtime_ns
+                     and info.st_size == item.artifact_size
+                     and info.st_ctime_ns == item.artifact_ctime_ns
+                     and (ino - wrap if ino >= half else ino) == item.artifact_ino)
+    return found
 
 
 def intact(path, item, verify: bool = False) -> bool:

@@ -37,6 +37,7 @@ of it, not the batch's.
 import contextlib
 import glob
 import io
+import operator
 import os
 import tempfile
 import time
@@ -68,9 +69,12 @@ def now_ns() -> int:
     return time.clock_gettime_ns(_CLOCK)
 
 
-def stamp(info: os.stat_result) -> tuple:
-    """The stat that vouches for a file's bytes: device, inode, size, mtime, ctime."""
-    return info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns
+# The stat that vouches for a file's bytes, ``stamp(info)``: device, inode, size, mtime,
+# ctime (one C call, no Python frame: a rerun takes it once per input).
+stamp = operator.attrgetter("st_dev", "st_ino", "st_size", "st_mtime_ns", "st_ctime_ns")
+# ``stamp`` as a line writes it (``_line``), from the tuple: compared as text, never parsed
+# (``%`` formats ints faster than an f-string or a join).
+_STAMP_TEXT = "%d %d %d %d %d"
 
 
 def settled(info: os.stat_result, started_ns: int) -> bool:
@@ -102,13 +106,7 @@ def _unescape(text: str) -> str:
 
 
 def _line(name: str, stamp_: tuple, digest: str) -> str:
-    return f"{' '.join(map(str, stamp_))} {digest} {_escape(name)}\n"
-
-
-def _stamp_text(info: os.stat_result) -> str:
-    """``stamp(info)`` as a line writes it (``_line``): compared as text, never parsed."""
-    return "%d %d %d %d %d" % (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns,
-                               info.st_ctime_ns)  # ``%`` formats ints faster than an f-string
+    return f"{_STAMP_TEXT % stamp_} {digest} {_escape(name)}\n"
 
 
 def _parse(line: str):
@@ -133,7 +131,7 @@ def _recorded(lines):
     """The entries ``(name, stamp text, digest, line)`` of the recorded index after its
     header, in its order; a line that is not one (damaged, foreign, torn: no newline) is
     skipped, a read that fails ends it. The stamp stays text: a stat is compared with it
-    as ``_stamp_text`` writes it, so a stamp that is not five decimal numbers never
+    as ``_line`` writes it (``_STAMP_TEXT``), so a stamp that is not five decimal numbers never
     matches (the file is read). The parse is inline: it runs once per input of a rerun."""
     readline = lines.readline
     try:
@@ -215,16 +213,17 @@ class InputIndex:
             self._temp = temp
             self._put(HEADER)
 
-    def vouch(self, paths) -> list:
-        """For each of ``paths``, in order, its recorded entry ``(name, stamp, digest, line)``
-        when its stat is the one recorded (one ``stat``, no read); else None: read it. Paths
-        come in ascending ``order``, call after call (the recorded lines are in it: a
-        merge, one line ahead). What is kept goes to ``keep``, in the inputs' order.
+    def vouch(self, paths) -> tuple[list, list]:
+        """For each of ``paths``, in order, its recorded digest and line when its stat is the
+        one recorded (one ``stat``, no read); else None and None: read it. Two lists aligned
+        with ``paths``. Paths come in ascending ``order``, call after call (the recorded
+        lines are in it: a merge, one line ahead). What is kept goes to ``keep``, in the
+        inputs' order.
 
         One frame for a whole chunk of inputs: a rerun's cost is per item, and a method
         call per input (and per recorded line) was a third of it."""
-        found = [None] * len(paths)
-        entry, entries, stat, stamp_text = self._next, self._entries, os.stat, _stamp_text
+        digests, lines = [None] * len(paths), [None] * len(paths)
+        entry, entries, stat, text, fields = self._next, self._entries, os.stat, _STAMP_TEXT, stamp
         for at, path in enumerate(paths):
             name = order(path)
             while entry is not None and entry[0] < name:
@@ -238,19 +237,18 @@ class InputIndex:
                 info = stat(name)
             except OSError:
                 continue
-            if stamp_text(info) == recorded[1]:
-                found[at] = recorded
+            if text % fields(info) == recorded[1]:
+                digests[at], lines[at] = recorded[2], recorded[3]
         self._next = entry
-        self.vouched += len(found) - found.count(None)
-        return found
+        self.vouched += len(digests) - digests.count(None)
+        return digests, lines
 
     def digest(self, path) -> str | None:
         """``vouch`` for one path: its recorded digest (its line kept), else None."""
-        entry = self.vouch((path,))[0]
-        if entry is None:
-            return None
-        self._put(entry[3])  # the recorded line, as it was
-        return entry[2]
+        (digest,), (line,) = self.vouch((path,))
+        if digest is not None:
+            self._put(line)  # the recorded line, as it was
+        return digest
 
     def line(self, path, info: os.stat_result, started_ns: int, digest: str) -> str | None:
         """The line recording that ``path``, with the stat ``info`` taken before its bytes
@@ -265,7 +263,7 @@ class InputIndex:
     def keep(self, lines) -> None:
         """Write ``lines`` (recorded ones, as they were, and new ones from ``line``; None
         skipped) to the new index, in the inputs' order: the next run merges them."""
-        self._put("".join(line for line in lines if line is not None))
+        self._put("".join(filter(None, lines)))
 
     def _write(self, name, stamp_, digest) -> None:
         self._put(_line(name, stamp_, digest))

@@ -55,6 +55,14 @@ def sweep_snapshots() -> None:
         _SWEPT = True
 
 
+class InOrder(list):
+    """Inputs already ``Path``s in ``order``: ``Pipeline.run`` hands ``enqueue`` its chunks
+    so, and ``enqueue`` takes them as they are (a sort of a sorted chunk still calls
+    ``order``, Python code, once per input)."""
+
+    __slots__ = ()
+
+
 class Intake:
     """Mixed into ``Pipeline``: ``enqueue`` and what it needs (keying, snapshots, quarantine)."""
 
@@ -67,14 +75,22 @@ class Intake:
         ledger already keyed into an item at rest (done, parked, poison) is taken by that
         key from its digest alone (``keying``): no MuPDF, no snapshot, no write.
         """
-        paths = sorted((p if isinstance(p, Path) else Path(p) for p in inputs), key=order)
-        keys = []
+        paths = inputs if type(inputs) is InOrder else \
+            sorted((p if isinstance(p, Path) else Path(p) for p in inputs), key=order)
+        keys, seen, where, known, failed = [], self._seen, self._paths, self._known, S.FAILED
         for path, item in zip(paths, self._vouched(paths)):
             if item is None:
                 self._enqueue_one(path, keys)  # reads it again: the bytes keyed are the bytes sent
-            elif self._admit(path, item.key, keys):
-                self._paths[item.key], self._known[item.key] = path, item  # never sent
-                self._note_quarantined(item.key, item)
+                continue
+            key = item.key
+            if key in seen:  # an alias: ``_admit`` says it (most of a rerun: no call per item)
+                self._admit(path, key, keys)
+                continue
+            seen[key] = where[key] = path  # never sent
+            known[key] = item
+            keys.append(key)
+            if item.state is failed:  # poison an earlier run found (``_note_quarantined``)
+                self._note_quarantined(key, item)
         return keys
 
     def _vouched(self, paths) -> list:

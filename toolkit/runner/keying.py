@@ -14,6 +14,7 @@ keyed in full, from a fresh read: the bytes keyed are the bytes sent.
 
 from toolkit import documents
 from toolkit.identity import content_digest, task_keyer
+from toolkit.ledger import State
 from toolkit.runner.inputindex import now_ns
 from toolkit.runner.inputs import Odd, read_stat
 
@@ -34,10 +35,12 @@ def vouched(ledger, paths, keyers_, index=None, scan=False) -> list:
     A list aligned with ``paths``, not a dict by path: a ``Path``'s hash is Python code, and
     a rerun of n inputs would pay it 3n times. Each step runs over the whole list (the
     index's merge, each route's keys, the join): no call per input the index vouches for."""
-    recorded = index.vouch(paths) if index is not None else [None] * len(paths)
-    digests = [entry and entry[2] for entry in recorded]  # None: read it, below
-    lines = [entry and entry[3] for entry in recorded]  # the new index, in the inputs' order
-    for at in [at for at, entry in enumerate(recorded) if entry is None]:
+    # Each input's digest (None: read it, below) and its line of the new index, in order.
+    digests, lines = index.vouch(paths) if index is not None else \
+        ([None] * len(paths), [None] * len(paths))
+    unread = [at for at, digest in enumerate(digests) if digest is None] \
+        if None in digests else []  # most of a rerun: one pass in C, none in Python
+    for at in unread:
         started = now_ns()  # before the read: what ``index.line`` may vouch for
         try:
             data, info = read_stat(paths[at])
@@ -61,7 +64,8 @@ def _joined(ledger, digests, keyers_, scan) -> list:
     key named (``item_count`` counted after the pass: items are never deleted, so a count
     equal to the matches proves the pass saw no other row, and no other key of any input
     can be there). A rerun of text documents pays one key per input, not two."""
-    present = [digest for digest in digests if digest is not None]
+    whole = None not in digests  # most of a rerun: every input has its digest
+    present = digests if whole else [digest for digest in digests if digest is not None]
     if scan:
         routes = [keyers_[0].many(present)]
         known = merged(ledger, routes[0])
@@ -72,11 +76,12 @@ def _joined(ledger, digests, keyers_, scan) -> list:
         routes = [keyer.many(present) for keyer in keyers_]  # identity.TaskKeyer
         known = ledger.get_many([key for keys in routes for key in keys])
     found = [None] * len(digests)
-    slots = [at for at, digest in enumerate(digests) if digest is not None]
+    slots = range(len(digests)) if whole else \
+        [at for at, digest in enumerate(digests) if digest is not None]
     if len(routes) == 1:  # one candidate key per input: the item it names, if at rest
-        get = known.get
-        for at, key in zip(slots, routes[0]):
-            if (item := get(key)) is not None and item.resting:
+        get, done = known.get, State.DONE
+        for at, key in zip(slots, routes[0]):  # done: at rest, without ``resting``'s frame
+            if (item := get(key)) is not None and (item.state is done or item.resting):
                 found[at] = item
         return found
     for at, keys in zip(slots, zip(*routes)):

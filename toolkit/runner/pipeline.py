@@ -25,8 +25,8 @@ from toolkit.runner import artifacts, outroot
 from toolkit.runner.inputindex import InputIndex, order
 # Intake (enqueue, keying, snapshots, quarantine) is its own module; its names are
 # importable from here as before.
-from toolkit.runner.intake import (PAGE_BY_PAGE, Intake, odd_key, routed_options,  # noqa: F401
-                                   sweep_snapshots)
+from toolkit.runner.intake import (PAGE_BY_PAGE, InOrder, Intake, odd_key,  # noqa: F401
+                                   routed_options, sweep_snapshots)
 from toolkit.runner.ops import mark_unhealthy, recover_abandoned, require_healthy
 
 HOOK_POINTS = ("before_intent", "after_intent", "after_submit", "before_commit",
@@ -191,7 +191,8 @@ class Pipeline(Intake):
             self._index = InputIndex(getattr(self.ledger, "path", None), trust=not self.verify_all)
         try:
             self.recovered = recover_abandoned(self.ledger, self.worker)
-            paths = sorted((p if isinstance(p, Path) else Path(p) for p in inputs), key=order)
+            paths = [p if isinstance(p, Path) else Path(p) for p in inputs]
+            paths.sort(key=order)
             self._record_roots(paths)
             if self.progress:
                 from tqdm.auto import tqdm
@@ -204,7 +205,7 @@ class Pipeline(Intake):
                 if ahead is not None:  # handed to this chunk, and let go of by the run
                     self._ahead = ahead[start:start + CHUNK]
                     ahead[start:start + CHUNK] = [None] * len(self._ahead)
-                chunk = self.enqueue(paths[start:start + CHUNK])
+                chunk = self.enqueue(InOrder(paths[start:start + CHUNK]))
                 ended = self._process_chunk(chunk)
                 if bar is not None:
                     bar.update(min(CHUNK, len(paths) - start))
@@ -244,6 +245,8 @@ class Pipeline(Intake):
         """``process`` each of ``keys`` not in ``ended`` (a strategy's items settled in a pass
         of its own), except poison, which never is; return where each ended, by key."""
         ended = {} if ended is None else ended
+        if len(ended) == len(keys):  # all settled already (``ended`` holds keys of ``keys``)
+            return ended
         known, quarantined, process = self._known, self.quarantined, self.process
         for key in keys:
             if key not in ended:
@@ -255,12 +258,19 @@ class Pipeline(Intake):
 
         An item ``process`` returned at rest is counted as returned (rest is final for
         automation); any other is read again (one query for the chunk)."""
-        again = [key for key in keys if key not in ended] if ended else list(keys)
+        again = list(keys) if not ended else [] if len(ended) == len(keys) else \
+            [key for key in keys if key not in ended]  # ``ended`` holds keys of ``keys``
+        done, at_rest, dones = State.DONE, _AT_REST, 0
         for key, item in (ended or {}).items():
-            if isinstance(item, _AT_REST) and item.resting:  # an Item, or a scan's row
+            if not isinstance(item, at_rest):  # an Item, or a scan's row; else read it again
+                again.append(key)
+            elif item.state is done:  # most of a rerun: no Enum hash (Python code) per item
+                dones += 1
+            elif item.resting:
                 counts[_VALUE[item.state]] += 1
             else:
                 again.append(key)
+        counts[_VALUE[done]] += dones
         for key, item in self.ledger.get_many(again).items() if again else ():
             if item.resting:
                 counts[_VALUE[item.state]] += 1

@@ -39,11 +39,11 @@ class Reuse:
         cls = type(self)
         if self.verify_all or cls.process is not cls._own_process:  # replaced: that decides
             return {}
-        known, vouches, done, reused = self._known, self._stat_vouches, S.DONE, {}
-        for key in keys:
-            item = known.get(key)
-            if item is not None and item.state is done and vouches(item):
-                reused[key] = item
+        known, done = self._known, S.DONE
+        items = [item for key in keys if (item := known.get(key)) is not None
+                 and item.state is done and item.artifact_path]
+        same = artifacts.unchanged_all(self._artifact_texts(items), items)
+        reused = {item.key: item for item, ok in zip(items, same) if ok}
         self.reused += len(reused)
         return reused
 
@@ -74,6 +74,12 @@ class Reuse:
     def _stat_vouches(self, item) -> bool:
         """True when ``item``'s artifact under ``--out`` has the stat recorded at done
         (``artifacts.unchanged``); never with ``--verify``, which hashes every one."""
-        path = item.artifact_path  # os.path.join's rule, without its Python call per item
-        return bool(path) and not self.verify_all and artifacts.unchanged(
-            path if path[0] == "/" else self._out_slash + path, item)  # absolute: itself
+        return bool(item.artifact_path) and not self.verify_all and artifacts.unchanged(
+            self._artifact_texts((item,))[0], item)
+
+    def _artifact_texts(self, items) -> list:
+        """The path of each item's artifact under ``--out``, as text (an absolute one is
+        itself): ``os.path.join``'s rule, without its Python call per item."""
+        out = self._out_slash
+        return [path if (path := item.artifact_path)[0] == "/" else out + path
+                for item in items]
