@@ -129,6 +129,10 @@ def tear_jsonl_writes(ledger, nth: int = 1, on_fire=None):
         os.write(ledger._fd, line[: len(line) // 2])  # really on disk, without its newline
         if on_fire is not None:
             on_fire()
+        # The process is dead from here on: the harness's close of this ledger is no close
+        # of the dead writer, so it must not judge the file its death left (a halted
+        # ledger's close checks nothing: ``JsonlLedger.close``).
+        ledger._halted = True
         raise Crash()
 
     ledger._append = torn_append
