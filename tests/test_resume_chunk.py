@@ -20,6 +20,8 @@ from toolkit.roots import artifact_file
 from toolkit.runner import RetryPolicy, Runner, artifacts
 from toolkit.runner.intake import InOrder
 
+from test_resume_stat import hashes  # noqa: F401  (a fixture: the full hashes a run asks for)
+
 S = State
 
 
@@ -40,19 +42,6 @@ def batch(tmp_path, small_corpus):
         tmp_path / "ledger.sqlite", small_corpus
     yield run
     provider.close()
-
-
-@pytest.fixture
-def hashes(monkeypatch):
-    """The file names the runner hashes in full (``documents.verify`` calls)."""
-    calls = []
-    real = documents.verify
-
-    def counting(path, size, sha256):
-        calls.append(os.path.basename(path))
-        return real(path, size, sha256)
-    monkeypatch.setattr(documents, "verify", counting)
-    return calls
 
 
 def done_items(ledger_path):
