@@ -145,3 +145,32 @@ def test_every_registered_strategy_is_one_the_cli_accepts():
 
     assert all(resolve_strategy(name) is cls for name, cls in STRATEGIES.items())
     assert STRATEGIES["safe"] is Runner
+
+
+def test_no_lease_worker_whose_item_is_claimed_between_its_two_records_goes_on_without_a_crash(
+        tmp_path, small_corpus):
+    """Race (CI, stop 30): worker A records ``unknown`` for its submit; worker B reads the
+    item ``unknown`` and claims it (token 1) before A records ``submitted`` with token 0.
+
+    A's second record is fenced (stale token): the naive worker must take that as "the
+    other worker recorded first" and go on, as it does for a changed state, not crash."""
+    provider = FakeProvider(tmp_path / "p.db", tmp_path / "jobs", STRICT)
+    ledger_path = tmp_path / "l.sqlite"
+    runner = open_strategy("no-lease", ledger_path, provider, tmp_path / "out",
+                           policy=RetryPolicy(base_delay=0.0), worker="w1", sleep=lambda s: None)
+    claimed = []
+    move = runner.ledger.move
+
+    def move_then_other_claims(key, frm, to, **kw):
+        move(key, frm, to, **kw)
+        if to is S.UNKNOWN and not claimed:
+            with open_ledger(ledger_path) as other:  # worker B, its own connection
+                claimed.append(other.claim(key, "w2", 60.0, pid=1, host="elsewhere"))
+
+    runner.ledger.move = move_then_other_claims
+    try:
+        counts = runner.run(small_corpus)
+    finally:
+        runner.close()
+    assert claimed == [1]  # the race happened: A's next record carries a stale token
+    assert counts["done"] == 3 and counts["unknown"] == 1  # B's item: B's to finish

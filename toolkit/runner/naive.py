@@ -10,7 +10,8 @@ import json
 from pathlib import Path
 
 from toolkit import documents
-from toolkit.errors import LedgerError, StateConflictError, ToolkitError, TransientError
+from toolkit.errors import (LedgerError, StaleTokenError, StateConflictError, ToolkitError,
+                            TransientError)
 from toolkit.identity import file_task_key, idem_key
 from toolkit.ledger import TRANSITIONS, State
 from toolkit.provider import JobStatus
@@ -100,8 +101,10 @@ class NoLease(Runner):
             self.ledger.move(key, S.PENDING, S.UNKNOWN, token=item.token, worker=self.worker)
             self.ledger.move(key, S.UNKNOWN, S.SUBMITTED, token=item.token, worker=self.worker,
                              job_id=job.job_id)
-        except StateConflictError:
-            return self.ledger.get(key)  # the other worker recorded first; our job ran anyway
+        except (StateConflictError, StaleTokenError):
+            # The other worker recorded first (and may hold the item's lease by now, after
+            # our first record): our job ran anyway.
+            return self.ledger.get(key)
         return super().process(key)
 
 
