@@ -27,8 +27,8 @@ At the start of a run, before anything is sent (``check``), against that entry:
 
 then records the entry (so a run killed at once is still witnessed) and records it again
 at the end with the seq the ledger reached in memory, even when the run halted because
-the ledger's path was replaced or removed (the file there no longer holds those events);
-a ledger that ended with no event at all is then forgotten (``record``). PostgreSQL ledgers have no file and no witness.
+the ledger's path was replaced or removed (the file there no longer holds those events).
+PostgreSQL ledgers have no file and no witness.
 
 One ledger may be run with several ``--out`` folders in turn; each witness then saw part
 of its history. So a run reads, and records into, the witness of every folder this ledger
@@ -149,16 +149,11 @@ def _locked(out):
         os.close(fd)
 
 
-def record(out, seen: dict | None, seq: int | None = None, peers=(), make=True,
-           end=False) -> None:
+def record(out, seen: dict | None, seq: int | None = None, peers=(), make=True) -> None:
     """Record ``seen`` (``facts`` of a ledger; ``seq``: the seq it reached, if later) in
     ``out``'s witness, with ``peers`` (the other folders of its ``circle``, added to those
     the entry lists). The same ledger keeps the higher seq; another identity replaces it
-    (``check`` let it in). ``make=False``: a folder that is gone stays gone. ``end``: at a
-    run's end, a ledger that has no event yet and never had one witnessed loses its entry:
-    an intent is recorded before its request is sent, so that run sent nothing, and the
-    next run on the file as it is (its header alone) is no loss (a run killed before its
-    end leaves the start's entry: its sends are guarded).
+    (``check`` let it in). ``make=False``: a folder that is gone stays gone.
 
     Raises:
         StorageError: ``out`` cannot be written.
@@ -177,11 +172,8 @@ def record(out, seen: dict | None, seq: int | None = None, peers=(), make=True,
             if old.get("id") in (None, ident) and "seq" in old:
                 seq = max(seq, old["seq"])  # a seq only grows: keep the max
             known = set(old.get("peers", ())) | {_real(peer) for peer in peers}
-            if end and ident is None and seq == 0:
-                entries.pop(seen["real"], None)
-            else:
-                entries[seen["real"]] = {"id": ident, "seq": seq, "kind": seen["kind"],
-                                         "peers": sorted(known - {_real(out)})}
+            entries[seen["real"]] = {"id": ident, "seq": seq, "kind": seen["kind"],
+                                     "peers": sorted(known - {_real(out)})}
             documents.write_atomic(json.dumps({"ledgers": entries}, indent=1,
                                               sort_keys=True).encode(), Path(out) / NAME)
     except OSError as exc:
@@ -215,17 +207,17 @@ def circle(out, ledger_path, ident: str | None = None) -> list[str]:
     return found
 
 
-def record_all(folders, seen: dict, end=False) -> None:
+def record_all(folders, seen: dict) -> None:
     """Record ``seen`` in the witness of each folder of its circle, each listing the others.
     The first (the run's ``--out``) must take it (StorageError); another that cannot (gone
     since, read-only, full, damaged since) is skipped: it keeps its older entry."""
     for at, folder in enumerate(folders):
         peers = [other for other in folders if other != folder]
         if at == 0:
-            record(folder, seen, peers=peers, end=end)
+            record(folder, seen, peers=peers)
             continue
         with contextlib.suppress(ToolkitError, OSError):
-            record(folder, seen, peers=peers, make=False, end=end)
+            record(folder, seen, peers=peers, make=False)
 
 
 def record_end(out, seen, ledger) -> None:
@@ -242,7 +234,7 @@ def record_end(out, seen, ledger) -> None:
                 return
             folders = seen["outs"] if isinstance(seen, dict) else \
                 circle(out, ledger.path, now["id"])
-            record_all(folders, now, end=True)
+            record_all(folders, now)
 
 
 def loss(out, seen: dict) -> str | None:
