@@ -8,6 +8,7 @@ import os
 import pytest
 
 from conftest import run_cli
+from test_witness_ledger import _header, _run_args, doubles
 from toolkit.documents import make_corpus
 from toolkit.provider import provider_stats
 
@@ -29,18 +30,7 @@ DAMAGE = {  # what is put at --out/.witness.json: bytes, or None for a directory
 
 
 def _run(tmp_path, ledger):
-    return run_cli("run", "--inputs", tmp_path / "in", "--ledger", ledger, "--provider-db",
-                   tmp_path / "p.db", "--out", tmp_path / "out", "--contract",
-                   "non-idempotent", "--no-progress")
-
-
-def _doubles(tmp_path) -> int:
-    tasks = provider_stats(tmp_path / "p.db")["per_task"].values()
-    return sum(task["executions"] > 1 for task in tasks)
-
-
-def _header(path) -> dict:
-    return json.loads(path.read_bytes().split(b"\n", 1)[0])
+    return run_cli(*_run_args(tmp_path, ledger))
 
 
 @pytest.mark.parametrize("kind", sorted(DAMAGE))
@@ -69,7 +59,7 @@ def test_damaged_witness_file_refused_naming_it_and_never_rewritten(tmp_path, ki
 
     os.rename(witness, f"{witness}.damaged")
     assert _run(tmp_path, tmp_path / "L.jsonl").returncode == 0
-    assert _doubles(tmp_path) == 0
+    assert doubles(tmp_path) == 0
 
 
 @pytest.mark.parametrize("left", ["empty", "header-alone"])
@@ -88,5 +78,5 @@ def test_ledger_left_without_history_is_made_anew_marked_and_runs_nothing_twice(
     rerun = _run(tmp_path, ledger)
     assert rerun.returncode == 0, rerun.stderr
     assert _header(ledger)["salvaged"]["from"] == "L.jsonl (missing)"
-    assert _doubles(tmp_path) == 0
+    assert doubles(tmp_path) == 0
 

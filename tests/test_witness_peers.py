@@ -3,43 +3,26 @@ folders in turn is checked against the witness of each, by real runs (processes)
 files, against a non-idempotent provider whose counters say whether a document ran twice."""
 
 import json
-import os
 import shutil
 
 import pytest
 
 from conftest import run_cli
-from toolkit.documents import make_corpus
+from test_witness_ledger import _run_args, doubles, two_runs
 from toolkit.provider import provider_stats
 
 pytestmark = pytest.mark.slow
 
 
 def _run(tmp_path, ledger, out):
-    return run_cli("run", "--inputs", tmp_path / "in", "--ledger", ledger, "--provider-db",
-                   tmp_path / "p.db", "--out", tmp_path / out, "--contract",
-                   "non-idempotent", "--no-progress")
-
-
-def _doubles(tmp_path) -> int:
-    tasks = provider_stats(tmp_path / "p.db")["per_task"].values()
-    return sum(task["executions"] > 1 for task in tasks)
+    return run_cli(*_run_args(tmp_path, ledger, out=out))
 
 
 def _two_outs(tmp_path):
-    """Run 1 --out A (3 documents), a copy of the ledger, run 2 --out B (3 more)."""
-    make_corpus(tmp_path / "all", docs=6, poison=0, seed=7)
-    (tmp_path / "in").mkdir()
-    names = sorted(os.listdir(tmp_path / "all"))
-    for name in names[:3]:
-        shutil.copy(tmp_path / "all" / name, tmp_path / "in" / name)
+    """Run 1 --out A (3 documents), a copy of the ledger (``backup.jsonl``), run 2 --out B
+    (3 more)."""
     ledger = tmp_path / "L.jsonl"
-    assert _run(tmp_path, ledger, "A").returncode == 0
-    shutil.copy(ledger, tmp_path / "backup.jsonl")
-    for name in names[3:]:
-        shutil.copy(tmp_path / "all" / name, tmp_path / "in" / name)
-    second = _run(tmp_path, ledger, "B")
-    assert second.returncode == 0, second.stderr
+    two_runs(tmp_path, ledger, docs=6, seed=7, outs=("A", "B"))
     return ledger
 
 
@@ -62,7 +45,7 @@ def test_backup_restored_after_a_run_with_another_out_is_refused_before_any_send
     line = refused.stderr.strip()
     assert len(line.splitlines()) == 1 and "older copy" in line and "--salvage" in line, line
     assert provider_stats(tmp_path / "p.db")["executions"] == executed
-    assert _doubles(tmp_path) == 0
+    assert doubles(tmp_path) == 0
 
 
 @pytest.mark.parametrize("out", ["A", "B"])
@@ -72,7 +55,7 @@ def test_two_outs_legitimate_rerun_with_either_out_still_runs(tmp_path, out):
     ledger = _two_outs(tmp_path)
     rerun = _run(tmp_path, ledger, out)
     assert rerun.returncode == 0, rerun.stderr
-    assert _doubles(tmp_path) == 0
+    assert doubles(tmp_path) == 0
 
 
 def test_other_out_removed_rerun_with_the_first_still_runs(tmp_path):
@@ -83,4 +66,4 @@ def test_other_out_removed_rerun_with_the_first_still_runs(tmp_path):
     shutil.rmtree(tmp_path / "B")
     rerun = _run(tmp_path, ledger, "A")
     assert rerun.returncode == 0, rerun.stderr
-    assert not (tmp_path / "B").exists() and _doubles(tmp_path) == 0
+    assert not (tmp_path / "B").exists() and doubles(tmp_path) == 0
