@@ -33,10 +33,12 @@ def test_backup_restored_after_a_run_with_another_out_is_refused_before_any_send
     from the copy taken after the run with A (``roots``: its ``.roots.json`` kept, naming
     B, or restored too, naming A). Property: the run with --out A refuses it before any
     send (exit 2, one line naming the salvage), though A's own witness agrees with the
-    copy: no document executes twice."""
+    copy; its salvage given --out A is marked with the loss: no document executes twice."""
     ledger = _two_outs(tmp_path)
+    marker = tmp_path / "L.jsonl.roots.json"
+    assert json.loads(marker.read_text())["out"] == "B"  # run 2 verified every artifact in B
     if roots == "restored":
-        (tmp_path / "L.jsonl.roots.json").write_text(json.dumps({"out": "A"}))
+        marker.write_text(json.dumps({"out": "A"}))  # as it was after run 1
     executed = provider_stats(tmp_path / "p.db")["executions"]
     shutil.copy(tmp_path / "backup.jsonl", ledger)
 
@@ -45,6 +47,16 @@ def test_backup_restored_after_a_run_with_another_out_is_refused_before_any_send
     line = refused.stderr.strip()
     assert len(line.splitlines()) == 1 and "older copy" in line and "--salvage" in line, line
     assert provider_stats(tmp_path / "p.db")["executions"] == executed
+    assert doubles(tmp_path) == 0
+
+    # the salvage given --out A reads B's witness too, and marks what the copy lost
+    salvaged = run_cli("ledger", ledger, "--salvage", tmp_path / "S.jsonl", "--out",
+                       tmp_path / "A")
+    assert salvaged.returncode == 0, salvaged.stderr
+    mark = json.loads((tmp_path / "S.jsonl").read_bytes().split(b"\n", 1)[0])["salvaged"]
+    assert mark["lost"].startswith("the events after seq"), mark
+    rerun = _run(tmp_path, tmp_path / "S.jsonl", "A")
+    assert rerun.returncode == 0, rerun.stderr
     assert doubles(tmp_path) == 0
 
 
