@@ -70,12 +70,14 @@ def facts(ledger) -> dict | None:
                 "salvaged": bool(getattr(ledger, "salvaged", None)),
                 "compacted": snapshots.get("seq") if isinstance(snapshots, dict) else None}
     if isinstance(ledger, SqliteLedger):
+        from toolkit.runner.salvaged import marked  # its meta row: the runner's one rule
+
         db = ledger._db
         top = db.execute("SELECT max(seq) FROM events").fetchone()[0] or 0
         row = db.execute("SELECT seq, ts, key FROM events ORDER BY seq LIMIT 1").fetchone()
         ident = hashlib.sha256(repr(tuple(row)).encode()).hexdigest()[:20] if row else None
         return {"real": _real(ledger.path), "kind": "sqlite", "seq": int(top), "id": ident,
-                "salvaged": bool(getattr(ledger, "salvaged", None)), "compacted": None}
+                "salvaged": marked(ledger), "compacted": None}
     return None
 
 
