@@ -18,7 +18,8 @@ At the start of a run, before anything is sent (``check``), against that entry:
   no history (no file, 0 bytes, JSONL: a new ledger is made *marked as salvaged*
    or a header alone)           (``from``: the missing path, ``lost``: everything), so
                                 the run looks up every request before sending it
-                                (``runner.salvaged``); SQLite: refused
+                                (``runner.salvaged``); SQLite: refused,
+                                naming ``ledger L --salvage NEW`` (from nothing)
   a lower last seq, or a copy   an older copy: refused (exit 2), naming ``ledger L
    of a ledger witnessed at a   --salvage NEW``, which reads this witness and marks
    higher seq elsewhere         the new ledger (``loss``)
@@ -78,12 +79,14 @@ def facts(ledger) -> dict | None:
                 "salvaged": bool(getattr(ledger, "salvaged", None)),
                 "compacted": snapshots.get("seq") if isinstance(snapshots, dict) else None}
     if isinstance(ledger, SqliteLedger):
+        from toolkit.runner.salvaged import marked  # its meta row: the runner's one rule
+
         db = ledger._db
         top = db.execute("SELECT max(seq) FROM events").fetchone()[0] or 0
         row = db.execute("SELECT seq, ts, key FROM events ORDER BY seq LIMIT 1").fetchone()
         ident = hashlib.sha256(repr(tuple(row)).encode()).hexdigest()[:20] if row else None
         return {"real": _real(ledger.path), "kind": "sqlite", "seq": int(top), "id": ident,
-                "salvaged": False, "compacted": None}
+                "salvaged": marked(ledger), "compacted": None}
     return None
 
 
@@ -298,12 +301,11 @@ def check(out, ledger) -> dict | None:
     out, lost = _first_loss(folders, seen) or (out, None)  # out: the folder that saw it
     if lost is not None:
         where = ledger.path
-        advice = (f"salvage it: toolkit ledger {str(where)!r} --salvage NEW.jsonl --out "
+        new = "NEW.jsonl" if seen["kind"] == "jsonl" else "NEW.sqlite"  # SQLite: from a copy
+        advice = (f"salvage it: toolkit ledger {str(where)!r} --salvage {new} --out "
                   f"{str(out)!r} (the new "
                   "ledger is marked: every request it never recorded is looked up before it "
-                  "is sent), then run with --ledger NEW.jsonl" if seen["kind"] == "jsonl" else
-                  "put the newest copy back; a run on this one would send again what the "
-                  "lost events recorded")
+                  f"is sent), then run with --ledger {new}")
         raise LedgerError(f"ledger {str(where)!r} lost transitions: {lost}; {advice}")
     record_all(folders, seen)
     seen["outs"] = folders
@@ -365,9 +367,12 @@ def replace_missing(out, ledger_path) -> None:
     real = Path(_real(ledger_path))
     gone = (f"runs into {out} saw {real.name} reach seq {entry.get('seq')}; it is missing "
             "or empty now")
-    if real.suffix.lower() != ".jsonl":
-        raise LedgerError(f"ledger {str(ledger_path)!r} lost its history: {gone}; put it back "
-                          "(a run on an empty one would send again what it recorded)")
+    if real.suffix.lower() != ".jsonl":  # SQLite: salvaged from nothing, by a person
+        raise LedgerError(f"ledger {str(ledger_path)!r} lost its history: {gone}; put it back, "
+                          f"or salvage it: toolkit ledger {str(ledger_path)!r} --salvage "
+                          f"NEW.sqlite --out {str(out)!r} (the new ledger is marked: every "
+                          "request is looked up before it is sent), then run with --ledger "
+                          "NEW.sqlite")
     mark = {"from": f"{real.name} (missing)", "lost": f"all of it ({gone})"}
     tmp = real.with_name(f".{real.name}.witness-{os.getpid()}")
     lock = os.open(f"{real}{LOCK}", os.O_RDWR | os.O_CREAT, 0o644)
