@@ -74,14 +74,13 @@ def _salvage(args) -> int:
     if not os.path.lexists(path) or (Path(path).is_file() and os.path.getsize(path) == 0 and
                                      Path(path).suffix.lower() != ".jsonl"):
         out = _witness_out(path, args.out)
-        entry = witness.missing(out, path) if out is not None else None
-        if entry is None:
+        found = witness.missing(out, path) if out is not None else None
+        if found is None:
             raise ToolkitError(f"no ledger at {path!r}" + (
                 f", and the witness in {str(out)!r} knows none there" if out is not None else
                 "; a deleted one is salvaged from what the witness in its run's --out says: "
                 "give --out OUT"))
-        words = (f"all of it (runs into {out} saw {Path(path).name} reach seq "
-                 f"{entry.get('seq')}; it is missing or empty now)")
+        words = f"all of it ({witness.gone_words(found[0], Path(path), found[1])})"
         result = salvage_sqlite(None, path, new, loss=lambda _: words)
     elif not Path(path).is_file():  # a FIFO or a device is never opened
         raise ToolkitError(f"no ledger at {path!r}")

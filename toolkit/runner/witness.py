@@ -347,6 +347,12 @@ def missing(out, ledger_path) -> tuple[str, dict] | None:
     return None
 
 
+def gone_words(folder, real: Path, entry: dict) -> str:
+    """What a ledger with no history lost, in the words of the witness that saw it."""
+    return f"runs into {folder} saw {real.name} reach seq {entry.get('seq')}; it is missing " \
+        "or empty now"
+
+
 def replace_missing(out, ledger_path) -> None:
     """Before a run opens a ledger: a JSONL ledger the witness of ``out``'s circle knows and
     that has no history (missing, empty, its header alone: ``no_history``) is made anew
@@ -365,8 +371,7 @@ def replace_missing(out, ledger_path) -> None:
         return
     out, entry = found  # out: the folder whose witness saw it
     real = Path(_real(ledger_path))
-    gone = (f"runs into {out} saw {real.name} reach seq {entry.get('seq')}; it is missing "
-            "or empty now")
+    gone = gone_words(out, real, entry)
     if real.suffix.lower() != ".jsonl":  # SQLite: salvaged from nothing, by a person
         raise LedgerError(f"ledger {str(ledger_path)!r} lost its history: {gone}; put it back, "
                           f"or salvage it: toolkit ledger {str(ledger_path)!r} --salvage "
