@@ -1,5 +1,7 @@
-"""An operator's decisions on parked items: ``review`` lists them, ``resolve`` records one."""
+"""An operator's decisions on parked items: ``review`` lists them, ``resolve`` records them
+(one item, or every one parked for a reason: one decision, one event, per item)."""
 
+import contextlib
 import sys
 from pathlib import Path
 
@@ -75,39 +77,62 @@ def _review(parser):
     return run
 
 
-@command("resolve", "Record an operator's decision on one needs_review item: release it (back "
-                    "to unknown, reconciled by the next run), cancel it, or accept a verified "
-                    "PDF as its artifact (done).")
+@command("resolve", "Record an operator's decision on a needs_review item (--key) or on every "
+                    "one parked for a reason (--all --reason): release it (back to unknown, "
+                    "reconciled by the next run), cancel it, or accept a verified PDF as its "
+                    "artifact (done; one --key only).")
 def _resolve(parser):
     parser.add_argument("--ledger", required=True, help="client ledger (.sqlite, .db, .jsonl or "
                                                         "a postgresql:// URL)")
-    parser.add_argument("--key", required=True, help="the item's task key (as review lists it)")
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--key", help="the item's task key (as review lists it)")
+    which.add_argument("--all", action="store_true",
+                       help="every needs_review item whose reason starts with --reason, one "
+                            "decision (one event) per item; the others are skipped and listed")
+    parser.add_argument("--reason", metavar="PREFIX",
+                        help="with --all: the start of the reasons to decide, as review shows "
+                             "them (e.g. 'salvaged' for the items a salvage parked)")
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--release", action="store_true", help="back to unknown: looked up next run")
     what.add_argument("--cancel", action="store_true", help="cancelled: never processed")
     what.add_argument("--accept-artifact", metavar="FILE",
                       help="a whole PDF inside the outputs root: recorded as the item's artifact")
     parser.add_argument("--note", required=True, help="why: recorded in the event")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="list what would be decided and what skipped; write nothing")
     parser.add_argument("--out", help="the outputs root, when the ledger records none "
                                       "(PostgreSQL, or a ledger written by the API)")
     parser.add_argument("--worker", default="operator", help="name recorded in the event")
 
     def run(args):
-        from toolkit.ledger import open_ledger
         from toolkit.runner.ops import require_healthy
-        from toolkit.runner.review import accepted_artifact, resolve
+        from toolkit.runner.review import DECISIONS, accepted_artifact, resolve
 
         if not args.note.strip():
             raise ToolkitError("--note must say why (it is recorded with the decision)")
-        _existing(args.ledger)
-        require_healthy(args.ledger)  # a batch that failed closed: fix it first (exit 1)
         decision = "release" if args.release else "cancel" if args.cancel else "accept"
+        if args.all and decision == "accept":
+            raise ToolkitError("--accept-artifact decides one item (its own file): give --key")
+        if args.all and not (args.reason or "").strip():
+            raise ToolkitError("--all needs --reason PREFIX, the start of the reasons to "
+                               "decide (review lists them): an item parked for another "
+                               "reason is never decided in bulk")
+        if args.key is not None and args.reason is not None:
+            raise ToolkitError("--reason selects the items of --all; --key names one item")
+        _existing(args.ledger, writes=not args.dry_run)
+        require_healthy(args.ledger)  # a batch that failed closed: fix it first (exit 1)
         artifact = None
         if decision == "accept":  # checked before the ledger is opened: bad input writes nothing
             artifact = accepted_artifact(args.accept_artifact, args.ledger, args.out)
-        # A live run holding a JSONL ledger: LedgerBusyError, exit 1 ("run again when it ends")
-        with open_ledger(args.ledger) as ledger:
-            item = resolve(ledger, args.key, decision, args.note, artifact, args.worker)
+        with _opened(args.ledger, args.dry_run) as ledger:
+            if args.all:
+                return _resolve_all(ledger, args, decision)
+            item = resolve(ledger, args.key, decision, args.note, artifact, args.worker,
+                           dry_run=args.dry_run)
+        if args.dry_run:
+            print(f"dry run, nothing written: {_one_line(args.key)}: would go needs_review -> "
+                  f"{DECISIONS[decision].value}")
+            return 0
         if decision == "accept" and args.out is not None:
             from toolkit import roots
 
@@ -116,3 +141,44 @@ def _resolve(parser):
         print(f"{args.key}: needs_review -> {item.state.value}", file=sys.stderr)
         return 0
     return run
+
+
+def _opened(path, dry_run):
+    """The ledger to decide on: in place (a live run holding a JSONL ledger: LedgerBusyError,
+    exit 1, "run again when it ends"), or for a dry run read as ``review`` reads it."""
+    from toolkit.ledger import open_ledger
+    from toolkit.ledger.postgres import postgres_url
+
+    if not dry_run or postgres_url(path):
+        return open_ledger(path)
+    from toolkit.cli.inspect import refuse_damaged
+    from toolkit.forensics.private import opened_view
+
+    @contextlib.contextmanager
+    def view():
+        with opened_view(path) as ledger:
+            refuse_damaged(ledger, path)  # an item whose lines were lost is hidden
+            yield ledger
+    return view()
+
+
+def _resolve_all(ledger, args, decision) -> int:
+    """Each item's outcome as it is recorded (so a kill shows how far it got), then a count;
+    exit 1 when a live worker held some ("run again later"), else 0."""
+    from toolkit.runner.review import resolve_all
+
+    counts = dict.fromkeys(("decided", "would", "skipped", "later"), 0)
+    out = sys.stdout if args.dry_run else sys.stderr
+    words = {"decided": "needs_review -> {}", "would": "would go needs_review -> {}",
+             "skipped": "skipped, unchanged ({})", "later": "not decided ({})"}
+    for key, outcome, why in resolve_all(ledger, args.reason, decision, args.note,
+                                         args.worker, dry_run=args.dry_run):
+        counts[outcome] += 1
+        print(f"{_one_line(key)}: {words[outcome].format(_one_line(why))}", file=out,
+              flush=True)
+    done = counts["would"] if args.dry_run else counts["decided"]
+    verb = {"release": "released", "cancel": "cancelled"}[decision]
+    print(f"{'dry run, nothing written: would have ' if args.dry_run else ''}{verb} {done}, "
+          f"skipped {counts['skipped']}" + (f", {counts['later']} held by a live worker: run "
+                                            "again later" if counts["later"] else ""), file=out)
+    return 1 if counts["later"] else 0

@@ -103,14 +103,8 @@ def _not_shared(ledger, key: str, stored: str) -> None:
                                f"{other.key!r}: give this item its own file")
 
 
-def resolve(ledger, key: str, decision: str, note: str, artifact: dict | None = None,
-            worker: str = "operator"):
-    """Record ``decision`` (``DECISIONS``) for the parked item ``key``; return the new item.
-
-    Raises:
-        ToolkitError: no such item, or not ``needs_review`` (nothing is written).
-        NotReadyError: a live worker holds its lease, or it moved meanwhile: run again.
-    """
+def _check(ledger, key: str, decision: str, artifact: dict | None):
+    """Raise ToolkitError (nothing written) unless ``key`` is a parked item ``decision`` fits."""
     item = ledger.get(key)
     if item is None:
         raise ToolkitError(f"no item {key!r} in the ledger")
@@ -119,28 +113,109 @@ def resolve(ledger, key: str, decision: str, note: str, artifact: dict | None = 
                            "nothing to resolve")
     if decision == "accept":
         _not_shared(ledger, key, artifact["artifact_path"])
-    # JSONL: claim, move and release stand or fall together (a full disk at the move
-    # leaves no claim behind); the other ledgers commit each write whole on their own
+    return item
+
+
+def resolve(ledger, key: str, decision: str, note: str, artifact: dict | None = None,
+            worker: str = "operator", dry_run: bool = False):
+    """Record ``decision`` (``DECISIONS``) for the parked item ``key``; return the new item
+    (with ``dry_run``, the item as it is: nothing is claimed or written).
+
+    Raises:
+        ToolkitError: no such item, or not ``needs_review`` (nothing is written).
+        NotReadyError: a live worker holds its lease, or it moved meanwhile: run again.
+    """
+    item = _check(ledger, key, decision, artifact)
+    if dry_run:
+        return item
+    current, moved = _decided(ledger, key, decision, note, artifact, worker, _parked)
+    if not moved:
+        raise NotReadyError(f"item {key!r} moved to {current.state.value} meanwhile: "
+                            "review it again")
+    return current
+
+
+def _parked(item) -> bool:
+    return item.state is S.NEEDS_REVIEW
+
+
+def _decided(ledger, key, decision, note, artifact, worker, chosen):
+    """``(item, True)`` once ``decision`` is recorded for ``key``; ``(item, False)`` with
+    nothing moved when the item, read again under our lease, is no longer ``chosen``.
+
+    JSONL: claim, move and release stand or fall together (a full disk at the move leaves
+    no claim behind); the other ledgers commit each write whole on their own. A kill -9
+    between them leaves the item as it was but for our claim, which the next claim takes
+    (its owner's process is gone, or it is ours by name): decided or not, never halfway."""
     together = getattr(ledger, "all_or_nothing", contextlib.nullcontext)
     with together():
-        return _decide(ledger, key, decision, note, artifact, worker)
+        try:
+            token = ledger.claim(key, worker, ttl=60.0)
+        except LeaseHeldError as exc:
+            held = exc  # nothing written: leave the block whole (an error would close it)
+        else:
+            return _move_held(ledger, key, decision, note, artifact, worker, chosen, token)
+    raise NotReadyError(f"{held}: a live worker holds it; resolve it later")
 
 
-def _decide(ledger, key, decision, note, artifact, worker):
-    try:
-        token = ledger.claim(key, worker, ttl=60.0)
-    except LeaseHeldError as exc:
-        raise NotReadyError(f"{exc}: a live worker holds it; resolve it later") from None
+def _move_held(ledger, key, decision, note, artifact, worker, chosen, token):
     try:
         current = ledger.get(key)  # decided on the item as it is under our lease
-        if current.state is not S.NEEDS_REVIEW:
-            raise NotReadyError(f"item {key!r} moved to {current.state.value} meanwhile: "
-                                "review it again")
+        if not chosen(current):
+            return current, False
         fields = dict(artifact or {}) if decision == "accept" else {}
-        return ledger.move(key, S.NEEDS_REVIEW, DECISIONS[decision], token=token, worker=worker,
-                           note=note, reason=REASONS.get(decision), **fields)
+        return ledger.move(key, S.NEEDS_REVIEW, DECISIONS[decision], token=token,
+                           worker=worker, note=note, reason=REASONS.get(decision),
+                           **fields), True
     finally:
         try:
             ledger.release(key, token, worker)
         except StaleTokenError:
             pass  # another owner took it meanwhile: the lease is theirs (fenced)
+
+
+def resolve_all(ledger, reason: str, decision: str, note: str, worker: str = "operator",
+                dry_run: bool = False):
+    """Record ``decision`` (release or cancel) for every parked item whose recorded reason
+    starts with ``reason``, one item at a time, each exactly as ``resolve`` records one
+    (claim, one move with the note, release). Yields ``(key, outcome, why)`` as it goes:
+
+      decided   the move is recorded (``why``: the new state)
+      would     ``dry_run``: it would be decided; nothing is claimed or written
+      skipped   parked for another reason, or no longer parked under our lease (moved
+                meanwhile, its reason changed): never changed (``why`` says which)
+      later     a live worker holds its lease: run again later
+
+    Items are listed once, by key; each is decided on the item as read again under its
+    lease, never on the listing. One item's decision is whole or absent (``_decided``), so
+    a kill -9 midway leaves the ones before it decided and the rest parked: a rerun lists
+    only those and decides them. A fault of the ledger itself stops the loop (raised).
+
+    Raises:
+        ToolkitError: ``decision`` is not release or cancel, or ``reason`` is blank.
+    """
+    if decision not in REASONS:
+        raise ToolkitError("--accept-artifact decides one item (its own file): give --key")
+    if not reason.strip():
+        raise ToolkitError("--reason must name the start of the reasons to decide")
+
+    def chosen(item) -> bool:
+        return item.state is S.NEEDS_REVIEW and (item.reason or "").startswith(reason)
+    listed = sorted((item for item in ledger.items() if item.state is S.NEEDS_REVIEW),
+                    key=lambda item: item.key)
+    for item in listed:
+        if not chosen(item):
+            yield item.key, "skipped", f"parked for another reason: {item.reason}"
+        elif dry_run:
+            yield item.key, "would", DECISIONS[decision].value
+        else:
+            try:
+                current, moved = _decided(ledger, item.key, decision, note, None, worker,
+                                          chosen)
+            except NotReadyError as exc:
+                yield item.key, "later", str(exc)
+                continue
+            yield item.key, ("decided" if moved else "skipped"), (
+                current.state.value if moved else
+                f"now {current.state.value}, moved meanwhile" if not _parked(current) else
+                f"its reason changed meanwhile: {current.reason}")
