@@ -43,6 +43,8 @@ def _one_line(value) -> str:
 def _review(parser):
     parser.add_argument("--ledger", required=True, help="client ledger (.sqlite, .db, .jsonl or "
                                                         "a postgresql:// URL)")
+    parser.add_argument("--out", help="the outputs root, searched for files named for each "
+                                      "item's key (default: the one recorded beside the ledger)")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
 
     def run(args):
@@ -50,16 +52,18 @@ def _review(parser):
         from toolkit.forensics.private import opened_view
         from toolkit.ledger import open_ledger
         from toolkit.ledger.postgres import postgres_url
+        from toolkit.roots import recorded
         from toolkit.runner.review import parked
 
         _existing(args.ledger, writes=False)
+        out = args.out if args.out is not None else recorded(args.ledger).get("out")
         if postgres_url(args.ledger):
             with open_ledger(args.ledger) as ledger:
-                items = parked(ledger)
+                items = parked(ledger, out)
         else:  # a copy: no lock taken, nothing written beside the original, a live run goes on
             with opened_view(args.ledger) as ledger:
                 refuse_damaged(ledger, args.ledger)  # an item whose lines were lost is hidden
-                items = readable(lambda: parked(ledger), ledger, args.ledger)
+                items = readable(lambda: parked(ledger, out), ledger, args.ledger)
         lines = [f"needs_review ({len(items)})"]
         for item in items:
             lines += [f"key       {_one_line(item['key'])}",
@@ -68,10 +72,18 @@ def _review(parser):
                       f"  job       {_one_line(item['job_id'])}   attempt {item['attempt']}   "
                       f"lookups {item['lookups']}",
                       f"  artifact  {_one_line(item['artifact_path'])}"]
+            lines += [f"  output    {_one_line(path)}   (named for its key)"
+                      for path in item["outputs"]]
             lines += [f"  history   {_one_line(step)}" for step in item["history"]]
         if items:
-            lines.append("decide with: python -m toolkit resolve --ledger PATH --key KEY "
-                         "(--release | --cancel | --accept-artifact FILE) --note TEXT")
+            lines += ["decide with: python -m toolkit resolve --ledger PATH --key KEY "
+                      "(--release | --cancel | --accept-artifact FILE) --note TEXT",
+                      "  its output exists (an 'output' above, or one you fetched into the "
+                      "outputs root): --accept-artifact FILE records it as done; a release is "
+                      "looked up again, and where keys are not idempotent an item the "
+                      "provider has no job for is parked again",
+                      "  every item parked for one reason: --all --reason PREFIX (--release "
+                      "| --cancel) instead of --key; --dry-run lists what it would do"]
         emit({"needs_review": items}, args.json, "\n".join(lines))
         return 0
     return run

@@ -41,21 +41,38 @@ def _step(event) -> str:
         (f" ({said})" if said else "")
 
 
-def parked(ledger) -> list[dict]:
-    """Every ``needs_review`` item with its evidence, ordered by key."""
+def parked(ledger, out=None) -> list[dict]:
+    """Every ``needs_review`` item with its evidence, ordered by key; ``outputs``: the files
+    under the outputs root ``out`` named for its key (``_outputs``), each a candidate for
+    ``--accept-artifact``."""
     items = [item for item in ledger.items() if item.state is S.NEEDS_REVIEW]
     wanted = {item.key for item in items}
     history: dict[str, list] = {key: [] for key in wanted}
     for event in ledger.events() if wanted else ():
         if event.key in wanted:
             history[event.key].append(event)
+    outputs = _outputs(out) if items and out is not None else lambda key: []
     return [{"key": item.key, "source": item.source, "attempt": item.attempt,
              "reason": item.reason, "job_id": item.job_id,
              "lookups": sum(1 for e in history[item.key] if e.op == "move" and e.frm is S.UNKNOWN),
              "artifact_path": item.artifact_path, "artifact_size": item.artifact_size,
-             "artifact_sha256": item.artifact_sha256,
+             "artifact_sha256": item.artifact_sha256, "outputs": outputs(item.key),
              "history": [_step(event) for event in history[item.key] if event.op in ("add", "move")]}
             for item in items]
+
+
+def _outputs(out):
+    """``key -> [path]``: the whole outputs under ``out`` named for a key the way the toolkit
+    names them (``<stem>.<key8>.pdf``, any subfolder, any case), found as a salvaged run
+    finds them (``salvaged.traces``, one walk); page checkpoints are no whole output. Where
+    such a file exists, ``--accept-artifact`` is the way out: a release is looked up again,
+    and a contract without idempotent keys parks an item the provider has no job for again."""
+    from toolkit.runner.salvaged import _index, traces
+
+    checkpoints = Path(out) / ".checkpoints"
+    index = _index([Path(out)], checkpoints)
+    return lambda key: [str(path) for path in traces(index, key, None)
+                        if path.parent != checkpoints]
 
 
 def accepted_artifact(path, ledger_path, out=None) -> dict:
