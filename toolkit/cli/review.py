@@ -118,17 +118,13 @@ def _resolve(parser):
 
     def run(args):
         from toolkit.runner.ops import require_healthy
-        from toolkit.runner.review import DECISIONS, accepted_artifact, resolve
+        from toolkit.runner.review import DECISIONS, accepted_artifact, check_bulk, resolve
 
         if not args.note.strip():
             raise ToolkitError("--note must say why (it is recorded with the decision)")
         decision = "release" if args.release else "cancel" if args.cancel else "accept"
-        if args.all and decision == "accept":
-            raise ToolkitError("--accept-artifact decides one item (its own file): give --key")
-        if args.all and not (args.reason or "").strip():
-            raise ToolkitError("--all needs --reason PREFIX, the start of the reasons to "
-                               "decide (review lists them): an item parked for another "
-                               "reason is never decided in bulk")
+        if args.all:  # before the ledger is opened: bad input opens nothing
+            check_bulk(args.reason, decision)
         if args.key is not None and args.reason is not None:
             raise ToolkitError("--reason selects the items of --all; --key names one item")
         _existing(args.ledger, writes=not args.dry_run)

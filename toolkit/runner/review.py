@@ -12,6 +12,11 @@ table (``ledger/transitions.py``), with the operator's note in the event:
                                        module's preflight), recorded by size and SHA-256
                                        relative to the batch's outputs root
 
+``resolve_all`` records one decision for every parked item whose reason starts with a
+prefix (``salvaged``: what a salvage parked), item by item, each exactly as ``resolve``
+records it; ``parked`` also names the files under the outputs root that carry an item's
+key, which ``accept`` may take.
+
 Against a live run: a decision takes the item's lease like any worker (claim, re-read
 under the lease, move with its fencing token, release). A live owner's lease is never
 taken (``LeaseHeldError``: "run again later", exit 1); the runner never moves a
@@ -162,8 +167,9 @@ def _decided(ledger, key, decision, note, artifact, worker, chosen):
 
     JSONL: claim, move and release stand or fall together (a full disk at the move leaves
     no claim behind); the other ledgers commit each write whole on their own. A kill -9
-    between them leaves the item as it was but for our claim, which the next claim takes
-    (its owner's process is gone, or it is ours by name): decided or not, never halfway."""
+    between them leaves the item parked as it was but for our claim (which the next claim
+    takes: its owner's process is gone, or it is ours by name), or decided with our lease
+    left on it (an item at rest: no run claims it): never halfway."""
     together = getattr(ledger, "all_or_nothing", contextlib.nullcontext)
     with together():
         try:
@@ -209,13 +215,25 @@ def resolve_all(ledger, reason: str, decision: str, note: str, worker: str = "op
     only those and decides them. A fault of the ledger itself stops the loop (raised).
 
     Raises:
-        ToolkitError: ``decision`` is not release or cancel, or ``reason`` is blank.
+        ToolkitError: (at the call, before any item) ``check_bulk`` refuses the arguments.
     """
+    check_bulk(reason, decision)
+    return _each(ledger, reason, decision, note, worker, dry_run)
+
+
+def check_bulk(reason: str | None, decision: str) -> None:
+    """Raise ToolkitError unless a bulk decision can be made: release or cancel (an artifact
+    is one item's own file), and a reason to select by (so an item parked for another
+    cause is never decided in bulk by accident)."""
     if decision not in REASONS:
         raise ToolkitError("--accept-artifact decides one item (its own file): give --key")
-    if not reason.strip():
-        raise ToolkitError("--reason must name the start of the reasons to decide")
+    if not (reason or "").strip():
+        raise ToolkitError("--all needs --reason PREFIX, the start of the reasons to decide "
+                           "(review lists them): an item parked for another reason is never "
+                           "decided in bulk")
 
+
+def _each(ledger, reason, decision, note, worker, dry_run):
     def chosen(item) -> bool:
         return item.state is S.NEEDS_REVIEW and (item.reason or "").startswith(reason)
     listed = sorted((item for item in ledger.items() if item.state is S.NEEDS_REVIEW),
