@@ -268,3 +268,40 @@ def test_bad_bulk_arguments_are_one_line_and_exit_2_with_the_ledger_unchanged(
     assert done.returncode == 2 and message in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
     assert path.read_bytes() == before
+
+
+def test_item_leased_by_a_live_worker_is_left_for_later_and_the_others_decided(tmp_path):
+    """Fault: a live worker (this test's process) holds one parked item's lease while the
+    bulk command runs. Must hold: that item is "not decided", never taken from its owner;
+    the items after it are still decided; exit 1 (run again later); once the lease is
+    given back, the same command decides it alone."""
+    path = tmp_path / "l.sqlite"
+    park(path, ["a", "b", "c"])
+    with open_ledger(path) as ledger:
+        token = ledger.claim("b", "inspector", ttl=600.0)
+    command = ["resolve", "--ledger", path, "--all", "--reason", "salvaged", "--release",
+               "--note", "bulk"]
+    held = toolkit(*command)
+    assert held.returncode == 1 and "b: not decided (" in held.stderr
+    assert "released 2, skipped 0, 1 held by a live worker: run again later" in held.stderr
+    assert [len(moves(path, key)) for key in "abc"] == [3, 2, 3]
+    with open_ledger(path) as ledger:
+        ledger.release("b", token, "inspector")
+    again = toolkit(*command)
+    assert again.returncode == 0 and "released 1, skipped 0" in again.stderr
+    assert moves(path, "b")[2:] == [(S.NEEDS_REVIEW, S.UNKNOWN, "bulk")]
+
+
+def test_a_jsonl_ledger_stays_open_after_one_item_is_found_leased(tmp_path):
+    """Fault: on a JSONL ledger (claim, move, release all or nothing), the second of three
+    parked items is leased by another live worker of this process. Must hold: the refused
+    claim writes nothing and does not close the ledger (an error inside the all-or-nothing
+    block would): the third item is still decided in the same pass."""
+    path = tmp_path / "l.jsonl"
+    park(path, ["a", "b", "c"])
+    with open_ledger(path) as ledger:
+        ledger.claim("b", "inspector", ttl=600.0)
+        outcomes = [(key, outcome) for key, outcome, _ in
+                    resolve_all(ledger, "salvaged", "cancel", "bulk")]
+        assert outcomes == [("a", "decided"), ("b", "later"), ("c", "decided")]
+        assert ledger.get("c").state is S.CANCELLED and ledger.get("b").state is S.NEEDS_REVIEW
