@@ -158,3 +158,19 @@ def test_audit_json_per_item_shows_the_doubt_and_the_spelling_on_the_command_lin
     assert rows["a.pdf"]["findings"] == ["duplicate_key"] and rows["a.pdf"]["action"] == "review"
     assert rows["b.pdf"]["findings"] == ["missing_history"] and "line 4" in rows["b.pdf"]["why"]
     assert document["corrupt_lines"] == [4] and document["items"] == 2
+
+
+def test_glued_line_naming_two_files_puts_both_in_doubt_not_only_the_first(tmp_path):
+    """Outsider o32 P1. What breaks: b.pdf's record was torn mid-write and c.pdf's done
+    record followed on the same line (or two whole records lost their newline between
+    them). Must hold: both files the line names are review, not only the first: c.pdf's
+    done sits inside that line, and running it again from its pending line 2 would
+    execute it twice."""
+    for damaged in (b'{"file": "b.pdf", "sta{"file": "c.pdf", "status": "done"}\n',
+                    b'{"file": "b.pdf", "status": "done"}{"file": "c.pdf", "status": "done"}\n'):
+        path = state_file(tmp_path, [{"file": "b.pdf", "status": "pending"},
+                                     {"file": "c.pdf", "status": "pending"}, damaged])
+        report = audit(path)
+        assert {key: action for key, (action, _) in answers(report).items()} == {
+            "b.pdf": "review", "c.pdf": "review"}
+        assert "line 3 is damaged and names it" in findings(report, "missing_history")["c.pdf"]

@@ -97,23 +97,22 @@ def file_key(name: str) -> str:
     return key[1:] if key.startswith("//") else key
 
 
-def named_in(line) -> str | None:
-    """The normalized file a damaged line names, or None when it names none readably."""
+def named_in(line) -> list[str]:
+    """The normalized files a damaged line names readably, in order: every one of them, as
+    a line glued to the next (a torn append, then the next append) holds two records."""
     if type(line) is not bytes:
-        return None  # unreadable (over the line limit): nothing to name
+        return []  # unreadable (over the line limit): nothing to name
     try:
         obj = json.loads(line)
     except (ValueError, RecursionError):
         obj = None
-    if type(obj) is dict:
-        name = obj.get("file")
-    else:
-        match = _NAMED.search(line)
+    names = [obj.get("file")] if type(obj) is dict else []
+    for match in _NAMED.finditer(line) if type(obj) is not dict else ():
         try:
-            name = json.loads(match.group(1)) if match else None
+            names.append(json.loads(match.group(1)))
         except ValueError:  # a bad escape, or not UTF-8
-            name = None
-    return file_key(name) if type(name) is str and name else None
+            pass
+    return list(dict.fromkeys(file_key(name) for name in names if type(name) is str and name))
 
 
 def damaged_lines(path, numbers) -> dict:
@@ -184,8 +183,8 @@ class StateFile:
         """A damaged line written after an item's last readable record may have held a newer
         status for it (a done after its pending: running it again would execute it twice).
 
-        A damaged line that names a file (``named_in``) concerns that item alone, whatever
-        its state. One that names none may have been any item's: every item not done whose
+        A damaged line that names files (``named_in``: two, when a torn append was glued to
+        the next) concerns those items alone, whatever their state. One that names none may have been any item's: every item not done whose
         last readable record comes before it is in doubt too. A done keeps its answer (a
         lost line could only have undone it; nothing runs it again). An item whose last
         readable record comes after every damaged line is untouched: later lines win.
@@ -197,14 +196,15 @@ class StateFile:
             return
         text, unnamed, named = damaged_lines(path, damaged), [], set()
         for number in damaged:
-            key = named_in(text.get(number))
-            if key is None:
+            keys = named_in(text.get(number))
+            if not keys:
                 unnamed.append(number)
-            elif key in raw.items and self.last[key] < number and key not in named:
-                named.add(key)  # one finding per item: the first line in doubt names it
-                raw.finding(key, "missing_history", f"line {number} is damaged and names it, "
-                            f"after its last readable record (line {self.last[key]}): it may "
-                            "have held a newer status")
+            for key in keys:
+                if key in raw.items and self.last[key] < number and key not in named:
+                    named.add(key)  # one finding per item: the first line in doubt names it
+                    raw.finding(key, "missing_history", f"line {number} is damaged and names "
+                                f"it, after its last readable record (line {self.last[key]}): "
+                                "it may have held a newer status")
         if not unnamed:
             return
         for key, item in raw.items.items():
