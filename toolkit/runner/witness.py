@@ -336,7 +336,11 @@ def no_history(ledger_path) -> bool:
 def missing(out, ledger_path) -> tuple[str, dict] | None:
     """``(folder, entry)``: the witness entry, in ``out``'s circle, for a ledger with no
     history (``no_history``); None: no entry, or the ledger has history: a run on it would
-    start an empty history where the witness saw one begin."""
+    start an empty history where the witness saw one begin.
+
+    With no witness entry (a batch folder copied elsewhere: entries are per real path),
+    the roots file a run writes beside its ledger before its first send
+    (``<ledger>.roots.json``) still says runs used it: ``(that file, {})``."""
     if "://" in os.fspath(ledger_path) or not no_history(ledger_path):
         return None
     real = _real(ledger_path)
@@ -344,11 +348,17 @@ def missing(out, ledger_path) -> tuple[str, dict] | None:
         entry = read(folder).get(real)
         if entry is not None:
             return folder, entry
+    marker = roots.roots_file(ledger_path)
+    if os.path.lexists(marker):
+        return str(marker), {}
     return None
 
 
 def gone_words(folder, real: Path, entry: dict) -> str:
-    """What a ledger with no history lost, in the words of the witness that saw it."""
+    """What a ledger with no history lost, in the words of the witness that saw it (or of
+    its roots file: ``missing``)."""
+    if "seq" not in entry:
+        return f"{folder} says runs used {real.name}; it is missing or empty now"
     return f"runs into {folder} saw {real.name} reach seq {entry.get('seq')}; it is missing " \
         "or empty now"
 
@@ -369,9 +379,11 @@ def replace_missing(out, ledger_path) -> None:
     found = missing(out, ledger_path)
     if found is None:
         return
-    out, entry = found  # out: the folder whose witness saw it
+    folder, entry = found  # the folder whose witness saw it (or the roots file)
+    if entry:
+        out = folder  # salvage reads that witness
     real = Path(_real(ledger_path))
-    gone = gone_words(out, real, entry)
+    gone = gone_words(folder, real, entry)
     if real.suffix.lower() != ".jsonl":  # SQLite: salvaged from nothing, by a person
         raise LedgerError(f"ledger {str(ledger_path)!r} lost its history: {gone}; put it back, "
                           f"or salvage it: toolkit ledger {str(ledger_path)!r} --salvage "

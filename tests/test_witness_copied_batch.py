@@ -1,0 +1,63 @@
+"""A batch folder copied elsewhere (outsider o32 P2): the witness entries in the copy's --out
+name the original ledger's real path, so they do not know the copy's ledger. Emptied or
+deleted there, the ledger would start an empty history; the roots file the batch's first
+run wrote beside it (``<ledger>.roots.json``) still says runs used it. Real runs (processes)
+on real files, against a non-idempotent provider whose counters say whether any document
+ran twice."""
+
+import os
+import shutil
+
+import pytest
+
+from conftest import run_cli
+from test_witness_ledger import _run_args, doubles
+from toolkit.documents import make_corpus
+
+pytestmark = pytest.mark.slow
+
+
+def _copied_batch(tmp_path, suffix):
+    """A finished batch in ``orig/`` (ledger, roots file, --out), copied to ``copy/`` as a
+    user makes a working copy; the provider is the same one."""
+    orig = tmp_path / "orig"
+    make_corpus(orig / "in", docs=4, poison=0, seed=11)
+    ledger = orig / f"b{suffix}"
+    first = run_cli(*_run_args(tmp_path, ledger, inputs="orig/in", out="orig/out"))
+    assert first.returncode == 0, first.stderr
+    shutil.copytree(orig, tmp_path / "copy", symlinks=True)
+    return tmp_path / "copy" / f"b{suffix}"
+
+
+@pytest.mark.parametrize("how", ["emptied", "deleted"])
+def test_jsonl_ledger_emptied_in_a_copied_batch_is_made_anew_marked_and_runs_nothing_twice(
+        tmp_path, how):
+    ledger = _copied_batch(tmp_path, ".jsonl")
+    if how == "emptied":
+        ledger.write_bytes(b"")
+    else:
+        ledger.unlink()
+    for name in os.listdir(tmp_path / "copy" / "out"):  # outputs gone too: only lookups help
+        if name.endswith(".pdf"):
+            os.unlink(tmp_path / "copy" / "out" / name)
+    rerun = run_cli(*_run_args(tmp_path, ledger, inputs="copy/in", out="copy/out"))
+    assert rerun.returncode == 0, rerun.stderr
+    assert doubles(tmp_path) == 0
+    assert b'"salvaged"' in ledger.read_bytes().split(b"\n", 1)[0]  # marked: looked up first
+
+
+def test_sqlite_ledger_emptied_in_a_copied_batch_is_refused_then_salvaged_with_no_double(
+        tmp_path):
+    ledger = _copied_batch(tmp_path, ".sqlite")
+    for side in ("-wal", "-shm"):
+        (tmp_path / "copy" / f"b.sqlite{side}").unlink(missing_ok=True)
+    ledger.write_bytes(b"")
+    refused = run_cli(*_run_args(tmp_path, ledger, inputs="copy/in", out="copy/out"))
+    assert refused.returncode == 2 and "--salvage" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1 and doubles(tmp_path) == 0
+    new = tmp_path / "copy" / "new.sqlite"
+    salvaged = run_cli("ledger", ledger, "--salvage", new, "--out", tmp_path / "copy" / "out")
+    assert salvaged.returncode == 0, salvaged.stderr
+    rerun = run_cli(*_run_args(tmp_path, new, inputs="copy/in", out="copy/out"))
+    assert rerun.returncode == 0, rerun.stderr
+    assert doubles(tmp_path) == 0
