@@ -20,6 +20,7 @@ FORMAT, VERSION = "resume-toolkit-ledger-jsonl", 1
 HEADER_LINE = json.dumps({"format": FORMAT, "version": VERSION}, sort_keys=True).encode() + b"\n"
 SALVAGED = "salvaged"  # a salvaged ledger's mark (``salvage.py``), kept by compaction
 SNAPSHOTS = "snapshots"  # {"count", "seq"} of the snapshot lines below the header
+TORN = "torn"  # [{"key", "after"}] of torn tails cut not yet spent (``torn.py``)
 
 
 def header_version(raw: bytes) -> int | None:
@@ -39,17 +40,27 @@ def read_header(raw: bytes) -> dict | None:
     return None
 
 
-def header_line(salvaged: dict | None = None, snapshots: tuple[int, int] | None = None) -> bytes:
-    """Line 1 of a ledger: ``HEADER_LINE``, or with the mark of a salvage and the
-    ``(count, seq)`` of the snapshot lines that follow it."""
-    if salvaged is None and snapshots is None:
+def header_line(salvaged: dict | None = None, snapshots: tuple[int, int] | None = None,
+                torn: dict | None = None) -> bytes:
+    """Line 1 of a ledger: ``HEADER_LINE``, or with the mark of a salvage, the
+    ``(count, seq)`` of the snapshot lines that follow it and the cuts not yet spent
+    (``torn``: ``{key: after}``, ``torn.py``)."""
+    if salvaged is None and snapshots is None and not torn:
         return HEADER_LINE
     header = {"format": FORMAT, "version": VERSION}
     if salvaged is not None:
         header[SALVAGED] = salvaged
     if snapshots is not None:
         header[SNAPSHOTS] = {"count": snapshots[0], "seq": snapshots[1]}
+    if torn:
+        header[TORN] = torn_words(torn)
     return json.dumps(header, sort_keys=True).encode() + b"\n"
+
+
+def torn_words(marks: dict) -> list:
+    """The header's form of the marks ``{key: after}``: sorted, so the same marks are the
+    same bytes."""
+    return [{"after": after, "key": key} for key, after in sorted(marks.items())]
 
 
 def newer_version(where: str, version: int) -> str:

@@ -31,6 +31,7 @@ from toolkit.ledger.records import ItemRow, item_of
 from toolkit.ledger.replay import (KEY_PATTERN, SEQ_PATTERN, SNAPSHOT,  # noqa: F401
                                    item_from_json, parse_line, replay)
 from toolkit.ledger.replay import history as replay_history
+from toolkit.ledger.torn import record_cut
 from toolkit.storage import LOCK, os_error, take_exclusive
 
 
@@ -77,6 +78,7 @@ class JsonlLedger(Ledger):
                 fsync_dir(self.path.parent)  # the new file's name survives a power cut too
             self._replay()
             self._adopt()
+            record_cut(self)  # a torn tail naming a key: cut now, marked (torn.py)
         except LedgerError:
             self.close()
             raise
@@ -325,7 +327,8 @@ class JsonlLedger(Ledger):
             lines = [json.dumps({SNAPSHOT: item_to_json(item), "seq": self._seq}, sort_keys=True)
                      for item in self._items()]
             with open(tmp, "wb") as handle:
-                handle.write(header_line(self.salvaged, (len(lines), self._seq))  # mark kept
+                handle.write(header_line(self.salvaged, (len(lines), self._seq),  # marks kept
+                                         self.torn_marks)
                              + "".join(line + "\n" for line in lines).encode())
                 handle.flush()
                 os.fsync(handle.fileno())
