@@ -19,6 +19,7 @@ from toolkit.ledger.gaps import blank, describe, describe_disorder, missing_rang
 from toolkit.ledger.jsonl import SALVAGED, read_header
 from toolkit.ledger.header import VERSION, newer_version
 from toolkit.ledger.replay import event_parts, whole_line
+from toolkit.ledger.torn import pending_marks
 from toolkit.ledger.salvage import lost_lines
 
 BOM = codecs.BOM_UTF8
@@ -278,6 +279,10 @@ def read_toolkit_jsonl(path) -> Raw:
     _read_lines(path, raw, event, fast, batch, partial(_glued, history, [FILE_TRIES]),
                 whole_line)
     events = history.finish()
+    marks = pending_marks(header, zip(events["seq"], events["key"], events["frm"], events["to"]))
+    for key, after in marks.items():  # cut as torn by a writer, not yet spent (ledger.torn)
+        raw.notes.append(f"torn: a final line naming key {key[:12]} was cut after seq {after}; "
+                         "a run looks up that key's next request before sending it")
     gaps = seq_gaps(events["seq"], [*history.apart, *history.snapshot_seqs])
     if gaps:  # an orphaned event's line is unusable but holds its own seq, no missing one
         raw.finding(None, "seq_gap", _gap_detail(gaps, len(raw.corrupt_lines) -

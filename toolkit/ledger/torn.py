@@ -33,6 +33,7 @@ from toolkit.ledger.transitions import State
 
 CUT_KEY = re.compile(rb'"key": "([0-9a-f]{64})"')
 _NEW_REQUEST = frozenset({State.PENDING, State.FAILED, State.PARTIAL})
+_STATES = {state.value: state for state in State}
 
 
 def cut_keys(tail: bytes) -> list[str]:
@@ -56,6 +57,16 @@ def spends(marks: dict, seq: int, key: str, frm, to) -> None:
     after = marks.get(key)
     if after is not None and seq > after and to is State.UNKNOWN and frm in _NEW_REQUEST:
         del marks[key]
+
+
+def pending_marks(header: dict | None, events) -> dict[str, int]:
+    """The header's marks not spent by ``events`` ((seq, key, from, to), states as values
+    or names: the audit's columns): the audit's reading of rule 4, the replay's own."""
+    marks = marks_of(header)
+    for seq, key, frm, to in events if marks else ():
+        if key in marks and type(seq) is int:
+            spends(marks, seq, key, _STATES.get(frm, frm), _STATES.get(to, to))
+    return marks
 
 
 def record_cut(ledger) -> None:
