@@ -155,3 +155,41 @@ def test_torn_tail_naming_no_key_is_cut_at_the_first_append_as_before(tmp_path):
         assert ledger.read_bytes().startswith(whole) and ledger.read_bytes().endswith(b"\n")
         assert b"torn" not in ledger.read_bytes().split(b"\n", 1)[0]
         whole = ledger.read_bytes()
+
+
+def test_salvage_of_an_intact_ledger_with_a_keyed_torn_tail_keeps_the_key_marked(tmp_path):
+    """Salvage reads a view (which records no cut) of a ledger that lost nothing else: its
+    new ledger has no salvage mark, so without the torn mark the key would be sent
+    unlooked-up from it."""
+    from toolkit.ledger.salvage import salvage
+
+    key = "ef" * 32
+    ledger = tmp_path / "l.jsonl"
+    with JsonlLedger(ledger) as writer:
+        writer.add(key)
+    ledger.write_bytes(ledger.read_bytes() + b'{"attempt": 1, "detail": {"note": "intent"}, '
+                       b'"from": "pending", "key": "' + key.encode() + b'", "op": "move", "se')
+    salvage(ledger, tmp_path / "S.jsonl")
+    with JsonlLedger(tmp_path / "S.jsonl", view=True) as new:
+        assert new.salvaged is None and new.torn_marks == {key: 1}
+
+
+def test_hand_cut_after_a_run_that_ended_is_refused_by_the_witness_then_salvaged(tmp_path):
+    """README's torn-tail paragraph, the other case: a run that ENDED witnessed its last
+    seq in --out, so the hand-cut ledger is an older copy there: refused (exit 2, one
+    line naming --salvage); the salvaged ledger (marked) is run with nothing sent twice."""
+    make_corpus(tmp_path / "in", docs=3, poison=0, seed=5)
+    assert subprocess.run(_command(tmp_path), capture_output=True).returncode == 0
+    ledger = tmp_path / "L.jsonl"
+    ledger.write_bytes(ledger.read_bytes()[:-2])
+    refused = subprocess.run(_command(tmp_path), capture_output=True, text=True)
+    assert refused.returncode == 2 and "older copy" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1 and "--salvage" in refused.stderr
+    assert subprocess.run([sys.executable, "-m", "toolkit", "ledger", str(ledger), "--salvage",
+                           str(tmp_path / "S.jsonl"), "--out", str(tmp_path / "out")],
+                          capture_output=True).returncode == 0
+    command = _command(tmp_path)
+    command[command.index(str(ledger))] = str(tmp_path / "S.jsonl")
+    assert subprocess.run(command, capture_output=True).returncode == 0
+    stats = provider_stats(tmp_path / "p.db")
+    assert _twice(tmp_path) == 0 and stats["executions"] == 3

@@ -1,10 +1,10 @@
 """JSONL ledger: one event per line, appended, flushed and fsynced per change.
 
 The file is the history; items are rebuilt by replaying it (``replay.py``: the events
-are not kept, ``events()`` reads them again). A crash can leave
-a final line without its newline (a torn write): on open it is ignored,
-reported in ``torn_tail`` and cut off before the next append, so the next
-event never glues onto it. A final line that reads whole as an event is that event, its
+are not kept, ``events()`` reads them again). A crash can leave a final line without its
+newline (a torn write): on open it is ignored, reported in ``torn_tail`` and cut off before
+the next append, so the next event never glues onto it; one whose bytes name a key is cut
+on open, marked in the header (``torn.py``). A final line that reads whole is that event, its
 newline lost (``replay.whole_line``): read, named in ``unterminated``, and given its
 newline before the next append. Interior lines that do not parse are reported in
 ``corrupt_lines`` (1-based) and skipped, never fatal; seqs absent from the history
@@ -148,10 +148,8 @@ class JsonlLedger(Ledger):
     def _rewrite(self, data: bytes):
         """Replace the file by ``data`` atomically and reopen it for appending.
 
-        A write cut short (a file-size limit, a full disk) refuses the open and removes the
-        ``.upgrade`` file: the folder keeps the old ledger and nothing of the attempt. It is
-        ours to remove: only the holder of the ledger's lock writes it (a leftover of a
-        killed upgrade is truncated by the next one anyway).
+        A write cut short (a size limit, a full disk) refuses the open and removes the
+        ``.upgrade`` file (ours: only the lock's holder writes it), leaving the old ledger.
         """
         tmp = self.path.with_name(self.path.name + ".upgrade")
         try:
@@ -228,13 +226,13 @@ class JsonlLedger(Ledger):
                 os.ftruncate(self._fd, start)
             raise StorageError(f"cannot append to {str(self.path)!r}: {exc}") from exc
         self._end = start + len(line)
-        # After the line is on disk (fsynced) and before this returns, so before any
-        # side effect the event permits: the path must still name the file we hold. A
-        # cp+mv (how editors and sync tools save) or an rm would leave our appends in an
-        # unnamed inode and the next run would redo what this one did. What remains is a
-        # replacement between this check and the provider call (README, "Ledger files").
-        # Inline, the one case that needs no more: the path's stat names our file at the
-        # size our appends left (one stat, no call). Anything else -- the first append, a stat that fails or names
+        # After the line is on disk (fsynced) and before this returns, so before any side
+        # effect the event permits: the path must still name the file we hold. A cp+mv (how
+        # editors and sync tools save) or an rm would leave our appends in an unnamed inode
+        # and the next run would redo what this one did. What remains is a replacement
+        # between this check and the provider call (README, "Ledger files"). Inline, the one
+        # case that needs no more: the path's stat names our file at the size our appends
+        # left (one stat). Anything else -- the first append, a stat that fails or names
         # another file -- is decided by ``_check_named``, which looks again and raises.
         held = self._held
         if held is not None:
@@ -327,9 +325,8 @@ class JsonlLedger(Ledger):
             lines = [json.dumps({SNAPSHOT: item_to_json(item), "seq": self._seq}, sort_keys=True)
                      for item in self._items()]
             with open(tmp, "wb") as handle:
-                handle.write(header_line(self.salvaged, (len(lines), self._seq),  # marks kept
-                                         self.torn_marks)
-                             + "".join(line + "\n" for line in lines).encode())
+                head = header_line(self.salvaged, (len(lines), self._seq), self.torn_marks)
+                handle.write(head + "".join(line + "\n" for line in lines).encode())  # marks kept
                 handle.flush()
                 os.fsync(handle.fileno())
             os.replace(tmp, self.path)

@@ -68,6 +68,9 @@ def salvage(path, new_path, loss=None) -> dict:
             gaps = list(old.missing_seqs)  # (first, last) ranges: the ledger's own rule, gaps.py
             disorder, snapshots = old.disorder, old.snapshot_damage  # gaps.py too
             mark = old.salvaged  # an earlier salvage's mark stays: its lost keys are still lost
+            # cuts not yet spent, and the keys a torn tail names (a view does not record its
+            # cut): the new ledger looks them up before sending (torn.py)
+            torn = {**old.torn_marks, **dict.fromkeys(old.torn_keys, old._seq)}
             mode = stat.S_IMODE(os.fstat(old._fd).st_mode)  # the new ledger gets the old one's
             # No line read at all (0 bytes, or the header alone): a ledger emptied or cut
             # in place while a run wrote it (its halt says to salvage) reads as a new one;
@@ -124,7 +127,7 @@ def salvage(path, new_path, loss=None) -> dict:
     seq = max(seq, 1)
     body = b"".join(json.dumps({SNAPSHOT: item_to_json(item), "seq": seq}, sort_keys=True)
                     .encode() + b"\n" for item in items.values())
-    write_atomic(header_line(mark, (len(items), seq)) + body, new_path)
+    write_atomic(header_line(mark, (len(items), seq), torn) + body, new_path)
     with contextlib.suppress(OSError):  # written 0600 (a temp file): the old ledger's mode
         os.chmod(new_path, mode)
     try:  # prove the new file reads back as an intact ledger of ours
