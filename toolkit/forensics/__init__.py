@@ -59,6 +59,7 @@ from toolkit.forensics import queues as _queues  # noqa: F401  (registers its ad
 from toolkit.forensics import sqlite as _sqlite
 from toolkit.forensics.checks import LOOKUP_FORMATS, Planner, check_items
 from toolkit.forensics.lines import MAX_LINE
+from toolkit.ledger.header import HEADER_LINE, cut_header
 from toolkit.forensics.private import CopyError, ScratchFull
 from toolkit.forensics.model import (
     ACTIONS,
@@ -128,7 +129,14 @@ def _detect(path):
         return "sqlite", None
     if not head:
         return "empty", None
+    if info.st_size < len(HEADER_LINE) and cut_header(_read(path)):  # ours, cut in line 1
+        return "toolkit-jsonl", ADAPTERS["toolkit-jsonl"]
     return _sniff_jsonl(path)
+
+
+def _read(path) -> bytes:
+    with open(path, "rb") as handle:
+        return handle.read(len(HEADER_LINE))
 
 
 def _sniff_jsonl(path, budget: int = 1 << 26):

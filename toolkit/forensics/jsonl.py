@@ -17,7 +17,7 @@ from toolkit.ledger.jsonl import FORMAT as JSONL_FORMAT
 from toolkit.ledger.gaps import blank, describe, describe_disorder, missing_ranges, \
     out_of_order, snapshot_base, snapshot_damage
 from toolkit.ledger.jsonl import SALVAGED, read_header
-from toolkit.ledger.header import VERSION, newer_version
+from toolkit.ledger.header import CUT_HEADER, VERSION, cut_header, header_problem
 from toolkit.ledger.replay import event_parts, whole_line
 from toolkit.ledger.torn import pending_marks
 from toolkit.ledger.salvage import lost_lines
@@ -255,10 +255,17 @@ def read_toolkit_jsonl(path) -> Raw:
     raw = Raw()
     history = History(raw)
     with open(path, "rb") as handle:
-        header = read_header(handle.readline())
+        first = handle.readline()
+    header = read_header(first)
     headed = header is not None
-    if headed and header["version"] > VERSION:  # run, ledger and salvage refuse it
-        raw.notes.append(newer_version(str(path), header["version"]))
+    problem = header_problem(str(path), header)  # run, ledger and salvage refuse it
+    if problem is not None and header["version"] > VERSION:
+        raw.notes.append(problem)  # a newer toolkit's: not damage
+    elif problem is not None:
+        raw.finding(None, "corrupt_line", f"line 1: {problem}", line=1)
+    if cut_header(first):  # the whole file: nothing more to read
+        raw.finding(None, "corrupt_line", f"line 1: the file {CUT_HEADER}", line=1)
+        return raw
     if headed and header.get(SALVAGED) is not None:  # written by ``ledger --salvage``
         raw.notes.append(f"{lost_lines(header[SALVAGED])}: a run looks up every request "
                          "this ledger never recorded before sending it")

@@ -63,6 +63,34 @@ def torn_words(marks: dict) -> list:
     return [{"after": after, "key": key} for key, after in sorted(marks.items())]
 
 
+def header_problem(where: str, header: dict | None) -> str | None:
+    """The one check of line 1's version, or None when this toolkit reads it: a newer one
+    (``newer_version``) or one below 1 (no toolkit wrote it: line 1 edited). ``run``,
+    ``ledger`` and salvage refuse it in these words; the audit reports them."""
+    version = None if header is None else header["version"]
+    if version is None or 1 <= version <= VERSION:
+        return None
+    if version > VERSION:
+        return newer_version(where, version)
+    return (f"{where!r} names format version {version} in line 1, and versions start at 1: "
+            f"line 1 was edited; set \"version\": {VERSION} in line 1 and run 'python -m "
+            f"toolkit audit {where}', then 'python -m toolkit ledger {where} --salvage "
+            "NEW.jsonl'")
+
+
+# A file holding only the start of a header line. No writer of this toolkit leaves one (the
+# header is written whole: temp file, fsync, rename), so the file was cut by hand inside
+# line 1 and its events, if it had any, went with it: damage (salvage marks the new ledger,
+# as for a ledger cut to its header), never a new ledger.
+CUT_HEADER = ("holds only the start of a header line (no writer leaves one: the file was cut "
+              "inside line 1, and its events, if it had any, are lost)")
+
+
+def cut_header(data: bytes) -> bool:
+    """Is ``data`` (a whole file) a header line cut short (``CUT_HEADER``)?"""
+    return 0 < len(data) < len(HEADER_LINE) and HEADER_LINE.startswith(data)
+
+
 def newer_version(where: str, version: int) -> str:
     """The one refusal of a header naming a version above ours (``run``, ``ledger``,
     ``--salvage``; the audit notes it): what to do, whichever way it came to be."""

@@ -24,8 +24,9 @@ from toolkit.errors import LedgerBusyError, LedgerError, StorageError
 from toolkit.ledger import Event, Item, Ledger
 from toolkit.ledger.gaps import damage_words
 from toolkit.ledger.group import GroupCommit
-from toolkit.ledger.header import (FORMAT, HEADER_LINE, SALVAGED, VERSION,  # noqa: F401
-                                   header_line, header_version, newer_version, read_header)
+from toolkit.ledger.header import (CUT_HEADER, FORMAT, HEADER_LINE, SALVAGED,  # noqa: F401
+                                   VERSION, cut_header, header_line, header_problem,
+                                   header_version, newer_version, read_header)
 from toolkit.ledger.lines import event_line
 from toolkit.ledger.records import ItemRow, item_of
 from toolkit.ledger.replay import (KEY_PATTERN, SEQ_PATTERN, SNAPSHOT,  # noqa: F401
@@ -108,9 +109,13 @@ class JsonlLedger(Ledger):
         rename, fsync of the folder), so a crash leaves the old file or the new one.
         """
         where = str(self.path)
-        if self.version is not None and self.version > VERSION:
-            raise LedgerError(newer_version(where, self.version))
+        problem = header_problem(where, self._header)  # a version not ours: refused
+        if problem is not None:
+            raise LedgerError(problem)
         if self.version is not None:
+            return
+        if self.torn_tail and self.torn_tail["line"] == 1 and cut_header(self._read_all()):
+            self.snapshot_damage = ("cut_header", CUT_HEADER)  # damage: writes refused
             return
         # Toolkit lines read: events and snapshots folded, and events of keys whose add was
         # lost (``orphans``: what ``: > l`` mid-run leaves, no header, seqs not from 1): a
@@ -120,9 +125,8 @@ class JsonlLedger(Ledger):
             if self._size and not ours:
                 raise LedgerError(f"{where!r} is not a resume-toolkit JSONL ledger")
             return
-        if self._size == 0 or (self.torn_tail and self.torn_tail["line"] == 1
-                               and HEADER_LINE.startswith(self._read_all())):
-            self._rewrite(HEADER_LINE)  # a new ledger (or one whose header write was cut)
+        if self._size == 0:
+            self._rewrite(HEADER_LINE)  # a new ledger
             self.torn_tail, self._valid_end = None, None
             return
         if not ours:

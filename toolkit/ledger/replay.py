@@ -235,9 +235,9 @@ def replay(ledger, fd: int) -> None:
         number += 1
         valid_end = at  # a blank line too: the next append goes after it
         if number == 1:
+            header = read_header(raw)  # (it skips one BOM: a second is damage)
             if raw.startswith(BOM) and raw != BOM:  # an editor's BOM before line 1 only:
                 raw = raw[len(BOM):]  # the audit skips it too (a BOM alone is no blank)
-            header = read_header(raw)
             # Seqs (gaps.py): the usual history is base+1, base+2, ... in file order, checked
             # line by line; anything else is measured exactly once the file is read: from
             # the first event off that path on, ``trail`` keeps (line, seq) for the order

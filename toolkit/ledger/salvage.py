@@ -199,7 +199,8 @@ def _writer_excluded(path: Path):
         os.close(fd)
 
 
-_SNAPSHOTS_LOST = {"missing_header": "the header line (it may have held an earlier salvage's mark)",
+_SNAPSHOTS_LOST = {"cut_header": "the header line (cut inside it)",
+                   "missing_header": "the header line (it may have held an earlier salvage's mark)",
                    "snapshot_mismatch": "snapshot lines the header did not count"}
 
 
