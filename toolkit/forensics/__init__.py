@@ -122,21 +122,16 @@ def _detect(path):
         raise _fail(path, "not a regular file")
     try:
         with open(path, "rb") as handle:
-            head = handle.read(len(SQLITE_MAGIC))
+            head = handle.read(max(len(SQLITE_MAGIC), len(HEADER_LINE)))
     except OSError as exc:
         raise _fail(path, exc.strerror or exc) from exc
     if head.startswith(SQLITE_MAGIC):
         return "sqlite", None
     if not head:
         return "empty", None
-    if info.st_size < len(HEADER_LINE) and cut_header(_read(path)):  # ours, cut in line 1
+    if cut_header(head):  # ours, cut inside line 1 (no more bytes: shorter than a header)
         return "toolkit-jsonl", ADAPTERS["toolkit-jsonl"]
     return _sniff_jsonl(path)
-
-
-def _read(path) -> bytes:
-    with open(path, "rb") as handle:
-        return handle.read(len(HEADER_LINE))
 
 
 def _sniff_jsonl(path, budget: int = 1 << 26):

@@ -16,10 +16,9 @@ from toolkit.forensics.model import STATES, Raw, register
 from toolkit.ledger.jsonl import FORMAT as JSONL_FORMAT
 from toolkit.ledger.gaps import blank, describe, describe_disorder, missing_ranges, \
     out_of_order, snapshot_base, snapshot_damage
-from toolkit.ledger.jsonl import SALVAGED, read_header
-from toolkit.ledger.header import CUT_HEADER, VERSION, cut_header, header_problem
+from toolkit.ledger.jsonl import SALVAGED
+from toolkit.forensics.jsonl_header import line_one, torn_notes
 from toolkit.ledger.replay import event_parts, whole_line
-from toolkit.ledger.torn import pending_marks
 from toolkit.ledger.salvage import lost_lines
 
 BOM = codecs.BOM_UTF8
@@ -255,17 +254,10 @@ def read_toolkit_jsonl(path) -> Raw:
     raw = Raw()
     history = History(raw)
     with open(path, "rb") as handle:
-        first = handle.readline()
-    header = read_header(first)
-    headed = header is not None
-    problem = header_problem(str(path), header)  # run, ledger and salvage refuse it
-    if problem is not None and header["version"] > VERSION:
-        raw.notes.append(problem)  # a newer toolkit's: not damage
-    elif problem is not None:
-        raw.finding(None, "corrupt_line", f"line 1: {problem}", line=1)
-    if cut_header(first):  # the whole file: nothing more to read
-        raw.finding(None, "corrupt_line", f"line 1: the file {CUT_HEADER}", line=1)
+        header, done = line_one(raw, path, handle.readline())  # run refuses what it reports
+    if done:
         return raw
+    headed = header is not None
     if headed and header.get(SALVAGED) is not None:  # written by ``ledger --salvage``
         raw.notes.append(f"{lost_lines(header[SALVAGED])}: a run looks up every request "
                          "this ledger never recorded before sending it")
@@ -286,10 +278,7 @@ def read_toolkit_jsonl(path) -> Raw:
     _read_lines(path, raw, event, fast, batch, partial(_glued, history, [FILE_TRIES]),
                 whole_line)
     events = history.finish()
-    marks = pending_marks(header, zip(events["seq"], events["key"], events["frm"], events["to"]))
-    for key, after in marks.items():  # cut as torn by a writer, not yet spent (ledger.torn)
-        raw.notes.append(f"torn: a final line naming key {key[:12]} was cut after seq {after}; "
-                         "a run looks up that key's next request before sending it")
+    torn_notes(raw, header, events)  # a cut's mark not yet spent (ledger.torn)
     gaps = seq_gaps(events["seq"], [*history.apart, *history.snapshot_seqs])
     if gaps:  # an orphaned event's line is unusable but holds its own seq, no missing one
         raw.finding(None, "seq_gap", _gap_detail(gaps, len(raw.corrupt_lines) -

@@ -24,15 +24,14 @@ from toolkit.errors import LedgerBusyError, LedgerError, StorageError
 from toolkit.ledger import Event, Item, Ledger
 from toolkit.ledger.gaps import damage_words
 from toolkit.ledger.group import GroupCommit
-from toolkit.ledger.header import (CUT_HEADER, FORMAT, HEADER_LINE, SALVAGED,  # noqa: F401
-                                   VERSION, cut_header, header_line, header_problem,
-                                   header_version, newer_version, read_header)
+from toolkit.ledger.adopt import adopt
+from toolkit.ledger.header import (FORMAT, HEADER_LINE, SALVAGED, VERSION,  # noqa: F401
+                                   header_line, header_version, newer_version, read_header)
 from toolkit.ledger.lines import event_line
 from toolkit.ledger.records import ItemRow, item_of
 from toolkit.ledger.replay import (KEY_PATTERN, SEQ_PATTERN, SNAPSHOT,  # noqa: F401
                                    item_from_json, parse_line, replay)
 from toolkit.ledger.replay import history as replay_history
-from toolkit.ledger.torn import record_cut
 from toolkit.storage import LOCK, os_error, take_exclusive
 
 
@@ -78,8 +77,7 @@ class JsonlLedger(Ledger):
             if created and self.durable:
                 fsync_dir(self.path.parent)  # the new file's name survives a power cut too
             self._replay()
-            self._adopt()
-            record_cut(self)  # a torn tail naming a key: cut now, marked (torn.py)
+            adopt(self)  # line 1's rules: refuse, upgrade, record a cut (adopt.py)
         except LedgerError:
             self.close()
             raise
@@ -101,48 +99,6 @@ class JsonlLedger(Ledger):
         """Its history cannot be read whole (``corruption`` says how): writes are refused."""
         return bool(self.corrupt_lines or self.missing_seqs or self.disorder
                     or self.snapshot_damage)
-
-    def _adopt(self):
-        """Refuse a file this toolkit did not write; give an older toolkit ledger its header.
-
-        Order: the checks read only; the upgrade rewrites the file whole (temp file, fsync,
-        rename, fsync of the folder), so a crash leaves the old file or the new one.
-        """
-        where = str(self.path)
-        problem = header_problem(where, self._header)  # a version not ours: refused
-        if problem is not None:
-            raise LedgerError(problem)
-        if self.version is not None:
-            return
-        if self.torn_tail and self.torn_tail["line"] == 1 and cut_header(self._read_all()):
-            self.snapshot_damage = ("cut_header", CUT_HEADER)  # damage: writes refused
-            return
-        # Toolkit lines read: events and snapshots folded, and events of keys whose add was
-        # lost (``orphans``: what ``: > l`` mid-run leaves, no header, seqs not from 1): a
-        # damaged ledger of ours, which salvage reads, not a foreign file.
-        ours = self._events_read or self.orphans
-        if self.view:
-            if self._size and not ours:
-                raise LedgerError(f"{where!r} is not a resume-toolkit JSONL ledger")
-            return
-        if self._size == 0:
-            self._rewrite(HEADER_LINE)  # a new ledger
-            self.torn_tail, self._valid_end = None, None
-            return
-        if not ours:
-            raise LedgerError(f"{where!r} is not a resume-toolkit JSONL ledger (no line is a "
-                              "toolkit event): refusing to write into it")
-        if not self.damaged:  # pre-header: upgrade in place
-            body = self._read_all()[:self._valid_end]
-            if self.unterminated:  # its owed newline, in the rewrite (no append cuts here)
-                body, self.unterminated = body + b"\n", None
-            self._rewrite(HEADER_LINE + body)
-            self._valid_end = None  # the torn tail was left out of the rewrite
-            end, count = self._history_read  # the file's events, one header line lower
-            self._history_start, self._history_read = len(HEADER_LINE), \
-                (end + len(HEADER_LINE), count)
-            if self.torn_tail:
-                self.torn_tail = {**self.torn_tail, "line": self.torn_tail["line"] + 1}
 
     def _read_all(self) -> bytes:
         with open(self._fd, "rb", closefd=False) as handle:

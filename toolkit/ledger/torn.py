@@ -73,7 +73,7 @@ def record_cut(ledger) -> None:
     """Rule 2: cut a torn tail naming keys, with the header's mark, in one rewrite.
 
     Only a writer on an intact history (a damaged one refuses writes and is salvaged;
-    the audit names the tail's keys). Called after ``_adopt``, so the file has a header
+    the audit names the tail's keys). Called last by ``adopt.adopt``, so the file has a header
     (an older headerless ledger was just given one) and the tail may already be gone
     (the upgrade leaves it out): the history ends at ``_valid_end``, or at the file's end.
     """
