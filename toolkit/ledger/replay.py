@@ -289,7 +289,7 @@ def replay(ledger, fd: int) -> None:
                     raise AssertionError(key)
                 state[key] = fold(item, parts[2], key, parts[5], parts[6], parts[8],
                                   parts[1], parts[9])
-                if marks:  # a cut's mark is spent by the key's next intent (torn.py)
+                if marks and key in marks:  # spent by the key's next intent (torn.py)
                     spends(marks, seq, key, parts[4], parts[5])
                 kept += 1
                 if runs and runs[-1][1] + 1 == seq:
