@@ -193,3 +193,18 @@ def test_hand_cut_after_a_run_that_ended_is_refused_by_the_witness_then_salvaged
     assert subprocess.run(command, capture_output=True).returncode == 0
     stats = provider_stats(tmp_path / "p.db")
     assert _twice(tmp_path) == 0 and stats["executions"] == 3
+
+
+def test_torn_tail_naming_a_key_at_rest_is_no_mark_and_no_rewrite(tmp_path):
+    """A cut line of a cancelled (or done) item came after its last request (a release):
+    nothing more is sent for it, so no mark, no rewrite; the first append cuts it."""
+    key = "ab" * 32
+    ledger = tmp_path / "l.jsonl"
+    with JsonlLedger(ledger) as writer:
+        writer.add(key)
+        writer.move(key, State.PENDING, State.CANCELLED)
+    tail = b'{"attempt": 0, "detail": {}, "from": "cancelled", "key": "' + key.encode() + b'", "op'
+    ledger.write_bytes(ledger.read_bytes() + tail)
+    with JsonlLedger(ledger) as writer:
+        assert writer.torn_keys == [key] and writer.torn_marks == {}
+        assert ledger.read_bytes().endswith(tail)  # not rewritten on open

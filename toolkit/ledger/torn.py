@@ -10,9 +10,9 @@ cannot tell the two apart, so the writer takes the careful reading for both:
 1. On open, the torn tail's bytes are searched for keys (``cut_keys``: the strict
    ``"key": "<64 hex>"`` field, near a line's start: an intent's key survives most cuts).
    A tail naming none is cut as before, at the first append.
-2. A tail naming a key is cut at once, by one atomic rewrite of the file (temp file,
-   fsync, rename, fsync of the folder: ``JsonlLedger._rewrite``, as a header upgrade
-   does) whose header carries the mark ``"torn": [{"key": k, "after": s}]`` (``s``: the
+2. A tail naming a key (of an item not at rest) is cut at once, by one atomic rewrite of
+   the file (temp file, fsync, rename, fsync of the folder: ``JsonlLedger._rewrite``, as
+   a header upgrade does) whose header carries the mark ``"torn": [{"key": k, "after": s}]`` (``s``: the
    seq of the last whole line). A crash leaves the torn tail (read again next time) or
    the mark: never the cut without the mark.
 3. The runner, about to send a request for a marked key, looks it up first
@@ -79,7 +79,14 @@ def record_cut(ledger) -> None:
     """
     if ledger.view or ledger.damaged or not ledger.torn_keys or ledger.version is None:
         return
-    marks = {**ledger.torn_marks, **dict.fromkeys(ledger.torn_keys, ledger._seq)}
+    # A key whose item rests (done, cancelled, ...) sends nothing more: the cut line came
+    # after its last request (a release, say). Only if none is left, no rewrite: the first
+    # append cuts the tail, as a crash's.
+    keys = [key for key in ledger.torn_keys
+            if ledger._current(key) is None or not ledger._load(key).resting]
+    if not keys:
+        return
+    marks = {**ledger.torn_marks, **dict.fromkeys(keys, ledger._seq)}
     header = {**(ledger._header or {}), "format": FORMAT, "version": ledger.version,
               TORN: torn_words(marks)}
     data = ledger._read_all()
