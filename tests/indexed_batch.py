@@ -1,6 +1,7 @@
-"""Fixtures shared by the tests of the inputs' stat index (test_input_index, test_outsider_o23):
-a private copy of the small batch, a count of the runner's input reads, and the safe runner
-over that batch. Imported by name into those modules (pytest collects fixtures there)."""
+"""Fixtures shared by the tests of the inputs' stat index (test_input_index, test_outsider_o23,
+test_resume_paths) and of a rerun's chunks (test_resume_chunk): a private copy of the small
+batch, a count of the runner's input reads, and the safe runner over that batch. Imported by
+name into those modules (pytest collects fixtures there)."""
 
 import os
 import shutil
@@ -50,11 +51,12 @@ def reads(monkeypatch):
 
 @pytest.fixture
 def batch(tmp_path, inputs):
-    """run(**options) -> (runner, counts): the safe runner over ``inputs``; ``run.ledger``,
+    """run(inputs=None, **options) -> (runner, counts): the safe runner over ``inputs`` (the
+    private copy, ``run.corpus``, unless other inputs are given); ``run.ledger``,
     ``run.index``, ``run.provider_db`` name its files, ``run.executions()`` counts."""
     provider = FakeProvider(tmp_path / "provider.db", tmp_path / "jobs")
 
-    def run(**options):
+    def run(inputs=inputs, **options):
         runner = Runner(open_ledger(tmp_path / "ledger.sqlite"), provider, tmp_path / "out",
                         worker="w1", policy=RetryPolicy(base_delay=0.0), sleep=lambda s: None,
                         **options)
@@ -63,7 +65,7 @@ def batch(tmp_path, inputs):
         finally:
             runner.close()
     run.ledger, run.index = tmp_path / "ledger.sqlite", tmp_path / "ledger.sqlite.inputs"
-    run.provider_db = tmp_path / "provider.db"
+    run.provider_db, run.corpus = tmp_path / "provider.db", inputs
     run.executions = lambda: provider_stats(run.provider_db)["executions"]
     wait_until_settled(inputs)
     yield run

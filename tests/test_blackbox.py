@@ -85,3 +85,22 @@ def test_drill_command_without_inputs_is_a_one_line_error():
     result = subprocess.run([sys.executable, "-m", "toolkit", "drill", "--command", "true"],
                             capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 2 and result.stderr.count("\n") == 1
+
+
+def test_503_storm_always_refuses_a_submit_so_a_pipeline_that_drops_refused_documents_fails(
+        inputs, tmp_path):
+    """Outsider o32 P3: with one document the seeded 503 rate refused no submit, and a
+    pipeline that gives a refused document up for good was called ``valid``. The storm now
+    refuses the first submit for sure (counted in ``faults_fired``); the pipeline that
+    drops the refused document never delivers it and fails."""
+    careful = (ROOT / "examples/blackbox/careful_batch.py").read_text()
+    retry = """            time.sleep(0.02 * 2 ** n)  # nothing was accepted: the same key again is safe
+            continue"""
+    assert retry in careful
+    gives_up = tmp_path / "gives_up_on_503.py"
+    gives_up.write_text(careful.replace(retry, '            return {"status": "failed"}'))
+    result = run_scenario(f"{sys.executable} {gives_up}", inputs, SCENARIOS["503-storm"])
+    assert result.faults_fired["refuse_submits"] == 1
+    assert result.status == "INVALID" and "never_processed" in kinds(result)
+    careful_result = run_scenario(CAREFUL, inputs, SCENARIOS["503-storm"])
+    assert careful_result.faults_fired["refuse_submits"] == 1 and careful_result.status == "valid"

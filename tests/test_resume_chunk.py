@@ -11,37 +11,17 @@ import dataclasses
 import os
 import shutil
 
-import pytest
-
 from toolkit import documents
 from toolkit.ledger import State, open_ledger
 from toolkit.provider import FakeProvider, provider_stats
 from toolkit.roots import artifact_file
-from toolkit.runner import RetryPolicy, Runner, artifacts
+from toolkit.runner import Runner, artifacts
 from toolkit.runner.intake import InOrder
 
+from indexed_batch import batch, inputs  # noqa: F401  (fixtures: the safe runner, 4+1 docs)
 from test_resume_stat import hashes  # noqa: F401  (a fixture: the full hashes a run asks for)
 
 S = State
-
-
-@pytest.fixture
-def batch(tmp_path, small_corpus):
-    """run(inputs=small_corpus, **options) -> (runner, counts): the safe runner, 4+1 docs."""
-    provider = FakeProvider(tmp_path / "provider.db", tmp_path / "jobs")
-
-    def run(inputs=small_corpus, **options):
-        runner = Runner(open_ledger(tmp_path / "ledger.sqlite"), provider, tmp_path / "out",
-                        worker="w1", policy=RetryPolicy(base_delay=0.0), sleep=lambda s: None,
-                        **options)
-        try:
-            return runner, runner.run(inputs)
-        finally:
-            runner.close()
-    run.provider_db, run.ledger, run.corpus = tmp_path / "provider.db", \
-        tmp_path / "ledger.sqlite", small_corpus
-    yield run
-    provider.close()
 
 
 def done_items(ledger_path):

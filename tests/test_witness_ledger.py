@@ -19,13 +19,32 @@ from toolkit.provider import provider_stats
 pytestmark = pytest.mark.slow
 
 
-def _run_args(tmp_path, ledger, inputs="in"):
+def _run_args(tmp_path, ledger, inputs="in", out="out"):
     return ["run", "--inputs", tmp_path / inputs, "--ledger", ledger, "--provider-db",
-            tmp_path / "p.db", "--out", tmp_path / "out", "--contract", "non-idempotent",
+            tmp_path / "p.db", "--out", tmp_path / out, "--contract", "non-idempotent",
             "--no-progress"]
 
 
-def _doubles(tmp_path) -> int:
+def two_runs(tmp_path, ledger, docs, seed, outs=("out", "out")):
+    """Run 1 on half of a corpus of ``docs`` (``--out outs[0]``), a copy of the ledger then
+    (returned: ``backup<suffix>``, the ledger closed: an SQLite WAL checkpointed), run 2
+    on all of it (``--out outs[1]``): what a restore of the copy loses."""
+    make_corpus(tmp_path / "all", docs=docs, poison=0, seed=seed)
+    (tmp_path / "in").mkdir()
+    names = sorted(os.listdir(tmp_path / "all"))
+    for name in names[:docs // 2]:
+        shutil.copy(tmp_path / "all" / name, tmp_path / "in" / name)
+    assert run_cli(*_run_args(tmp_path, ledger, out=outs[0])).returncode == 0
+    backup = tmp_path / f"backup{ledger.suffix}"
+    shutil.copy(ledger, backup)
+    for name in names[docs // 2:]:
+        shutil.copy(tmp_path / "all" / name, tmp_path / "in" / name)
+    second = run_cli(*_run_args(tmp_path, ledger, out=outs[1]))
+    assert second.returncode == 0, second.stderr
+    return backup
+
+
+def doubles(tmp_path) -> int:
     tasks = provider_stats(tmp_path / "p.db")["per_task"].values()
     return sum(task["executions"] > 1 for task in tasks)
 
@@ -61,30 +80,21 @@ def test_backup_restored_between_runs_is_refused_and_its_salvage_is_marked(tmp_p
     Property: the next run refuses it before sending anything (exit 2, one line naming
     ``ledger --salvage``); that salvage marks the new ledger, and a run on it executes
     no document twice."""
-    make_corpus(tmp_path / "all", docs=6, poison=0, seed=3)
-    (tmp_path / "in").mkdir()
-    names = sorted(os.listdir(tmp_path / "all"))
-    for name in names[:3]:
-        shutil.copy(tmp_path / "all" / name, tmp_path / "in" / name)
     ledger = tmp_path / "L.jsonl"
-    assert run_cli(*_run_args(tmp_path, ledger)).returncode == 0
-    shutil.copy(ledger, tmp_path / "backup.jsonl")
-    for name in names[3:]:
-        shutil.copy(tmp_path / "all" / name, tmp_path / "in" / name)
-    assert run_cli(*_run_args(tmp_path, ledger)).returncode == 0
-    shutil.copy(tmp_path / "backup.jsonl", ledger)  # restored over it (same inode, cp)
+    backup = two_runs(tmp_path, ledger, docs=6, seed=3)
+    shutil.copy(backup, ledger)  # restored over it (same inode, cp)
 
     refused = run_cli(*_run_args(tmp_path, ledger))
     assert refused.returncode == 2, refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1 and "--salvage" in refused.stderr
-    assert "older copy" in refused.stderr and _doubles(tmp_path) == 0
+    assert "older copy" in refused.stderr and doubles(tmp_path) == 0
 
     salvaged = run_cli("ledger", ledger, "--salvage", tmp_path / "S.jsonl")
     assert salvaged.returncode == 0, salvaged.stderr
     assert _header(tmp_path / "S.jsonl")["salvaged"]["lost"].startswith("the events after seq")
     rerun = run_cli(*_run_args(tmp_path, tmp_path / "S.jsonl"))
     assert rerun.returncode == 0, rerun.stderr
-    assert _doubles(tmp_path) == 0
+    assert doubles(tmp_path) == 0
 
 
 def test_ledger_removed_mid_run_next_run_is_marked_salvaged_and_runs_nothing_twice(tmp_path):
@@ -102,7 +112,7 @@ def test_ledger_removed_mid_run_next_run_is_marked_salvaged_and_runs_nothing_twi
     rerun = run_cli(*_run_args(tmp_path, ledger))
     assert rerun.returncode == 0, rerun.stderr
     assert _header(ledger)["salvaged"]["from"] == "L.jsonl (missing)"
-    assert _doubles(tmp_path) == 0
+    assert doubles(tmp_path) == 0
 
 
 def test_symlink_alias_retargeted_to_a_copy_mid_run_is_refused_before_any_send(tmp_path):
@@ -126,27 +136,18 @@ def test_symlink_alias_retargeted_to_a_copy_mid_run_is_refused_before_any_send(t
     line = refused.stderr.strip()
     assert len(line.splitlines()) == 1 and "copy of" in line and str(orig) in line
     assert provider_stats(tmp_path / "p.db")["executions"] == executed
-    assert _doubles(tmp_path) == 0
+    assert doubles(tmp_path) == 0
 
 
 def test_sqlite_ledger_older_copy_or_missing_is_refused_before_any_send(tmp_path):
     """Fault: an SQLite ledger restored from an older copy, then deleted. Property: each
     next run refuses it (exit 2, one line), executing nothing."""
-    make_corpus(tmp_path / "all", docs=4, poison=0, seed=6)
-    (tmp_path / "in").mkdir()
-    names = sorted(os.listdir(tmp_path / "all"))
-    for name in names[:2]:
-        shutil.copy(tmp_path / "all" / name, tmp_path / "in" / name)
     ledger = tmp_path / "L.sqlite"
-    assert run_cli(*_run_args(tmp_path, ledger)).returncode == 0
-    shutil.copy(ledger, tmp_path / "backup.sqlite")  # closed: its WAL was checkpointed
-    for name in names[2:]:
-        shutil.copy(tmp_path / "all" / name, tmp_path / "in" / name)
-    assert run_cli(*_run_args(tmp_path, ledger)).returncode == 0
+    backup = two_runs(tmp_path, ledger, docs=4, seed=6)
     executed = provider_stats(tmp_path / "p.db")["executions"]
     for suffix in ("", "-wal", "-shm"):
         (tmp_path / f"L.sqlite{suffix}").unlink(missing_ok=True)
-    shutil.copy(tmp_path / "backup.sqlite", ledger)
+    shutil.copy(backup, ledger)
 
     older = run_cli(*_run_args(tmp_path, ledger))
     assert older.returncode == 2 and "older copy" in older.stderr, older.stderr

@@ -135,7 +135,8 @@ def _run(parser):
             from toolkit.runner import witness
 
             # A ledger the witness in --out knows and that is gone is made anew, marked as
-            # salvaged (JSONL), before anything opens it; an SQLite one is refused.
+            # salvaged (JSONL), before anything opens it; an SQLite one is refused, naming
+            # `ledger L --salvage NEW` (witness.replace_missing).
             witness.replace_missing(args.out, args.ledger)
             existing = _existing_ledger(args)  # else its place is checked, by stat alone
             ledger = opened(open_run_ledger(args.strategy, args.ledger)) if existing else None

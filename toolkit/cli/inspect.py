@@ -13,8 +13,10 @@ def _ledger(parser):
     parser.add_argument("path", help="ledger file (.sqlite, .db or .jsonl)")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument("--salvage", metavar="NEW",
-                        help="JSONL: write a new ledger NEW from what is readable; every key a "
-                             "corrupt line may hold goes to needs_review (PATH is left as it is)")
+                        help="write a new ledger NEW (.jsonl, .sqlite: by its suffix) from what "
+                             "is readable, marked with what was lost; every item a lost line "
+                             "or event may hold goes to needs_review (PATH is left as it is; "
+                             "a deleted ledger --out's witness knows: from nothing)")
     parser.add_argument("--out", metavar="OUT", default=None,
                         help="with --salvage: the outputs folder of the runs whose witness "
                              "says what PATH lost (default: PATH's recorded outputs root)")
@@ -30,24 +32,12 @@ def _ledger(parser):
             with open_ledger(args.path) as ledger:
                 items, counts = ledger.items(), ledger.counts()
         else:
+            if args.salvage:  # a missing ledger too: the witness in --out may know it
+                return _salvage(args)
             if not Path(args.path).is_file():  # a FIFO or a device is never opened
                 raise ToolkitError(f"no ledger at {args.path!r}")
-            if args.out is not None and not args.salvage:
+            if args.out is not None:
                 raise ToolkitError("--out goes with --salvage")
-            if args.salvage:
-                from toolkit.ledger.salvage import salvage
-
-                _outside_batch(args.salvage, args.path)  # before anything is read or written
-                from toolkit.runner.witness import loss_of
-
-                result = salvage(args.path, args.salvage,  # an older copy: marked
-                                 loss=lambda old: loss_of(old, args.out))
-                # worded by what was lost (the mark's words: lines, seqs, their order,
-                # snapshot lines), never "corrupt lines none" for a loss of another kind
-                emit(result, args.json, f"wrote {args.salvage}: {result['items']} items, "
-                     f"{len(result['needs_review'])} in needs_review (lost: "
-                     f"{result['lost'] or 'nothing'})")
-                return 0
             with opened_view(args.path) as ledger:
                 # a copy: no migration, schema, journal mode or lock file beside the original
                 refuse_damaged(ledger, args.path)
@@ -67,7 +57,66 @@ def _ledger(parser):
     return run
 
 
-def _outside_batch(new, ledger) -> None:
+def _salvage(args) -> int:
+    """``ledger PATH --salvage NEW [--out OUT]``: a JSONL ledger (``ledger.salvage``), an
+    SQLite one (``ledger.salvage_sqlite``, read through a private copy: never modified), or
+    a ledger deleted that the witness of OUT knows (from nothing; the witness says what was
+    lost). Bad input is refused before anything is read or written."""
+    from pathlib import Path
+
+    from toolkit.ledger.salvage import check_new, salvage
+    from toolkit.ledger.salvage_sqlite import salvage_sqlite
+    from toolkit.runner import witness
+
+    path, new = args.path, args.salvage
+    check_new(Path(new))
+    _outside_batch(new, path, args.out)
+    if not os.path.lexists(path) or (Path(path).is_file() and os.path.getsize(path) == 0 and
+                                     Path(path).suffix.lower() != ".jsonl"):
+        out = _witness_out(path, args.out)
+        found = witness.missing(out, path) if out is not None else None
+        if found is None:
+            raise ToolkitError(f"no ledger at {path!r}" + (
+                f", and the witness in {str(out)!r} knows none there" if out is not None else
+                "; a deleted one is salvaged from what the witness in its run's --out says: "
+                "give --out OUT"))
+        words = f"all of it ({witness.gone_words(found[0], Path(path), found[1])})"
+        result = salvage_sqlite(None, path, new, loss=lambda _: words)
+    elif not Path(path).is_file():  # a FIFO or a device is never opened
+        raise ToolkitError(f"no ledger at {path!r}")
+    elif Path(path).suffix.lower() == ".jsonl":
+        result = salvage(path, new, loss=lambda old: witness.loss_of(old, args.out))
+    else:
+        from toolkit.errors import LedgerBusyError
+        from toolkit.forensics.private import live_wal_connection, opened_view
+        from toolkit.ledger import canonical_path
+
+        real = canonical_path(Path(path))  # run's rule: a second hard link is refused
+        if live_wal_connection(real):  # its history is not finished: as JSONL's lock refuses
+            raise LedgerBusyError(f"SQLite ledger {path!r} is busy: open in another process; "
+                                  "salvage it when that run ends")
+        with opened_view(path) as old:  # a private copy: the original is never written
+
+            def loss(view):  # the witness's entry is the original's, not the copy's
+                out, seen = _witness_out(path, args.out), witness.facts(view)
+                return witness.loss(out, {**seen, "real": os.path.realpath(path)}) \
+                    if out is not None and seen is not None else None
+            result = salvage_sqlite(old, path, new, loss=loss)
+    # worded by what was lost (the mark's words: lines, seqs, their order, snapshot lines,
+    # the witness's), never "corrupt lines none" for a loss of another kind
+    emit(result, args.json, f"wrote {new}: {result['items']} items, "
+         f"{len(result['needs_review'])} in needs_review (lost: {result['lost'] or 'nothing'})")
+    return 0
+
+
+def _witness_out(path, out):
+    """The --out whose witness speaks of ``path``: the one given, else its recorded one."""
+    from toolkit import roots
+
+    return out if out is not None else roots.recorded(os.path.realpath(path)).get("out")
+
+
+def _outside_batch(new, ledger, out=None) -> None:
     """Refuse (one line, exit 2) a salvaged ledger ``new`` in a folder of the ledger's batch
     (the outputs and inputs roots recorded beside its real path), as ``audit --csv``
     refuses its file there: ``run`` refuses a ledger inside its ``--inputs`` (outputs would be the next
@@ -80,7 +129,8 @@ def _outside_batch(new, ledger) -> None:
     real = os.path.realpath(os.path.abspath(new))  # a name not there yet: its folder's real path
     # The roots are recorded beside the ledger's real path (``canonical_path``): a symlink
     # alias of the ledger has no roots file of its own, and would be found outside the batch.
-    for what, folder in batch_folders(os.path.realpath(ledger)):
+    given = [("the --out folder", out)] if out is not None else []
+    for what, folder in given + batch_folders(os.path.realpath(ledger)):
         if inside(real, os.path.realpath(folder)):
             raise ToolkitError(f"--salvage {new!r} is in {what} {folder!r}: refusing to write "
                                "a ledger there (an input or an artifact may be the only copy, "

@@ -1,5 +1,7 @@
-"""An operator's decisions on parked items: ``review`` lists them, ``resolve`` records one."""
+"""An operator's decisions on parked items: ``review`` lists them, ``resolve`` records them
+(one item, or every one parked for a reason: one decision, one event, per item)."""
 
+import contextlib
 import sys
 from pathlib import Path
 
@@ -41,6 +43,8 @@ def _one_line(value) -> str:
 def _review(parser):
     parser.add_argument("--ledger", required=True, help="client ledger (.sqlite, .db, .jsonl or "
                                                         "a postgresql:// URL)")
+    parser.add_argument("--out", help="the outputs root, searched for files named for each "
+                                      "item's key (default: the one recorded beside the ledger)")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
 
     def run(args):
@@ -48,16 +52,18 @@ def _review(parser):
         from toolkit.forensics.private import opened_view
         from toolkit.ledger import open_ledger
         from toolkit.ledger.postgres import postgres_url
+        from toolkit.roots import recorded
         from toolkit.runner.review import parked
 
         _existing(args.ledger, writes=False)
+        out = args.out if args.out is not None else recorded(args.ledger).get("out")
         if postgres_url(args.ledger):
             with open_ledger(args.ledger) as ledger:
-                items = parked(ledger)
+                items = parked(ledger, out)
         else:  # a copy: no lock taken, nothing written beside the original, a live run goes on
             with opened_view(args.ledger) as ledger:
                 refuse_damaged(ledger, args.ledger)  # an item whose lines were lost is hidden
-                items = readable(lambda: parked(ledger), ledger, args.ledger)
+                items = readable(lambda: parked(ledger, out), ledger, args.ledger)
         lines = [f"needs_review ({len(items)})"]
         for item in items:
             lines += [f"key       {_one_line(item['key'])}",
@@ -66,48 +72,75 @@ def _review(parser):
                       f"  job       {_one_line(item['job_id'])}   attempt {item['attempt']}   "
                       f"lookups {item['lookups']}",
                       f"  artifact  {_one_line(item['artifact_path'])}"]
+            lines += [f"  output    {_one_line(path)}   (named for its key)"
+                      for path in item["outputs"]]
             lines += [f"  history   {_one_line(step)}" for step in item["history"]]
         if items:
-            lines.append("decide with: python -m toolkit resolve --ledger PATH --key KEY "
-                         "(--release | --cancel | --accept-artifact FILE) --note TEXT")
+            lines += ["decide with: python -m toolkit resolve --ledger PATH --key KEY "
+                      "(--release | --cancel | --accept-artifact FILE) --note TEXT",
+                      "  its output exists (an 'output' above, or one you fetched into the "
+                      "outputs root): --accept-artifact FILE records it as done; a release is "
+                      "looked up again, and where keys are not idempotent an item the "
+                      "provider has no job for is parked again",
+                      "  every item parked for one reason: --all --reason PREFIX (--release "
+                      "| --cancel) instead of --key; --dry-run lists what it would do"]
         emit({"needs_review": items}, args.json, "\n".join(lines))
         return 0
     return run
 
 
-@command("resolve", "Record an operator's decision on one needs_review item: release it (back "
-                    "to unknown, reconciled by the next run), cancel it, or accept a verified "
-                    "PDF as its artifact (done).")
+@command("resolve", "Record an operator's decision on a needs_review item (--key) or on every "
+                    "one parked for a reason (--all --reason): release it (back to unknown, "
+                    "reconciled by the next run), cancel it, or accept a verified PDF as its "
+                    "artifact (done; one --key only).")
 def _resolve(parser):
     parser.add_argument("--ledger", required=True, help="client ledger (.sqlite, .db, .jsonl or "
                                                         "a postgresql:// URL)")
-    parser.add_argument("--key", required=True, help="the item's task key (as review lists it)")
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--key", help="the item's task key (as review lists it)")
+    which.add_argument("--all", action="store_true",
+                       help="every needs_review item whose reason starts with --reason, one "
+                            "decision (one event) per item; the others are skipped and listed")
+    parser.add_argument("--reason", metavar="PREFIX",
+                        help="with --all: the start of the reasons to decide, as review shows "
+                             "them (e.g. 'salvaged' for the items a salvage parked)")
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--release", action="store_true", help="back to unknown: looked up next run")
     what.add_argument("--cancel", action="store_true", help="cancelled: never processed")
     what.add_argument("--accept-artifact", metavar="FILE",
                       help="a whole PDF inside the outputs root: recorded as the item's artifact")
     parser.add_argument("--note", required=True, help="why: recorded in the event")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="list what would be decided and what skipped; write nothing")
     parser.add_argument("--out", help="the outputs root, when the ledger records none "
                                       "(PostgreSQL, or a ledger written by the API)")
     parser.add_argument("--worker", default="operator", help="name recorded in the event")
 
     def run(args):
-        from toolkit.ledger import open_ledger
         from toolkit.runner.ops import require_healthy
-        from toolkit.runner.review import accepted_artifact, resolve
+        from toolkit.runner.review import DECISIONS, accepted_artifact, check_bulk, resolve
 
         if not args.note.strip():
             raise ToolkitError("--note must say why (it is recorded with the decision)")
-        _existing(args.ledger)
-        require_healthy(args.ledger)  # a batch that failed closed: fix it first (exit 1)
         decision = "release" if args.release else "cancel" if args.cancel else "accept"
+        if args.all:  # before the ledger is opened: bad input opens nothing
+            check_bulk(args.reason, decision)
+        if args.key is not None and args.reason is not None:
+            raise ToolkitError("--reason selects the items of --all; --key names one item")
+        _existing(args.ledger, writes=not args.dry_run)
+        require_healthy(args.ledger)  # a batch that failed closed: fix it first (exit 1)
         artifact = None
         if decision == "accept":  # checked before the ledger is opened: bad input writes nothing
             artifact = accepted_artifact(args.accept_artifact, args.ledger, args.out)
-        # A live run holding a JSONL ledger: LedgerBusyError, exit 1 ("run again when it ends")
-        with open_ledger(args.ledger) as ledger:
-            item = resolve(ledger, args.key, decision, args.note, artifact, args.worker)
+        with _opened(args.ledger, args.dry_run) as ledger:
+            if args.all:
+                return _resolve_all(ledger, args, decision)
+            item = resolve(ledger, args.key, decision, args.note, artifact, args.worker,
+                           dry_run=args.dry_run)
+        if args.dry_run:
+            print(f"dry run, nothing written: {_one_line(args.key)}: would go needs_review -> "
+                  f"{DECISIONS[decision].value}")
+            return 0
         if decision == "accept" and args.out is not None:
             from toolkit import roots
 
@@ -116,3 +149,44 @@ def _resolve(parser):
         print(f"{args.key}: needs_review -> {item.state.value}", file=sys.stderr)
         return 0
     return run
+
+
+def _opened(path, dry_run):
+    """The ledger to decide on: in place (a live run holding a JSONL ledger: LedgerBusyError,
+    exit 1, "run again when it ends"), or for a dry run read as ``review`` reads it."""
+    from toolkit.ledger import open_ledger
+    from toolkit.ledger.postgres import postgres_url
+
+    if not dry_run or postgres_url(path):
+        return open_ledger(path)
+    from toolkit.cli.inspect import refuse_damaged
+    from toolkit.forensics.private import opened_view
+
+    @contextlib.contextmanager
+    def view():
+        with opened_view(path) as ledger:
+            refuse_damaged(ledger, path)  # an item whose lines were lost is hidden
+            yield ledger
+    return view()
+
+
+def _resolve_all(ledger, args, decision) -> int:
+    """Each item's outcome as it is recorded (so a kill shows how far it got), then a count;
+    exit 1 when a live worker held some ("run again later"), else 0."""
+    from toolkit.runner.review import resolve_all
+
+    counts = dict.fromkeys(("decided", "would", "skipped", "later"), 0)
+    out = sys.stdout if args.dry_run else sys.stderr
+    words = {"decided": "needs_review -> {}", "would": "would go needs_review -> {}",
+             "skipped": "skipped, unchanged ({})", "later": "not decided ({})"}
+    for key, outcome, why in resolve_all(ledger, args.reason, decision, args.note,
+                                         args.worker, dry_run=args.dry_run):
+        counts[outcome] += 1
+        print(f"{_one_line(key)}: {words[outcome].format(_one_line(why))}", file=out,
+              flush=True)
+    done = counts["would"] if args.dry_run else counts["decided"]
+    verb = {"release": "released", "cancel": "cancelled"}[decision]
+    print(f"{'dry run, nothing written: would have ' if args.dry_run else ''}{verb} {done}, "
+          f"skipped {counts['skipped']}" + (f", {counts['later']} held by a live worker: run "
+                                            "again later" if counts["later"] else ""), file=out)
+    return 1 if counts["later"] else 0

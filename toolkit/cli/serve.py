@@ -25,6 +25,9 @@ def _serve(parser):
     faults.add_argument("--drop-submits", type=int, default=0, metavar="N",
                         help="the first N submits are accepted and executed, then the connection "
                              "drops with no reply (a lost reply)")
+    faults.add_argument("--refuse-submits", type=int, default=0, metavar="N",
+                        help="the first N submits are refused with 503 transient (nothing "
+                             "accepted)")
 
     def run(args):
         from toolkit.provider import parse_contract
@@ -33,11 +36,12 @@ def _serve(parser):
         if not 0 <= args.port <= 65535:
             raise ToolkitError("--port must be within 0..65535")
         finite("--slow-seconds", args.slow_seconds)
-        if min(args.slow_submits, args.slow_seconds, args.cut_fetches, args.drop_submits) < 0:
-            raise ToolkitError("--slow-submits, --slow-seconds, --cut-fetches and --drop-submits "
-                               "must be >= 0")
+        if min(args.slow_submits, args.slow_seconds, args.cut_fetches, args.drop_submits,
+               args.refuse_submits) < 0:
+            raise ToolkitError("--slow-submits, --slow-seconds, --cut-fetches, --drop-submits and "
+                               "--refuse-submits must be >= 0")
         faults = ServiceFaults(args.slow_submits, args.slow_seconds, args.cut_fetches,
-                               args.drop_submits)
+                               args.drop_submits, args.refuse_submits)
         serve(args.db, args.out, parse_contract(args.contract), args.port, faults,
               ready=lambda line: print(line, flush=True))
         print("stopped", file=sys.stderr)

@@ -38,10 +38,11 @@ def salvage(path, new_path, loss=None) -> dict:
     Returns ``{"items", "needs_review": [keys], "corrupt_lines": [n], "unattributed": [n],
     "seq_gaps": [(first, last)], "salvaged": mark, "lost": text}`` (``unattributed``: corrupt
     lines in which no key can be read at all; ``seq_gaps``: the ranges of missing seqs,
-    ``JsonlLedger.missing_seqs``; ``salvaged``: the new header's mark, or None when
+    ``JsonlLedger.missing_seqs``; ``salvaged``: the new ledger's mark, or None when
     nothing was lost and the old ledger had none; ``lost``: what this salvage found lost,
     its mark's words, or None). ``loss(old)``, given the old ledger open for reading, may
     name a loss its file cannot show (``runner.witness``: an older copy): it marks too.
+    ``new_path`` is a JSONL ledger, or an SQLite one by its suffix (``write_new``).
 
     Raises:
         ToolkitError: ``new_path`` exists or has no folder, or ``path`` is no JSONL ledger
@@ -49,57 +50,94 @@ def salvage(path, new_path, loss=None) -> dict:
         LedgerBusyError: a live writer holds ``path`` (its lines are still being written).
         StorageError: ``path`` is on a read-only file system (its lock cannot be taken).
     """
-    from toolkit.documents import write_atomic
-
     path, new_path = Path(path), Path(new_path)
-    if new_path.exists():
+    check_new(new_path)
+    if path.suffix.lower() != ".jsonl":
+        raise ToolkitError("--salvage reads a .jsonl ledger here (an SQLite one: salvage_sqlite)")
+    with _writer_excluded(path) as real:
+        old = JsonlLedger(real, view=True)  # reads only; refuses a foreign or newer file
+        try:
+            found = Found(
+                items={**old.orphans, **{item.key: item for item in old.items()}},
+                affected=sorted(old.affected_keys), lines=list(old.corrupt_lines),
+                seq=old._seq, unattributed=list(old.unattributed_lines),
+                gaps=list(old.missing_seqs),  # (first, last) ranges: the ledger's own rule
+                disorder=old.disorder, snapshots=old.snapshot_damage,  # gaps.py too
+                mark=old.salvaged,  # an earlier salvage's mark stays: its keys are still lost
+                # cuts not yet spent, and the keys a torn tail names (a view records no
+                # cut): the new ledger looks them up before sending them (torn.py)
+                torn={**old.torn_marks, **dict.fromkeys(old.torn_keys, old._seq)},
+                mode=stat.S_IMODE(os.fstat(old._fd).st_mode),  # the new one gets the old one's
+                # No line read at all (0 bytes, or the header alone): a ledger emptied or
+                # cut in place while a run wrote it (its halt says to salvage) reads as a
+                # new one; only a mark keeps the next run from resending what was sent.
+                empty=(not old._events_read and not old.orphans and not old.corrupt_lines)
+                and "every event line, if it had any (it held none: emptied, or cut to its "
+                    "header)",
+                witnessed=loss(old) if loss is not None else None)  # under the writer lock
+        finally:
+            old.close()
+    return conclude(path.name, new_path, found)
+
+
+@dataclasses.dataclass
+class Found:
+    """What a salvage read of the old ledger (``salvage``; ``salvage_sqlite``: SQLite, or
+    nothing at all): its items, and each kind of loss it shows (empty: none)."""
+    items: dict
+    mark: dict | None = None  # the old ledger's own mark: kept, as ``earlier``
+    mode: int = 0o644
+    seq: int = 0
+    affected: list = dataclasses.field(default_factory=list)  # keys corrupt lines name
+    lines: list = dataclasses.field(default_factory=list)  # corrupt line numbers
+    unattributed: list = dataclasses.field(default_factory=list)
+    gaps: list = dataclasses.field(default_factory=list)
+    disorder: list | None = None
+    snapshots: list = dataclasses.field(default_factory=list)
+    empty: str | None = None  # the words for "it held nothing", when that is a loss
+    witnessed: str | None = None  # what the witness says was lost (``runner.witness``)
+    torn: dict = dataclasses.field(default_factory=dict)  # {key: after}: ``ledger.torn``
+
+
+def check_new(new_path: Path) -> None:
+    """Refuse, before anything is read, a ``new_path`` that exists or has no folder."""
+    if new_path.exists() or new_path.is_symlink():
         raise ToolkitError(f"{str(new_path)!r} exists: salvage writes a new ledger, never over one")
     if not new_path.parent.is_dir():  # a typo, as run's --provider-db is refused: none made
         raise ToolkitError(f"--salvage {str(new_path)!r}: no folder {str(new_path.parent)!r} "
                            "to hold it")
-    if path.suffix.lower() != ".jsonl" or new_path.suffix.lower() != ".jsonl":
-        raise ToolkitError("--salvage reads a .jsonl ledger and writes a new .jsonl ledger")
-    with _writer_excluded(path) as real:
-        old = JsonlLedger(real, view=True)  # reads only; refuses a foreign or newer file
-        try:
-            items = {**old.orphans, **{item.key: item for item in old.items()}}
-            affected, lines, seq = sorted(old.affected_keys), list(old.corrupt_lines), old._seq
-            unattributed = list(old.unattributed_lines)
-            gaps = list(old.missing_seqs)  # (first, last) ranges: the ledger's own rule, gaps.py
-            disorder, snapshots = old.disorder, old.snapshot_damage  # gaps.py too
-            mark = old.salvaged  # an earlier salvage's mark stays: its lost keys are still lost
-            # cuts not yet spent, and the keys a torn tail names (a view does not record its
-            # cut): the new ledger looks them up before sending (torn.py)
-            torn = {**old.torn_marks, **dict.fromkeys(old.torn_keys, old._seq)}
-            mode = stat.S_IMODE(os.fstat(old._fd).st_mode)  # the new ledger gets the old one's
-            # No line read at all (0 bytes, or the header alone): a ledger emptied or cut
-            # in place while a run wrote it (its halt says to salvage) reads as a new one;
-            # only a mark keeps the next run from resending what the lost lines sent.
-            empty = not old._events_read and not old.orphans and not lines
-            witnessed = loss(old) if loss is not None else None  # read under the writer lock
-        finally:
-            old.close()
+    if new_path.suffix.lower() not in (".jsonl", ".sqlite", ".db", ".sqlite3"):
+        raise ToolkitError(f"--salvage {str(new_path)!r}: name a new .jsonl, .sqlite or .db "
+                           "ledger")
+
+
+def conclude(name: str, new_path: Path, found: Found) -> dict:
+    """Park and mark what ``found`` says was lost, write ``new_path``; ``salvage``'s result.
+    ``name``: the old ledger's, for the mark and the reasons."""
+    items, affected, lines, gaps = found.items, found.affected, found.lines, found.gaps
+    disorder, snapshots, mark = found.disorder, found.snapshots, found.mark
     lost = None
-    reason = (f"salvaged from {path.name}: corrupt lines {', '.join(map(str, lines))} may hold "
+    # An SQLite ledger holds no torn mark (``ledger.torn``): the keys it names are a loss.
+    torn = found.torn and new_path.suffix.lower() != ".jsonl" and \
+        f"a final line cut as torn, naming keys {', '.join(k[:12] for k in found.torn)}"
+    reason = (f"salvaged from {name}: corrupt lines {', '.join(map(str, lines))} may hold "
               "events of this item; check it at the provider, then release or cancel it")
-    if lines or gaps or disorder or snapshots or empty or witnessed:
+    if lines or gaps or disorder or snapshots or found.empty or found.witnessed or torn:
         named = ", ".join(map(str, lines[:10])) + (f" and {len(lines) - 10} more"
                                                    if len(lines) > 10 else "")
         lost = " and ".join(filter(None, [
             lines and f"corrupt lines {named}", gaps and f"the events of {describe(gaps)}",
             disorder and f"the order of event lines ({describe_disorder(disorder)})",
-            snapshots and _SNAPSHOTS_LOST[snapshots[0]],
-            empty and "every event line, if it had any (it held none: emptied, or cut to "
-                      "its header)", witnessed]))
+            snapshots and _SNAPSHOTS_LOST[snapshots[0]], found.empty, found.witnessed, torn]))
         # A chain, oldest first: each salvage's own loss stays named (a header deleted
         # took an earlier mark with it: ``missing_header`` says it may have been there).
         chain = mark.get("earlier") if isinstance(mark, dict) else None
         earlier = [*(chain if isinstance(chain, list) else []),
                    {k: v for k, v in mark.items() if k != "earlier"}] \
             if isinstance(mark, dict) else []
-        mark = {"from": path.name, "lost": lost, **({"earlier": earlier} if earlier else {})}
+        mark = {"from": name, "lost": lost, **({"earlier": earlier} if earlier else {})}
         if not lines and not gaps:
-            reason = (f"salvaged from {path.name} ({lost}): this item's state or events may be "
+            reason = (f"salvaged from {name} ({lost}): this item's state or events may be "
                       "wrong or lost; check it at the provider, then release or cancel it")
         # A lost line (or a missing seq) may have been any key's last event: an intent
         # already sent, for instance, whose key now reads as pending. So every item not
@@ -108,7 +146,7 @@ def salvage(path, new_path, loss=None) -> dict:
         affected = sorted(set(affected) | {key for key, item in items.items()
                                            if not _settled(item)})
         if gaps and not lines:
-            reason = (f"salvaged from {path.name}: the events of {describe(gaps)} are missing "
+            reason = (f"salvaged from {name}: the events of {describe(gaps)} are missing "
                       "and may be this item's; check it at the provider, then release or cancel it")
     # A done the lost lines rebuilt without its artifact (only its release line was read,
     # say) is no done a run can verify: parked with that reason, whatever else was lost.
@@ -117,11 +155,26 @@ def salvage(path, new_path, loss=None) -> dict:
         items[key] = dataclasses.replace(
             items.get(key) or Item(key=key), state=State.NEEDS_REVIEW,
             reason=reason if key not in hollow else (
-                f"salvaged from {path.name}: a done without its artifact fields (path, size, "
+                f"salvaged from {name}: a done without its artifact fields (path, size, "
                 "sha256), the lines that recorded them lost; check it at the provider (its "
                 "output may be under the outputs root), then release or cancel it"),
             **dict.fromkeys(LEASE_FIELDS))
     affected = sorted(set(affected) | hollow)
+    write_new(new_path, items, mark, found.seq, found.mode, found.torn)
+    return {"items": len(items), "needs_review": affected, "corrupt_lines": lines,
+            "unattributed": found.unattributed, "seq_gaps": gaps, "salvaged": mark,
+            "lost": lost}
+
+
+def write_new(new_path: Path, items: dict, mark, seq: int, mode: int, torn=None) -> None:
+    """Write the salvaged ledger ``new_path`` (JSONL, or SQLite by its suffix: ``salvage_sqlite``)
+    whole or not at all, with the old ledger's ``mode``, and prove it reads back whole."""
+    if new_path.suffix.lower() != ".jsonl":
+        from toolkit.ledger.salvage_sqlite import write_sqlite
+
+        return write_sqlite(new_path, items, mark, mode)
+    from toolkit.documents import write_atomic
+
     # Seq 1 at least: a header deleted from a salvage of nothing readable then shows as a
     # gap before the next run's first event, never as an older headerless ledger.
     seq = max(seq, 1)
@@ -141,8 +194,6 @@ def salvage(path, new_path, loss=None) -> dict:
         Path(f"{new_path}.lock").unlink(missing_ok=True)
     if not intact:
         raise ToolkitError(f"salvaged ledger {str(new_path)!r} does not read back whole")
-    return {"items": len(items), "needs_review": affected, "corrupt_lines": lines,
-            "unattributed": unattributed, "seq_gaps": gaps, "salvaged": mark, "lost": lost}
 
 
 def _settled(item: Item) -> bool:

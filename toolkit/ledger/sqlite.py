@@ -14,6 +14,7 @@ from toolkit.documents import fsync_dir
 from toolkit.errors import LedgerError, StateConflictError, StorageError, ToolkitError
 from toolkit.ledger import PERMANENT, TERMINAL, Event, Item, Ledger, State
 from toolkit.ledger.group import GroupCommit, SharedFlushes
+from toolkit.ledger.header import SALVAGED  # the mark's name: a meta row here, JSONL's header key
 from toolkit.ledger.records import ItemRow, detail_json, item_of
 from toolkit.ledger.sqlite_cache import DATA_VERSION, _LedgerTxn, _RowCache
 from toolkit.storage import sqlite_read, storage_error
@@ -62,6 +63,20 @@ _STATE_OF = {state.value: state for state in State}  # a dict lookup, not an Enu
 # Bound as plain text: sqlite3 binds a str subclass (a State) only after its adapter
 # lookup and a failed __conform__ attribute lookup, which cost more than the statement.
 _TEXT = {None: None, **{state: state.value for state in State}}
+
+
+def _mark(db) -> dict | None:
+    """The salvage mark of an SQLite ledger (``ledger --salvage`` writes it into the new file
+    in the transaction that writes its items: ``salvage_sqlite.py``), or None. A row there
+    marks the ledger whatever its value reads as: never unmarked by a bad value."""
+    row = db.execute("SELECT value FROM meta WHERE name=?", (SALVAGED,)).fetchone()
+    if row is None:
+        return None
+    try:
+        mark = json.loads(row[0])
+    except (TypeError, ValueError):
+        mark = None
+    return mark if isinstance(mark, dict) else {"lost": str(row[0])}
 
 
 def _item(row) -> Item:
@@ -135,6 +150,7 @@ class SqliteLedger(Ledger):
                     if name not in have:
                         self._db.execute(f"ALTER TABLE items ADD COLUMN {name} {kind}")
             fmt = self._db.execute("SELECT value FROM meta WHERE name='format'").fetchone()
+            self.salvaged = _mark(self._db)  # ``Ledger.salvaged``: read once, as JSONL's header
             self._cache.declare({row[1]: row[2].upper() for row in
                                  self._db.execute("PRAGMA table_info(items)")})
         except StorageError:

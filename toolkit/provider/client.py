@@ -330,7 +330,8 @@ class ServiceProcess:
                    "--out", str(self.out_dir), "--port", str(self.port), "--contract", self.spec,
                    "--slow-submits", str(faults.slow_submits), "--slow-seconds", str(faults.slow_seconds),
                    "--cut-fetches", str(faults.cut_fetches),
-                   "--drop-submits", str(faults.drop_submits)]
+                   "--drop-submits", str(faults.drop_submits),
+                   "--refuse-submits", str(faults.refuse_submits)]
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                          stderr=log)

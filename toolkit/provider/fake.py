@@ -162,11 +162,13 @@ class FakeProvider(Executions):
         return job_id
 
     def submit(self, idem_key: str, document_path, options: dict, task_key: str | None = None,
-               *, worker: str | None = None, token: int | None = None) -> Job:
+               *, worker: str | None = None, token: int | None = None,
+               refuse: bool = False) -> Job:
         """Accept (or deduplicate) a job; with ``run_polls == 0`` it executes before returning.
 
         ``task_key`` defaults to ``idem_key`` up to its last ``:``. ``worker`` and ``token``
-        (the caller's lease) are recorded with the call, for the checker.
+        (the caller's lease) are recorded with the call, for the checker. ``refuse``: a
+        transient refusal forced by the caller (the service's ``refuse_submits`` fault).
 
         Raises:
             TransientError: the seeded transient failure (nothing accepted).
@@ -184,7 +186,7 @@ class FakeProvider(Executions):
         contract = self.contract
         with self._txn() as db:
             call_no = records.bump(db, idem_key, task, "submit_calls")  # counted even if refused
-            if error is None and self._transient(idem_key, call_no):
+            if error is None and (refuse or self._transient(idem_key, call_no)):
                 error = TransientError(f"provider busy (call {call_no} with key {idem_key})")
             if error is None:
                 claim = idem_key if contract.idempotent_keys else None

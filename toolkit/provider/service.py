@@ -70,7 +70,7 @@ class ProviderApp:
         self.provider = FakeProvider(db_path, out_dir, contract, on_phase=self._on_phase)
         self.spool = _own_spool(Path(out_dir) / ".spool")
         self._count_lock = threading.Lock()
-        self._counts = {"submit": 0, "fetch": 0, "drop": 0}
+        self._counts = {"submit": 0, "fetch": 0, "drop": 0, "refuse": 0}
         self.not_ready: str | None = None  # set by a failed write; cleared by a good probe
         get, post = ["GET"], ["POST"]
         self.url_map = Map([
@@ -181,7 +181,10 @@ class ProviderApp:
         upload = self._receive(request, expected)
         try:
             self._local.slow = self._next("submit") <= self.faults.slow_submits
-            job = self.provider.submit(idem_key, upload, options, task_key=task_key)
+            # A refusal goes through the provider, which counts and logs it as its own
+            # transient refusals are (a drill's history shows the 503 the program met).
+            refuse = self._next("refuse") <= self.faults.refuse_submits
+            job = self.provider.submit(idem_key, upload, options, task_key=task_key, refuse=refuse)
         except PermanentError as exc:
             if upload.exists():
                 raise
@@ -251,7 +254,9 @@ class ProviderApp:
         with self._count_lock:
             return _json({"slow_submits": min(self._counts["submit"], self.faults.slow_submits),
                           "cut_fetches": min(self._counts["fetch"], self.faults.cut_fetches),
-                          "drop_submits": min(self._counts["drop"], self.faults.drop_submits)})
+                          "drop_submits": min(self._counts["drop"], self.faults.drop_submits),
+                          "refuse_submits": min(self._counts["refuse"],
+                                                self.faults.refuse_submits)})
 
     def _records(self, request, name):
         provider = self.provider

@@ -16,12 +16,14 @@ CHUNK = 64 * 2**10
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ServiceFaults:
-    """Faults the service does to itself: slow submits (lost replies), cut downloads."""
+    """Faults the service does to itself: slow submits (lost replies), cut downloads,
+    refused submits (503 before anything is accepted)."""
 
     slow_submits: int = 0  # the first N submits: the job stays running ``slow_seconds``
     slow_seconds: float = 0.0
     cut_fetches: int = 0  # the first N artifact responses stop after half their bytes
     drop_submits: int = 0  # the first N submits: accepted and run, then the connection drops
+    refuse_submits: int = 0  # the first N submits: 503 transient, nothing accepted
 
 
 def content_digest(sha256_hex: str) -> str:

@@ -12,6 +12,11 @@ table (``ledger/transitions.py``), with the operator's note in the event:
                                        module's preflight), recorded by size and SHA-256
                                        relative to the batch's outputs root
 
+``resolve_all`` records one decision for every parked item whose reason starts with a
+prefix (``salvaged``: what a salvage parked), item by item, each exactly as ``resolve``
+records it; ``parked`` also names the files under the outputs root that carry an item's
+key, which ``accept`` may take.
+
 Against a live run: a decision takes the item's lease like any worker (claim, re-read
 under the lease, move with its fencing token, release). A live owner's lease is never
 taken (``LeaseHeldError``: "run again later", exit 1); the runner never moves a
@@ -41,21 +46,38 @@ def _step(event) -> str:
         (f" ({said})" if said else "")
 
 
-def parked(ledger) -> list[dict]:
-    """Every ``needs_review`` item with its evidence, ordered by key."""
+def parked(ledger, out=None) -> list[dict]:
+    """Every ``needs_review`` item with its evidence, ordered by key; ``outputs``: the files
+    under the outputs root ``out`` named for its key (``_outputs``), each a candidate for
+    ``--accept-artifact``."""
     items = [item for item in ledger.items() if item.state is S.NEEDS_REVIEW]
     wanted = {item.key for item in items}
     history: dict[str, list] = {key: [] for key in wanted}
     for event in ledger.events() if wanted else ():
         if event.key in wanted:
             history[event.key].append(event)
+    outputs = _outputs(out) if items and out is not None else lambda key: []
     return [{"key": item.key, "source": item.source, "attempt": item.attempt,
              "reason": item.reason, "job_id": item.job_id,
              "lookups": sum(1 for e in history[item.key] if e.op == "move" and e.frm is S.UNKNOWN),
              "artifact_path": item.artifact_path, "artifact_size": item.artifact_size,
-             "artifact_sha256": item.artifact_sha256,
+             "artifact_sha256": item.artifact_sha256, "outputs": outputs(item.key),
              "history": [_step(event) for event in history[item.key] if event.op in ("add", "move")]}
             for item in items]
+
+
+def _outputs(out):
+    """``key -> [path]``: the whole outputs under ``out`` named for a key the way the toolkit
+    names them (``<stem>.<key8>.pdf``, any subfolder, any case), found as a salvaged run
+    finds them (``salvaged.traces``, one walk); page checkpoints are no whole output. Where
+    such a file exists, ``--accept-artifact`` is the way out: a release is looked up again,
+    and a contract without idempotent keys parks an item the provider has no job for again."""
+    from toolkit.runner.salvaged import _index, traces
+
+    checkpoints = Path(out) / ".checkpoints"
+    index = _index([Path(out)], checkpoints)
+    return lambda key: [str(path) for path in traces(index, key, None)
+                        if path.parent != checkpoints]
 
 
 def accepted_artifact(path, ledger_path, out=None) -> dict:
@@ -103,14 +125,8 @@ def _not_shared(ledger, key: str, stored: str) -> None:
                                f"{other.key!r}: give this item its own file")
 
 
-def resolve(ledger, key: str, decision: str, note: str, artifact: dict | None = None,
-            worker: str = "operator"):
-    """Record ``decision`` (``DECISIONS``) for the parked item ``key``; return the new item.
-
-    Raises:
-        ToolkitError: no such item, or not ``needs_review`` (nothing is written).
-        NotReadyError: a live worker holds its lease, or it moved meanwhile: run again.
-    """
+def _check(ledger, key: str, decision: str, artifact: dict | None):
+    """Raise ToolkitError (nothing written) unless ``key`` is a parked item ``decision`` fits."""
     item = ledger.get(key)
     if item is None:
         raise ToolkitError(f"no item {key!r} in the ledger")
@@ -119,28 +135,122 @@ def resolve(ledger, key: str, decision: str, note: str, artifact: dict | None = 
                            "nothing to resolve")
     if decision == "accept":
         _not_shared(ledger, key, artifact["artifact_path"])
-    # JSONL: claim, move and release stand or fall together (a full disk at the move
-    # leaves no claim behind); the other ledgers commit each write whole on their own
+    return item
+
+
+def resolve(ledger, key: str, decision: str, note: str, artifact: dict | None = None,
+            worker: str = "operator", dry_run: bool = False):
+    """Record ``decision`` (``DECISIONS``) for the parked item ``key``; return the new item
+    (with ``dry_run``, the item as it is: nothing is claimed or written).
+
+    Raises:
+        ToolkitError: no such item, or not ``needs_review`` (nothing is written).
+        NotReadyError: a live worker holds its lease, or it moved meanwhile: run again.
+    """
+    item = _check(ledger, key, decision, artifact)
+    if dry_run:
+        return item
+    current, moved = _decided(ledger, key, decision, note, artifact, worker, _parked)
+    if not moved:
+        raise NotReadyError(f"item {key!r} moved to {current.state.value} meanwhile: "
+                            "review it again")
+    return current
+
+
+def _parked(item) -> bool:
+    return item.state is S.NEEDS_REVIEW
+
+
+def _decided(ledger, key, decision, note, artifact, worker, chosen):
+    """``(item, True)`` once ``decision`` is recorded for ``key``; ``(item, False)`` with
+    nothing moved when the item, read again under our lease, is no longer ``chosen``.
+
+    JSONL: claim, move and release stand or fall together (a full disk at the move leaves
+    no claim behind); the other ledgers commit each write whole on their own. A kill -9
+    between them leaves the item parked as it was but for our claim (which the next claim
+    takes: its owner's process is gone, or it is ours by name), or decided with our lease
+    left on it (an item at rest: no run claims it): never halfway."""
     together = getattr(ledger, "all_or_nothing", contextlib.nullcontext)
     with together():
-        return _decide(ledger, key, decision, note, artifact, worker)
+        try:
+            token = ledger.claim(key, worker, ttl=60.0)
+        except LeaseHeldError as exc:
+            held = exc  # nothing written: leave the block whole (an error would close it)
+        else:
+            return _move_held(ledger, key, decision, note, artifact, worker, chosen, token)
+    raise NotReadyError(f"{held}: a live worker holds it; resolve it later")
 
 
-def _decide(ledger, key, decision, note, artifact, worker):
-    try:
-        token = ledger.claim(key, worker, ttl=60.0)
-    except LeaseHeldError as exc:
-        raise NotReadyError(f"{exc}: a live worker holds it; resolve it later") from None
+def _move_held(ledger, key, decision, note, artifact, worker, chosen, token):
     try:
         current = ledger.get(key)  # decided on the item as it is under our lease
-        if current.state is not S.NEEDS_REVIEW:
-            raise NotReadyError(f"item {key!r} moved to {current.state.value} meanwhile: "
-                                "review it again")
+        if not chosen(current):
+            return current, False
         fields = dict(artifact or {}) if decision == "accept" else {}
-        return ledger.move(key, S.NEEDS_REVIEW, DECISIONS[decision], token=token, worker=worker,
-                           note=note, reason=REASONS.get(decision), **fields)
+        return ledger.move(key, S.NEEDS_REVIEW, DECISIONS[decision], token=token,
+                           worker=worker, note=note, reason=REASONS.get(decision),
+                           **fields), True
     finally:
         try:
             ledger.release(key, token, worker)
         except StaleTokenError:
             pass  # another owner took it meanwhile: the lease is theirs (fenced)
+
+
+def resolve_all(ledger, reason: str, decision: str, note: str, worker: str = "operator",
+                dry_run: bool = False):
+    """Record ``decision`` (release or cancel) for every parked item whose recorded reason
+    starts with ``reason``, one item at a time, each exactly as ``resolve`` records one
+    (claim, one move with the note, release). Yields ``(key, outcome, why)`` as it goes:
+
+      decided   the move is recorded (``why``: the new state)
+      would     ``dry_run``: it would be decided; nothing is claimed or written
+      skipped   parked for another reason, or no longer parked under our lease (moved
+                meanwhile, its reason changed): never changed (``why`` says which)
+      later     a live worker holds its lease: run again later
+
+    Items are listed once, by key; each is decided on the item as read again under its
+    lease, never on the listing. One item's decision is whole or absent (``_decided``), so
+    a kill -9 midway leaves the ones before it decided and the rest parked: a rerun lists
+    only those and decides them. A fault of the ledger itself stops the loop (raised).
+
+    Raises:
+        ToolkitError: (at the call, before any item) ``check_bulk`` refuses the arguments.
+    """
+    check_bulk(reason, decision)
+    return _each(ledger, reason, decision, note, worker, dry_run)
+
+
+def check_bulk(reason: str | None, decision: str) -> None:
+    """Raise ToolkitError unless a bulk decision can be made: release or cancel (an artifact
+    is one item's own file), and a reason to select by (so an item parked for another
+    cause is never decided in bulk by accident)."""
+    if decision not in REASONS:
+        raise ToolkitError("--accept-artifact decides one item (its own file): give --key")
+    if not (reason or "").strip():
+        raise ToolkitError("--all needs --reason PREFIX, the start of the reasons to decide "
+                           "(review lists them): an item parked for another reason is never "
+                           "decided in bulk")
+
+
+def _each(ledger, reason, decision, note, worker, dry_run):
+    def chosen(item) -> bool:
+        return item.state is S.NEEDS_REVIEW and (item.reason or "").startswith(reason)
+    listed = sorted((item for item in ledger.items() if item.state is S.NEEDS_REVIEW),
+                    key=lambda item: item.key)
+    for item in listed:
+        if not chosen(item):
+            yield item.key, "skipped", f"parked for another reason: {item.reason}"
+        elif dry_run:
+            yield item.key, "would", DECISIONS[decision].value
+        else:
+            try:
+                current, moved = _decided(ledger, item.key, decision, note, None, worker,
+                                          chosen)
+            except NotReadyError as exc:
+                yield item.key, "later", str(exc)
+                continue
+            yield item.key, ("decided" if moved else "skipped"), (
+                current.state.value if moved else
+                f"now {current.state.value}, moved meanwhile" if not _parked(current) else
+                f"its reason changed meanwhile: {current.reason}")

@@ -1,7 +1,9 @@
 """A salvaged ledger: a request it never recorded may have been sent already.
 
 ``ledger --salvage`` writes a new ledger from what was readable and, when lines were lost,
-marks it in its header (``ledger.salvage``; the mark outlives compaction). A key every
+marks it: a JSONL ledger in its header (``ledger.salvage``; the mark outlives compaction),
+an SQLite one in a meta row (``ledger.salvage_sqlite``). Each backend reads its mark at
+open into ``Ledger.salvaged``, the one thing asked here (``marked``). A key every
 line of which was lost is not in that ledger at all: a run takes its input up as new work,
 and a provider without idempotent keys would execute the document again. So on a marked
 ledger every request the ledger never recorded -- a document's first, a long document's
@@ -83,13 +85,19 @@ def traces(index, key: str, pages_done: int | None) -> list[Path]:
     return sorted(set(out))  # one file under two roots (one inside the other) named once
 
 
+def marked(ledger) -> bool:
+    """Whether ``ledger`` is salvaged: the one rule (a JSONL header's mark, an SQLite meta
+    row, as the backend read it at open; a PostgreSQL ledger: never)."""
+    return getattr(ledger, "salvaged", None) is not None
+
+
 class Salvaged:
     """Mixed into ``Runner``: it uses the runner's ``_look_up``, ``_move`` and ``_submit``."""
 
     def _send_new(self, item, token, budget):
         """Send the request whose intent was just written (a first send, a page, a retry):
         at once, or on a salvaged ledger after a lookup (the table above)."""
-        if getattr(self.ledger, "salvaged", None) is None:
+        if not marked(self.ledger):
             marks = getattr(self.ledger, "torn_marks", None)  # cuts not yet spent (torn.py)
             if marks and marks.pop(item.key, None) is not None:
                 return self._look_up_cut(item, token, budget)
@@ -157,7 +165,7 @@ class Salvaged:
         is found). A third such run in a row is past it (README).
         ``self._checked`` holds the attempts asked, for the reason. A ledger never
         salvaged: None at once (its history is whole)."""
-        if getattr(self.ledger, "salvaged", None) is None:
+        if not marked(self.ledger):
             return None
         window = 2 * self.policy.submits + 1
         found, unanswered, misses, attempt = None, False, 0, item.attempt

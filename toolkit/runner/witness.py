@@ -15,10 +15,11 @@ the ledger's own first write and carried by every copy; another ledger has anoth
 
 At the start of a run, before anything is sent (``check``), against that entry:
 
-  no file (or an empty one)     JSONL: a new ledger is made *marked as salvaged*
-                                (``from``: the missing path, ``lost``: everything), so
+  no history (no file, 0 bytes, JSONL: a new ledger is made *marked as salvaged*
+   or a header alone)           (``from``: the missing path, ``lost``: everything), so
                                 the run looks up every request before sending it
-                                (``runner.salvaged``); SQLite: refused
+                                (``runner.salvaged``); SQLite: refused,
+                                naming ``ledger L --salvage NEW`` (from nothing)
   a lower last seq, or a copy   an older copy: refused (exit 2), naming ``ledger L
    of a ledger witnessed at a   --salvage NEW``, which reads this witness and marks
    higher seq elsewhere         the new ledger (``loss``)
@@ -29,6 +30,15 @@ then records the entry (so a run killed at once is still witnessed) and records 
 at the end with the seq the ledger reached in memory, even when the run halted because
 the ledger's path was replaced or removed (the file there no longer holds those events).
 PostgreSQL ledgers have no file and no witness.
+
+One ledger may be run with several ``--out`` folders in turn; each witness then saw part
+of its history. So a run reads, and records into, the witness of every folder this ledger
+is known to have used (``circle``): its own ``--out``, the batch's recorded ``out``
+(``roots``), and the ``peers`` each of their entries lists, as far as the files say. A
+folder gone is skipped; one that cannot be written keeps its older entry (it refuses no
+more than it did, and sees less far). A witness file that does not read as one (garbage,
+empty, a directory, ``{}``, an entry of wrong types) is refused, naming it: never rewritten
+without the entries it held.
 """
 
 import contextlib
@@ -41,7 +51,7 @@ from pathlib import Path
 
 from toolkit import documents, roots
 from toolkit.errors import LedgerError, StorageError, ToolkitError
-from toolkit.ledger.header import header_line, read_header
+from toolkit.ledger.header import SALVAGED, VERSION, header_line, read_header
 from toolkit.storage import LOCK, READ_ONLY, take_exclusive
 
 NAME = ".witness.json"
@@ -69,26 +79,66 @@ def facts(ledger) -> dict | None:
                 "salvaged": bool(getattr(ledger, "salvaged", None)),
                 "compacted": snapshots.get("seq") if isinstance(snapshots, dict) else None}
     if isinstance(ledger, SqliteLedger):
+        from toolkit.runner.salvaged import marked  # its meta row: the runner's one rule
+
         db = ledger._db
         top = db.execute("SELECT max(seq) FROM events").fetchone()[0] or 0
         row = db.execute("SELECT seq, ts, key FROM events ORDER BY seq LIMIT 1").fetchone()
         ident = hashlib.sha256(repr(tuple(row)).encode()).hexdigest()[:20] if row else None
         return {"real": _real(ledger.path), "kind": "sqlite", "seq": int(top), "id": ident,
-                "salvaged": False, "compacted": None}
+                "salvaged": marked(ledger), "compacted": None}
     return None
 
 
+def _damaged(where: Path, what: str) -> LedgerError:
+    """The one refusal of a witness file that does not read as one: what to do, and what
+    doing it loses."""
+    return LedgerError(
+        f"the witness {str(where)!r} is damaged ({what}); move it aside (mv {str(where)!r} "
+        f"{str(where) + '.damaged'!r}) and run again: the ledgers it recorded are then "
+        "unwitnessed in that folder (an older copy of one, restored, is not seen there "
+        "until a run records it anew)")
+
+
+def _valid(entry) -> bool:
+    """An entry as ``record`` writes it: id (text or null), seq (int >= 0), kind (text),
+    peers (a list of folder paths; absent before peers were recorded)."""
+    return isinstance(entry, dict) and isinstance(entry.get("id"), (str, type(None))) and \
+        type(entry.get("seq")) is int and entry["seq"] >= 0 and \
+        isinstance(entry.get("kind"), str) and \
+        isinstance(entry.get("peers", []), list) and \
+        all(isinstance(peer, str) for peer in entry.get("peers", []))
+
+
 def read(out) -> dict:
-    """The witness of ``out``: ``{real path: {"id", "seq", "kind"}}`` ({} if none yet)."""
+    """The witness of ``out``: ``{real path: {"id", "seq", "kind", "peers"}}`` ({} if none
+    yet).
+
+    Raises:
+        LedgerError: the file is there and does not read whole as a witness (exit 2).
+    """
+    where = Path(out) / NAME
     try:
-        saved = json.loads((Path(out) / NAME).read_bytes())
-    except FileNotFoundError:
+        raw = where.read_bytes()
+    except (FileNotFoundError, NotADirectoryError):
         return {}
-    except (OSError, ValueError) as exc:
-        raise LedgerError(f"the witness {str(Path(out) / NAME)!r} cannot be read ({exc}); "
-                          "it records which ledgers the runs into this --out saw") from exc
+    except IsADirectoryError:
+        raise _damaged(where, "a directory in its place") from None
+    except OSError as exc:
+        raise LedgerError(f"the witness {str(where)!r} cannot be read ({exc.strerror}); it "
+                          "records which ledgers the runs into this --out saw: make it "
+                          "readable and run again") from exc
+    try:
+        saved = json.loads(raw)
+    except ValueError:
+        raise _damaged(where, "an empty file" if not raw.strip() else "not JSON") from None
     entries = saved.get("ledgers") if isinstance(saved, dict) else None
-    return entries if isinstance(entries, dict) else {}
+    if not isinstance(entries, dict):
+        raise _damaged(where, 'no "ledgers" object')
+    wrong = [real for real, entry in entries.items() if not _valid(entry)]
+    if wrong:
+        raise _damaged(where, f"the entry of {wrong[0]} is not an id, a seq and a kind")
+    return entries
 
 
 @contextlib.contextmanager
@@ -102,23 +152,31 @@ def _locked(out):
         os.close(fd)
 
 
-def record(out, seen: dict | None, seq: int | None = None) -> None:
+def record(out, seen: dict | None, seq: int | None = None, peers=(), make=True) -> None:
     """Record ``seen`` (``facts`` of a ledger; ``seq``: the seq it reached, if later) in
-    ``out``'s witness. The same ledger keeps the higher seq; another identity replaces it
-    (``check`` let it in). Raises StorageError when ``out`` cannot be written."""
+    ``out``'s witness, with ``peers`` (the other folders of its ``circle``, added to those
+    the entry lists). The same ledger keeps the higher seq; another identity replaces it
+    (``check`` let it in). ``make=False``: a folder that is gone stays gone.
+
+    Raises:
+        StorageError: ``out`` cannot be written.
+        LedgerError: its witness file is damaged (``read``).
+    """
     if seen is None:
         return
     seq = max(seen["seq"], seq or 0)
     try:
-        Path(out).mkdir(parents=True, exist_ok=True)
+        if make:
+            Path(out).mkdir(parents=True, exist_ok=True)
         with _locked(out):
             entries = read(out)
-            old = entries.get(seen["real"])
-            ident = seen["id"] or (old or {}).get("id")
-            if isinstance(old, dict) and old.get("id") in (None, ident) and \
-                    isinstance(old.get("seq"), int):
+            old = entries.get(seen["real"], {})
+            ident = seen["id"] or old.get("id")
+            if old.get("id") in (None, ident) and "seq" in old:
                 seq = max(seq, old["seq"])  # a seq only grows: keep the max
-            entries[seen["real"]] = {"id": ident, "seq": seq, "kind": seen["kind"]}
+            known = set(old.get("peers", ())) | {_real(peer) for peer in peers}
+            entries[seen["real"]] = {"id": ident, "seq": seq, "kind": seen["kind"],
+                                     "peers": sorted(known - {_real(out)})}
             documents.write_atomic(json.dumps({"ledgers": entries}, indent=1,
                                               sort_keys=True).encode(), Path(out) / NAME)
     except OSError as exc:
@@ -127,23 +185,68 @@ def record(out, seen: dict | None, seq: int | None = None) -> None:
             from exc
 
 
+def circle(out, ledger_path, ident: str | None = None) -> list[str]:
+    """The folders whose witness speaks for the ledger at ``ledger_path`` (identity
+    ``ident``, if known): ``out`` first, then the batch's recorded ``out`` (``roots``),
+    then the ``peers`` listed by their entries for its real path or its identity (a copy's),
+    transitively. A folder that is gone (not a directory) is left out, but not ``out``.
+
+    Raises:
+        LedgerError: a witness in the circle is damaged (``read``).
+    """
+    real, first = _real(ledger_path), _real(out)
+    todo, found = [first], []
+    recorded = roots.recorded(ledger_path).get("out")
+    if recorded is not None:
+        todo.append(_real(recorded))
+    while todo:
+        folder = todo.pop(0)
+        if folder in found or (folder != first and not os.path.isdir(folder)):
+            continue
+        found.append(folder)
+        for path, entry in read(folder).items():
+            if path == real or (ident is not None and entry["id"] == ident):
+                todo.extend(entry.get("peers", ()))
+    return found
+
+
+def record_all(folders, seen: dict) -> None:
+    """Record ``seen`` in the witness of each folder of its circle, each listing the others.
+    The first (the run's ``--out``) must take it (StorageError); another that cannot (gone
+    since, read-only, full, damaged since) is skipped: it keeps its older entry."""
+    for at, folder in enumerate(folders):
+        peers = [other for other in folders if other != folder]
+        if at == 0:
+            record(folder, seen, peers=peers)
+            continue
+        with contextlib.suppress(ToolkitError, OSError):
+            record(folder, seen, peers=peers, make=False)
+
+
 def record_end(out, seen, ledger) -> None:
-    """At a run's end (``seen``: what ``check`` returned at its start; None: no witness):
-    the seq the ledger reached. A failure here (``--out`` full, read-only, gone) is not
-    the run's to report: the start's entry stays, a lower bound, so the witness still
-    refuses only what lost transitions, and sees a little less far."""
+    """At a run's end (``seen``: what ``check`` returned at its start, its ``outs`` the
+    circle; True: judged but not kept (``--workers``), so the circle is read again; None:
+    no witness): the seq the ledger reached, in every folder of the circle. A failure here
+    (``--out`` full, read-only, gone) is not the run's to report: the start's entry stays, a
+    lower bound, so the witness still refuses only what lost transitions, and sees a little
+    less far."""
     if seen:
         with contextlib.suppress(ToolkitError, OSError):
-            record(out, facts(ledger))
+            now = facts(ledger)
+            if now is None:
+                return
+            folders = seen["outs"] if isinstance(seen, dict) else \
+                circle(out, ledger.path, now["id"])
+            record_all(folders, now)
 
 
 def loss(out, seen: dict) -> str | None:
     """What the witness of ``out`` says ``seen``'s history lost, in words; None if nothing."""
     entries = read(out)
     name, mine = Path(seen["real"]).name, entries.get(seen["real"])
-    if isinstance(mine, dict) and isinstance(mine.get("seq"), int):
-        same = mine.get("id") is None or seen["id"] is None or mine["id"] == seen["id"]
-        if seen["salvaged"] and (seen["id"] is None or seen["id"] != mine.get("id")):
+    if mine is not None:
+        same = mine["id"] is None or seen["id"] is None or mine["id"] == seen["id"]
+        if seen["salvaged"] and (seen["id"] is None or seen["id"] != mine["id"]):
             pass  # a salvaged ledger in its place: it looks up every request it never recorded
         elif same and seen["seq"] < mine["seq"]:
             return (f"the events after seq {seen['seq']} (runs into {out} saw {name} reach seq "
@@ -153,82 +256,128 @@ def loss(out, seen: dict) -> str | None:
             return (f"the history of the ledger that was here (another ledger is at {name}; "
                     f"runs into {out} saw the one there reach seq {mine['seq']})")
     for real, entry in entries.items():  # a copy: the same identity, witnessed further on
-        if real != seen["real"] and isinstance(entry, dict) and seen["id"] is not None and \
-                entry.get("id") == seen["id"] and isinstance(entry.get("seq"), int) and \
-                entry["seq"] > seen["seq"]:
+        if real != seen["real"] and seen["id"] is not None and entry["id"] == seen["id"] \
+                and entry["seq"] > seen["seq"]:
             return (f"the events after seq {seen['seq']} ({name} is a copy of {real}, which "
                     f"runs into {out} saw reach seq {entry['seq']})")
     return None
 
 
+def _first_loss(folders, seen: dict) -> tuple[str, str] | None:
+    """``(folder, what was lost)`` of the first folder whose witness sees a loss; None."""
+    for folder in folders:
+        lost = loss(folder, seen)
+        if lost is not None:
+            return folder, lost
+    return None
+
+
 def loss_of(ledger, out=None) -> str | None:
     """What the witness in ``out`` (default: the ledger's recorded outputs root, ``roots``)
-    says its history lost, for ``ledger --salvage`` (which marks the new ledger with it);
-    None if nothing."""
+    and the rest of its circle say its history lost, for ``ledger --salvage`` (which marks
+    the new ledger with it); None if nothing."""
     out = out if out is not None else roots.recorded(ledger.path).get("out")
     seen = facts(ledger) if out is not None else None
-    return loss(out, seen) if seen is not None else None
+    if seen is None:
+        return None
+    found = _first_loss(circle(out, ledger.path, seen["id"]), seen)
+    return found[1] if found is not None else None
 
 
 def check(out, ledger) -> dict | None:
     """At a run's start, the ledger just opened (before anything is sent): refuse a history
-    that lost transitions (the module's table), else record it; return its ``facts``.
+    that lost transitions (the module's table) by the witness of any folder of its circle,
+    else record it in each; return its ``facts``, with ``outs``: the circle.
 
     Raises:
         LedgerError: an older copy, another ledger, a copy of a ledger witnessed further
-            on: one line naming the salvage (exit 2).
-        StorageError: the witness cannot be written.
+            on, a damaged witness: one line naming what to do (exit 2).
+        StorageError: the witness in ``out`` cannot be written.
     """
     seen = facts(ledger)
     if seen is None:
         return None
-    lost = loss(out, seen)
+    folders = circle(out, ledger.path, seen["id"])
+    out, lost = _first_loss(folders, seen) or (out, None)  # out: the folder that saw it
     if lost is not None:
         where = ledger.path
-        advice = (f"salvage it: toolkit ledger {str(where)!r} --salvage NEW.jsonl --out "
+        new = "NEW.jsonl" if seen["kind"] == "jsonl" else "NEW.sqlite"  # SQLite: from a copy
+        advice = (f"salvage it: toolkit ledger {str(where)!r} --salvage {new} --out "
                   f"{str(out)!r} (the new "
                   "ledger is marked: every request it never recorded is looked up before it "
-                  "is sent), then run with --ledger NEW.jsonl" if seen["kind"] == "jsonl" else
-                  "put the newest copy back; a run on this one would send again what the "
-                  "lost events recorded")
+                  f"is sent), then run with --ledger {new}")
         raise LedgerError(f"ledger {str(where)!r} lost transitions: {lost}; {advice}")
-    record(out, seen)
+    record_all(folders, seen)
+    seen["outs"] = folders
     return seen
 
 
-def missing(out, ledger_path) -> dict | None:
-    """The witness's entry for a ledger whose file is missing or empty (None: no entry,
-    or the file is there): a run on it would start an empty history."""
-    if "://" in os.fspath(ledger_path):
+def no_history(ledger_path) -> bool:
+    """True for a ledger file that holds no event line: missing, 0 bytes, or (JSONL) its
+    header alone, blank lines aside, of our version and not marked as salvaged -- whatever
+    made it (a run on no inputs, ``head -1 L > L``), nothing in it shows what the witness
+    saw. A marked one already looks everything up; a newer version is the open's to
+    refuse."""
+    try:
+        if os.stat(ledger_path).st_size == 0:
+            return True
+        if Path(ledger_path).suffix.lower() != ".jsonl":
+            return False
+        with open(ledger_path, "rb") as handle:
+            lines = [line for line in handle.read(READ).split(b"\n") if line.strip()]
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False  # there, but not readable: the open says why
+    header = read_header(lines[0]) if len(lines) == 1 else None
+    return header is not None and header["version"] == VERSION and not header.get(SALVAGED)
+
+
+def missing(out, ledger_path) -> tuple[str, dict] | None:
+    """``(folder, entry)``: the witness entry, in ``out``'s circle, for a ledger with no
+    history (``no_history``); None: no entry, or the ledger has history: a run on it would
+    start an empty history where the witness saw one begin."""
+    if "://" in os.fspath(ledger_path) or not no_history(ledger_path):
         return None
-    with contextlib.suppress(OSError):
-        if os.stat(ledger_path).st_size > 0:
-            return None
-    entry = read(out).get(_real(ledger_path))
-    return entry if isinstance(entry, dict) else None
+    real = _real(ledger_path)
+    for folder in circle(out, ledger_path):
+        entry = read(folder).get(real)
+        if entry is not None:
+            return folder, entry
+    return None
+
+
+def gone_words(folder, real: Path, entry: dict) -> str:
+    """What a ledger with no history lost, in the words of the witness that saw it."""
+    return f"runs into {folder} saw {real.name} reach seq {entry.get('seq')}; it is missing " \
+        "or empty now"
 
 
 def replace_missing(out, ledger_path) -> None:
-    """Before a run opens a ledger: a JSONL ledger the witness of ``out`` knows and that is
-    missing (or empty) is made anew *marked as salvaged* (lost: all), so the run looks up
-    every request before sending it. An SQLite one is refused.
+    """Before a run opens a ledger: a JSONL ledger the witness of ``out``'s circle knows and
+    that has no history (missing, empty, its header alone: ``no_history``) is made anew
+    *marked as salvaged* (lost: all), so the run looks up every request before sending it.
+    An SQLite one is refused.
 
     Order: the marked header is written to a temp file, fsynced and linked into place
     (``os.link`` never replaces: a ledger made meanwhile by another run wins, and is then
-    judged by ``check``); an empty file is replaced only under the ledger's writer lock.
+    judged by ``check``); a file there is replaced only under the ledger's writer lock.
 
     Raises:
         LedgerError: a missing SQLite ledger (exit 2).
     """
-    entry = missing(out, ledger_path)
-    if entry is None:
+    found = missing(out, ledger_path)
+    if found is None:
         return
+    out, entry = found  # out: the folder whose witness saw it
     real = Path(_real(ledger_path))
-    gone = (f"runs into {out} saw {real.name} reach seq {entry.get('seq')}; it is missing "
-            "or empty now")
-    if real.suffix.lower() != ".jsonl":
-        raise LedgerError(f"ledger {str(ledger_path)!r} lost its history: {gone}; put it back "
-                          "(a run on an empty one would send again what it recorded)")
+    gone = gone_words(out, real, entry)
+    if real.suffix.lower() != ".jsonl":  # SQLite: salvaged from nothing, by a person
+        raise LedgerError(f"ledger {str(ledger_path)!r} lost its history: {gone}; put it back, "
+                          f"or salvage it: toolkit ledger {str(ledger_path)!r} --salvage "
+                          f"NEW.sqlite --out {str(out)!r} (the new ledger is marked: every "
+                          "request is looked up before it is sent), then run with --ledger "
+                          "NEW.sqlite")
     mark = {"from": f"{real.name} (missing)", "lost": f"all of it ({gone})"}
     tmp = real.with_name(f".{real.name}.witness-{os.getpid()}")
     lock = os.open(f"{real}{LOCK}", os.O_RDWR | os.O_CREAT, 0o644)
@@ -242,7 +391,7 @@ def replace_missing(out, ledger_path) -> None:
         try:
             os.link(tmp, real)
         except FileExistsError:
-            if os.stat(real).st_size == 0:
+            if no_history(real):  # 0 bytes or its header alone: no history lost by this
                 os.replace(tmp, real)  # under the lock: no writer is filling it
         documents.fsync_dir(real.parent)
     finally:
