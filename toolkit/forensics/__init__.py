@@ -59,6 +59,7 @@ from toolkit.forensics import queues as _queues  # noqa: F401  (registers its ad
 from toolkit.forensics import sqlite as _sqlite
 from toolkit.forensics.checks import LOOKUP_FORMATS, Planner, check_items
 from toolkit.forensics.lines import MAX_LINE
+from toolkit.ledger.header import HEADER_LINE, cut_header
 from toolkit.forensics.private import CopyError, ScratchFull
 from toolkit.forensics.model import (
     ACTIONS,
@@ -121,13 +122,15 @@ def _detect(path):
         raise _fail(path, "not a regular file")
     try:
         with open(path, "rb") as handle:
-            head = handle.read(len(SQLITE_MAGIC))
+            head = handle.read(max(len(SQLITE_MAGIC), len(HEADER_LINE)))
     except OSError as exc:
         raise _fail(path, exc.strerror or exc) from exc
     if head.startswith(SQLITE_MAGIC):
         return "sqlite", None
     if not head:
         return "empty", None
+    if cut_header(head):  # ours, cut inside line 1 (no more bytes: shorter than a header)
+        return "toolkit-jsonl", ADAPTERS["toolkit-jsonl"]
     return _sniff_jsonl(path)
 
 

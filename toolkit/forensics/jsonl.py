@@ -16,8 +16,8 @@ from toolkit.forensics.model import STATES, Raw, register
 from toolkit.ledger.jsonl import FORMAT as JSONL_FORMAT
 from toolkit.ledger.gaps import blank, describe, describe_disorder, missing_ranges, \
     out_of_order, snapshot_base, snapshot_damage
-from toolkit.ledger.jsonl import SALVAGED, read_header
-from toolkit.ledger.header import VERSION, newer_version
+from toolkit.ledger.jsonl import SALVAGED
+from toolkit.forensics.jsonl_header import line_one, torn_notes
 from toolkit.ledger.replay import event_parts, whole_line
 from toolkit.ledger.salvage import lost_lines
 
@@ -254,10 +254,10 @@ def read_toolkit_jsonl(path) -> Raw:
     raw = Raw()
     history = History(raw)
     with open(path, "rb") as handle:
-        header = read_header(handle.readline())
+        header, done = line_one(raw, path, handle.readline())  # run refuses what it reports
+    if done:
+        return raw
     headed = header is not None
-    if headed and header["version"] > VERSION:  # run, ledger and salvage refuse it
-        raw.notes.append(newer_version(str(path), header["version"]))
     if headed and header.get(SALVAGED) is not None:  # written by ``ledger --salvage``
         raw.notes.append(f"{lost_lines(header[SALVAGED])}: a run looks up every request "
                          "this ledger never recorded before sending it")
@@ -278,6 +278,7 @@ def read_toolkit_jsonl(path) -> Raw:
     _read_lines(path, raw, event, fast, batch, partial(_glued, history, [FILE_TRIES]),
                 whole_line)
     events = history.finish()
+    torn_notes(raw, header, events)  # a cut's mark not yet spent (ledger.torn)
     gaps = seq_gaps(events["seq"], [*history.apart, *history.snapshot_seqs])
     if gaps:  # an orphaned event's line is unusable but holds its own seq, no missing one
         raw.finding(None, "seq_gap", _gap_detail(gaps, len(raw.corrupt_lines) -

@@ -20,6 +20,7 @@ FORMAT, VERSION = "resume-toolkit-ledger-jsonl", 1
 HEADER_LINE = json.dumps({"format": FORMAT, "version": VERSION}, sort_keys=True).encode() + b"\n"
 SALVAGED = "salvaged"  # a salvaged ledger's mark (``salvage.py``), kept by compaction
 SNAPSHOTS = "snapshots"  # {"count", "seq"} of the snapshot lines below the header
+TORN = "torn"  # [{"key", "after"}] of torn tails cut not yet spent (``torn.py``)
 
 
 def header_version(raw: bytes) -> int | None:
@@ -39,17 +40,55 @@ def read_header(raw: bytes) -> dict | None:
     return None
 
 
-def header_line(salvaged: dict | None = None, snapshots: tuple[int, int] | None = None) -> bytes:
-    """Line 1 of a ledger: ``HEADER_LINE``, or with the mark of a salvage and the
-    ``(count, seq)`` of the snapshot lines that follow it."""
-    if salvaged is None and snapshots is None:
+def header_line(salvaged: dict | None = None, snapshots: tuple[int, int] | None = None,
+                torn: dict | None = None) -> bytes:
+    """Line 1 of a ledger: ``HEADER_LINE``, or with the mark of a salvage, the
+    ``(count, seq)`` of the snapshot lines that follow it and the cuts not yet spent
+    (``torn``: ``{key: after}``, ``torn.py``)."""
+    if salvaged is None and snapshots is None and not torn:
         return HEADER_LINE
     header = {"format": FORMAT, "version": VERSION}
     if salvaged is not None:
         header[SALVAGED] = salvaged
     if snapshots is not None:
         header[SNAPSHOTS] = {"count": snapshots[0], "seq": snapshots[1]}
+    if torn:
+        header[TORN] = torn_words(torn)
     return json.dumps(header, sort_keys=True).encode() + b"\n"
+
+
+def torn_words(marks: dict) -> list:
+    """The header's form of the marks ``{key: after}``: sorted, so the same marks are the
+    same bytes."""
+    return [{"after": after, "key": key} for key, after in sorted(marks.items())]
+
+
+def header_problem(where: str, header: dict | None) -> str | None:
+    """The one check of line 1's version, or None when this toolkit reads it: a newer one
+    (``newer_version``) or one below 1 (no toolkit wrote it: line 1 edited). ``run``,
+    ``ledger`` and salvage refuse it in these words; the audit reports them."""
+    version = None if header is None else header["version"]
+    if version is None or 1 <= version <= VERSION:
+        return None
+    if version > VERSION:
+        return newer_version(where, version)
+    return (f"{where!r} names format version {version} in line 1, and versions start at 1: "
+            f"line 1 was edited; set \"version\": {VERSION} in line 1 and run 'python -m "
+            f"toolkit audit {where}', then 'python -m toolkit ledger {where} --salvage "
+            "NEW.jsonl'")
+
+
+# A file holding only the start of a header line. No writer of this toolkit leaves one (the
+# header is written whole: temp file, fsync, rename), so the file was cut by hand inside
+# line 1 and its events, if it had any, went with it: damage (salvage marks the new ledger,
+# as for a ledger cut to its header), never a new ledger.
+CUT_HEADER = ("holds only the start of a header line (no writer leaves one: the file was cut "
+              "inside line 1, and its events, if it had any, are lost)")
+
+
+def cut_header(data: bytes) -> bool:
+    """Is ``data`` (a whole file) a header line cut short (``CUT_HEADER``)?"""
+    return 0 < len(data) < len(HEADER_LINE) and HEADER_LINE.startswith(data)
 
 
 def newer_version(where: str, version: int) -> str:

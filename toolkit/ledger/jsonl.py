@@ -1,10 +1,10 @@
 """JSONL ledger: one event per line, appended, flushed and fsynced per change.
 
 The file is the history; items are rebuilt by replaying it (``replay.py``: the events
-are not kept, ``events()`` reads them again). A crash can leave
-a final line without its newline (a torn write): on open it is ignored,
-reported in ``torn_tail`` and cut off before the next append, so the next
-event never glues onto it. A final line that reads whole as an event is that event, its
+are not kept, ``events()`` reads them again). A crash can leave a final line without its
+newline (a torn write): on open it is ignored, reported in ``torn_tail`` and cut off before
+the next append, so the next event never glues onto it; one whose bytes name a key is cut
+on open, marked in the header (``torn.py``). A final line that reads whole is that event, its
 newline lost (``replay.whole_line``): read, named in ``unterminated``, and given its
 newline before the next append. Interior lines that do not parse are reported in
 ``corrupt_lines`` (1-based) and skipped, never fatal; seqs absent from the history
@@ -24,6 +24,7 @@ from toolkit.errors import LedgerBusyError, LedgerError, StorageError
 from toolkit.ledger import Event, Item, Ledger
 from toolkit.ledger.gaps import damage_words
 from toolkit.ledger.group import GroupCommit
+from toolkit.ledger.adopt import adopt
 from toolkit.ledger.header import (FORMAT, HEADER_LINE, SALVAGED, VERSION,  # noqa: F401
                                    header_line, header_version, newer_version, read_header)
 from toolkit.ledger.lines import event_line
@@ -76,7 +77,7 @@ class JsonlLedger(Ledger):
             if created and self.durable:
                 fsync_dir(self.path.parent)  # the new file's name survives a power cut too
             self._replay()
-            self._adopt()
+            adopt(self)  # line 1's rules: refuse, upgrade, record a cut (adopt.py)
         except LedgerError:
             self.close()
             raise
@@ -99,45 +100,6 @@ class JsonlLedger(Ledger):
         return bool(self.corrupt_lines or self.missing_seqs or self.disorder
                     or self.snapshot_damage)
 
-    def _adopt(self):
-        """Refuse a file this toolkit did not write; give an older toolkit ledger its header.
-
-        Order: the checks read only; the upgrade rewrites the file whole (temp file, fsync,
-        rename, fsync of the folder), so a crash leaves the old file or the new one.
-        """
-        where = str(self.path)
-        if self.version is not None and self.version > VERSION:
-            raise LedgerError(newer_version(where, self.version))
-        if self.version is not None:
-            return
-        # Toolkit lines read: events and snapshots folded, and events of keys whose add was
-        # lost (``orphans``: what ``: > l`` mid-run leaves, no header, seqs not from 1): a
-        # damaged ledger of ours, which salvage reads, not a foreign file.
-        ours = self._events_read or self.orphans
-        if self.view:
-            if self._size and not ours:
-                raise LedgerError(f"{where!r} is not a resume-toolkit JSONL ledger")
-            return
-        if self._size == 0 or (self.torn_tail and self.torn_tail["line"] == 1
-                               and HEADER_LINE.startswith(self._read_all())):
-            self._rewrite(HEADER_LINE)  # a new ledger (or one whose header write was cut)
-            self.torn_tail, self._valid_end = None, None
-            return
-        if not ours:
-            raise LedgerError(f"{where!r} is not a resume-toolkit JSONL ledger (no line is a "
-                              "toolkit event): refusing to write into it")
-        if not self.damaged:  # pre-header: upgrade in place
-            body = self._read_all()[:self._valid_end]
-            if self.unterminated:  # its owed newline, in the rewrite (no append cuts here)
-                body, self.unterminated = body + b"\n", None
-            self._rewrite(HEADER_LINE + body)
-            self._valid_end = None  # the torn tail was left out of the rewrite
-            end, count = self._history_read  # the file's events, one header line lower
-            self._history_start, self._history_read = len(HEADER_LINE), \
-                (end + len(HEADER_LINE), count)
-            if self.torn_tail:
-                self.torn_tail = {**self.torn_tail, "line": self.torn_tail["line"] + 1}
-
     def _read_all(self) -> bytes:
         with open(self._fd, "rb", closefd=False) as handle:
             handle.seek(0)
@@ -146,10 +108,8 @@ class JsonlLedger(Ledger):
     def _rewrite(self, data: bytes):
         """Replace the file by ``data`` atomically and reopen it for appending.
 
-        A write cut short (a file-size limit, a full disk) refuses the open and removes the
-        ``.upgrade`` file: the folder keeps the old ledger and nothing of the attempt. It is
-        ours to remove: only the holder of the ledger's lock writes it (a leftover of a
-        killed upgrade is truncated by the next one anyway).
+        A write cut short (a size limit, a full disk) refuses the open and removes the
+        ``.upgrade`` file (ours: only the lock's holder writes it), leaving the old ledger.
         """
         tmp = self.path.with_name(self.path.name + ".upgrade")
         try:
@@ -226,13 +186,13 @@ class JsonlLedger(Ledger):
                 os.ftruncate(self._fd, start)
             raise StorageError(f"cannot append to {str(self.path)!r}: {exc}") from exc
         self._end = start + len(line)
-        # After the line is on disk (fsynced) and before this returns, so before any
-        # side effect the event permits: the path must still name the file we hold. A
-        # cp+mv (how editors and sync tools save) or an rm would leave our appends in an
-        # unnamed inode and the next run would redo what this one did. What remains is a
-        # replacement between this check and the provider call (README, "Ledger files").
-        # Inline, the one case that needs no more: the path's stat names our file at the
-        # size our appends left (one stat, no call). Anything else -- the first append, a stat that fails or names
+        # After the line is on disk (fsynced) and before this returns, so before any side
+        # effect the event permits: the path must still name the file we hold. A cp+mv (how
+        # editors and sync tools save) or an rm would leave our appends in an unnamed inode
+        # and the next run would redo what this one did. What remains is a replacement
+        # between this check and the provider call (README, "Ledger files"). Inline, the one
+        # case that needs no more: the path's stat names our file at the size our appends
+        # left (one stat). Anything else -- the first append, a stat that fails or names
         # another file -- is decided by ``_check_named``, which looks again and raises.
         held = self._held
         if held is not None:
@@ -325,8 +285,8 @@ class JsonlLedger(Ledger):
             lines = [json.dumps({SNAPSHOT: item_to_json(item), "seq": self._seq}, sort_keys=True)
                      for item in self._items()]
             with open(tmp, "wb") as handle:
-                handle.write(header_line(self.salvaged, (len(lines), self._seq))  # mark kept
-                             + "".join(line + "\n" for line in lines).encode())
+                head = header_line(self.salvaged, (len(lines), self._seq), self.torn_marks)
+                handle.write(head + "".join(line + "\n" for line in lines).encode())  # marks kept
                 handle.flush()
                 os.fsync(handle.fileno())
             os.replace(tmp, self.path)

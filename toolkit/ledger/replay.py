@@ -30,6 +30,7 @@ from toolkit.ledger.gaps import (LINE_LIMIT, blank, missing_ranges, out_of_order
                                  snapshot_damage)
 from toolkit.ledger.header import read_header
 from toolkit.ledger.records import Event, Item, apply_event, fold
+from toolkit.ledger.torn import cut_keys, marks_of, spends
 from toolkit.ledger.transitions import State
 
 SNAPSHOT = "snapshot"
@@ -206,6 +207,9 @@ def replay(ledger, fd: int) -> None:
     ledger._history = []  # (seq, parts) of our writes; the file's events: ``history``
     ledger.version = None  # the header's; None: no header (yet)
     ledger.salvaged = None  # the header's mark of a salvage (salvage.py)
+    ledger._header = None  # line 1 as an object (None: no header)
+    ledger.torn_marks = marks = {}  # {key: after} of cuts not yet spent (torn.py)
+    ledger.torn_keys = []  # the keys the torn tail names (torn.py records its cut)
     ledger.affected_keys = set()  # keys a corrupt line may belong to
     ledger.orphans = {}  # the fold of events whose add line was lost
     ledger.unattributed_lines = []  # corrupt lines with no key readable at all
@@ -231,9 +235,9 @@ def replay(ledger, fd: int) -> None:
         number += 1
         valid_end = at  # a blank line too: the next append goes after it
         if number == 1:
+            header = read_header(raw)  # (it skips one BOM: a second is damage)
             if raw.startswith(BOM) and raw != BOM:  # an editor's BOM before line 1 only:
                 raw = raw[len(BOM):]  # the audit skips it too (a BOM alone is no blank)
-            header = read_header(raw)
             # Seqs (gaps.py): the usual history is base+1, base+2, ... in file order, checked
             # line by line; anything else is measured exactly once the file is read: from
             # the first event off that path on, ``trail`` keeps (line, seq) for the order
@@ -243,6 +247,8 @@ def replay(ledger, fd: int) -> None:
             expected = base + 1
             if header is not None:
                 ledger.version, ledger.salvaged = header["version"], header.get("salvaged")
+                ledger._header = header
+                marks.update(marks_of(header))
                 ledger._history_start = at
                 continue
         parts = None
@@ -283,6 +289,8 @@ def replay(ledger, fd: int) -> None:
                     raise AssertionError(key)
                 state[key] = fold(item, parts[2], key, parts[5], parts[6], parts[8],
                                   parts[1], parts[9])
+                if marks and key in marks:  # spent by the key's next intent (torn.py)
+                    spends(marks, seq, key, parts[4], parts[5])
                 kept += 1
                 if runs and runs[-1][1] + 1 == seq:
                     runs[-1][1] = seq
@@ -319,6 +327,7 @@ def replay(ledger, fd: int) -> None:
     ledger._history_read = (valid_end, kept)  # where the file's history ends, its count
     if tail and (tail.__class__ is TooLong or not blank(tail)):  # spaces, a CR: no line
         ledger.torn_tail = {"line": number + 1, "bytes": size}  # (still cut, as any tail)
+        ledger.torn_keys = [] if tail.__class__ is TooLong else cut_keys(tail)
     # the snapshot lines against the header's count (a header deleted, a line deleted)
     ledger.snapshot_damage = snapshot_damage(header, snapshots, moved)
     ledger.disorder = out_of_order(trail, before) if trail else []  # lines copied, moved

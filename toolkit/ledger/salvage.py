@@ -64,6 +64,9 @@ def salvage(path, new_path, loss=None) -> dict:
                 gaps=list(old.missing_seqs),  # (first, last) ranges: the ledger's own rule
                 disorder=old.disorder, snapshots=old.snapshot_damage,  # gaps.py too
                 mark=old.salvaged,  # an earlier salvage's mark stays: its keys are still lost
+                # cuts not yet spent, and the keys a torn tail names (a view records no
+                # cut): the new ledger looks them up before sending them (torn.py)
+                torn={**old.torn_marks, **dict.fromkeys(old.torn_keys, old._seq)},
                 mode=stat.S_IMODE(os.fstat(old._fd).st_mode),  # the new one gets the old one's
                 # No line read at all (0 bytes, or the header alone): a ledger emptied or
                 # cut in place while a run wrote it (its halt says to salvage) reads as a
@@ -93,6 +96,7 @@ class Found:
     snapshots: list = dataclasses.field(default_factory=list)
     empty: str | None = None  # the words for "it held nothing", when that is a loss
     witnessed: str | None = None  # what the witness says was lost (``runner.witness``)
+    torn: dict = dataclasses.field(default_factory=dict)  # {key: after}: ``ledger.torn``
 
 
 def check_new(new_path: Path) -> None:
@@ -113,15 +117,18 @@ def conclude(name: str, new_path: Path, found: Found) -> dict:
     items, affected, lines, gaps = found.items, found.affected, found.lines, found.gaps
     disorder, snapshots, mark = found.disorder, found.snapshots, found.mark
     lost = None
+    # An SQLite ledger holds no torn mark (``ledger.torn``): the keys it names are a loss.
+    torn = found.torn and new_path.suffix.lower() != ".jsonl" and \
+        f"a final line cut as torn, naming keys {', '.join(k[:12] for k in found.torn)}"
     reason = (f"salvaged from {name}: corrupt lines {', '.join(map(str, lines))} may hold "
               "events of this item; check it at the provider, then release or cancel it")
-    if lines or gaps or disorder or snapshots or found.empty or found.witnessed:
+    if lines or gaps or disorder or snapshots or found.empty or found.witnessed or torn:
         named = ", ".join(map(str, lines[:10])) + (f" and {len(lines) - 10} more"
                                                    if len(lines) > 10 else "")
         lost = " and ".join(filter(None, [
             lines and f"corrupt lines {named}", gaps and f"the events of {describe(gaps)}",
             disorder and f"the order of event lines ({describe_disorder(disorder)})",
-            snapshots and _SNAPSHOTS_LOST[snapshots[0]], found.empty, found.witnessed]))
+            snapshots and _SNAPSHOTS_LOST[snapshots[0]], found.empty, found.witnessed, torn]))
         # A chain, oldest first: each salvage's own loss stays named (a header deleted
         # took an earlier mark with it: ``missing_header`` says it may have been there).
         chain = mark.get("earlier") if isinstance(mark, dict) else None
@@ -153,13 +160,13 @@ def conclude(name: str, new_path: Path, found: Found) -> dict:
                 "output may be under the outputs root), then release or cancel it"),
             **dict.fromkeys(LEASE_FIELDS))
     affected = sorted(set(affected) | hollow)
-    write_new(new_path, items, mark, found.seq, found.mode)
+    write_new(new_path, items, mark, found.seq, found.mode, found.torn)
     return {"items": len(items), "needs_review": affected, "corrupt_lines": lines,
             "unattributed": found.unattributed, "seq_gaps": gaps, "salvaged": mark,
             "lost": lost}
 
 
-def write_new(new_path: Path, items: dict, mark, seq: int, mode: int) -> None:
+def write_new(new_path: Path, items: dict, mark, seq: int, mode: int, torn=None) -> None:
     """Write the salvaged ledger ``new_path`` (JSONL, or SQLite by its suffix: ``salvage_sqlite``)
     whole or not at all, with the old ledger's ``mode``, and prove it reads back whole."""
     if new_path.suffix.lower() != ".jsonl":
@@ -173,7 +180,7 @@ def write_new(new_path: Path, items: dict, mark, seq: int, mode: int) -> None:
     seq = max(seq, 1)
     body = b"".join(json.dumps({SNAPSHOT: item_to_json(item), "seq": seq}, sort_keys=True)
                     .encode() + b"\n" for item in items.values())
-    write_atomic(header_line(mark, (len(items), seq)) + body, new_path)
+    write_atomic(header_line(mark, (len(items), seq), torn) + body, new_path)
     with contextlib.suppress(OSError):  # written 0600 (a temp file): the old ledger's mode
         os.chmod(new_path, mode)
     try:  # prove the new file reads back as an intact ledger of ours
@@ -243,7 +250,8 @@ def _writer_excluded(path: Path):
         os.close(fd)
 
 
-_SNAPSHOTS_LOST = {"missing_header": "the header line (it may have held an earlier salvage's mark)",
+_SNAPSHOTS_LOST = {"cut_header": "the header line (cut inside it)",
+                   "missing_header": "the header line (it may have held an earlier salvage's mark)",
                    "snapshot_mismatch": "snapshot lines the header did not count"}
 
 

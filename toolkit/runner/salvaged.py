@@ -98,6 +98,9 @@ class Salvaged:
         """Send the request whose intent was just written (a first send, a page, a retry):
         at once, or on a salvaged ledger after a lookup (the table above)."""
         if not marked(self.ledger):
+            marks = getattr(self.ledger, "torn_marks", None)  # cuts not yet spent (torn.py)
+            if marks and marks.pop(item.key, None) is not None:
+                return self._look_up_cut(item, token, budget)
             return self._submit(item, token, budget)
         if getattr(budget, "clear_to", 0) >= item.attempt:
             # This run looked this attempt up already (the later-attempt search before an
@@ -134,6 +137,21 @@ class Salvaged:
             f"have been sent before the lines were lost; {said}{found}; check it at the "
             "provider, then release or cancel it"))
         return REST
+
+    def _look_up_cut(self, item, token, budget):
+        """The first request of a key whose line the ledger cut as torn (``ledger.torn``):
+        that line may have been its intent, sent. Found: adopted; not found: sent; no
+        answer: left ``unknown`` (its intent is on disk), which the next run looks up.
+        Only the one request: the cut took one line, so no later attempt is searched."""
+        budget.lookups = 0  # a new request: its own lookups
+        job = self._look_up(item, token, budget)
+        if job is UNANSWERED:
+            return REST
+        if job is None:
+            return self._submit(item, token, budget)
+        self._move(item, S.SUBMITTED, token, job_id=job.job_id, sync=False,
+                   note="found by lookup before a first send (its ledger line was cut as torn)")
+        return CONTINUE
 
     def _look_up_later(self, item, token, budget):
         """After "not found" for the item's attempt n, on a salvaged ledger: the job of the

@@ -1,0 +1,100 @@
+"""A torn final line that names a key: the cut is recorded, and that key's next request
+is looked up before it is sent.
+
+A crash tears only a line it had not fsynced, so nothing was sent on it and cutting it
+is right. A final line damaged by hand (``truncate -s -2``, a cut inside a string, two
+events glued) reads the same, and if it was an intent whose request was sent, cutting
+it makes the item ``pending`` again: a non-idempotent provider executes it twice. Bytes
+cannot tell the two apart, so the writer takes the careful reading for both:
+
+1. On open, the torn tail's bytes are searched for keys (``cut_keys``: the strict
+   ``"key": "<64 hex>"`` field, near a line's start: an intent's key survives most cuts).
+   A tail naming none is cut as before, at the first append.
+2. A tail naming a key (of an item not at rest) is cut at once, by one atomic rewrite of
+   the file (temp file, fsync, rename, fsync of the folder: ``JsonlLedger._rewrite``, as
+   a header upgrade does) whose header carries the mark ``"torn": [{"key": k, "after": s}]`` (``s``: the
+   seq of the last whole line). A crash leaves the torn tail (read again next time) or
+   the mark: never the cut without the mark.
+3. The runner, about to send a request for a marked key, looks it up first
+   (``runner.salvaged``): found, adopted; not found, sent.
+4. The mark is spent by the key's next intent line (``spends``: a move into ``unknown``
+   from ``pending``, ``failed`` or ``partial``, at a seq above ``after``: the line the
+   runner writes right before that lookup). Replay drops a spent mark; the header keeps
+   it until the next rewrite (a compaction writes the marks still pending). Spending it
+   at the intent, not at the lookup's answer, needs no second rewrite and is as safe: a
+   crash after the intent leaves the item ``unknown``, which is always looked up.
+"""
+
+import json
+import re
+
+from toolkit.ledger.header import FORMAT, TORN, torn_words
+from toolkit.ledger.transitions import State
+
+CUT_KEY = re.compile(rb'"key": "([0-9a-f]{64})"')
+_NEW_REQUEST = frozenset({State.PENDING, State.FAILED, State.PARTIAL})
+_STATES = {state.value: state for state in State}
+
+
+def cut_keys(tail: bytes) -> list[str]:
+    """The keys a torn tail names (two, when events were glued), in order, once each."""
+    return list(dict.fromkeys(k.decode() for k in CUT_KEY.findall(tail)))
+
+
+def marks_of(header: dict | None) -> dict[str, int]:
+    """The pending marks of a header (``{key: after}``); the shape is checked by
+    ``header.header_problem``, so a wrong one never gets here on a writer."""
+    found = {}
+    for mark in (header or {}).get(TORN) or ():
+        if isinstance(mark, dict) and type(mark.get("after")) is int \
+                and isinstance(mark.get("key"), str):
+            found[mark["key"]] = mark["after"]
+    return found
+
+
+def spends(marks: dict, seq: int, key: str, frm, to) -> None:
+    """Drop ``key``'s mark if this event is its next intent (rule 4 above)."""
+    after = marks.get(key)
+    if after is not None and seq > after and to is State.UNKNOWN and frm in _NEW_REQUEST:
+        del marks[key]
+
+
+def pending_marks(header: dict | None, events) -> dict[str, int]:
+    """The header's marks not spent by ``events`` ((seq, key, from, to), states as values
+    or names: the audit's columns): the audit's reading of rule 4, the replay's own."""
+    marks = marks_of(header)
+    for seq, key, frm, to in events if marks else ():
+        if key in marks and type(seq) is int:
+            spends(marks, seq, key, _STATES.get(frm, frm), _STATES.get(to, to))
+    return marks
+
+
+def record_cut(ledger) -> None:
+    """Rule 2: cut a torn tail naming keys, with the header's mark, in one rewrite.
+
+    Only a writer on an intact history (a damaged one refuses writes and is salvaged;
+    the audit names the tail's keys). Called last by ``adopt.adopt``, so the file has a header
+    (an older headerless ledger was just given one) and the tail may already be gone
+    (the upgrade leaves it out): the history ends at ``_valid_end``, or at the file's end.
+    """
+    if ledger.view or ledger.damaged or not ledger.torn_keys or ledger.version is None:
+        return
+    # A key whose item rests (done, cancelled, ...) sends nothing more: the cut line came
+    # after its last request (a release, say). Only if none is left, no rewrite: the first
+    # append cuts the tail, as a crash's.
+    keys = [key for key in ledger.torn_keys
+            if ledger._current(key) is None or not ledger._load(key).resting]
+    if not keys:
+        return
+    marks = {**ledger.torn_marks, **dict.fromkeys(keys, ledger._seq)}
+    header = {**(ledger._header or {}), "format": FORMAT, "version": ledger.version,
+              TORN: torn_words(marks)}
+    data = ledger._read_all()
+    end = ledger._valid_end if ledger._valid_end is not None else len(data)
+    line = json.dumps(header, sort_keys=True).encode() + b"\n"
+    ledger._rewrite(line + data[ledger._history_start:end])
+    shift = len(line) - ledger._history_start
+    history_end, count = ledger._history_read
+    ledger._history_start, ledger._history_read = len(line), (history_end + shift, count)
+    ledger._valid_end, ledger.unterminated = None, None  # the tail is cut; no line is owed
+    ledger._header, ledger.torn_marks, ledger.torn_keys = header, marks, []
