@@ -31,6 +31,11 @@ from toolkit.ledger.jsonl import SNAPSHOT, JsonlLedger, header_line, item_to_jso
 from toolkit.ledger.transitions import ARTIFACT_FIELDS
 from toolkit.storage import LOCK, take_exclusive
 
+# What a person does with a parked item, in every reason salvage and a salvaged ledger's run
+# write (``review`` shows it): the output, when it exists, is the way out that sends nothing.
+DECIDE = ("release or cancel it, or accept its output if one exists (resolve --accept-artifact "
+          "FILE)")
+
 
 def salvage(path, new_path, loss=None) -> dict:
     """Write ``new_path`` from the readable part of the JSONL ledger ``path``.
@@ -121,7 +126,7 @@ def conclude(name: str, new_path: Path, found: Found) -> dict:
     torn = found.torn and new_path.suffix.lower() != ".jsonl" and \
         f"a final line cut as torn, naming keys {', '.join(k[:12] for k in found.torn)}"
     reason = (f"salvaged from {name}: corrupt lines {', '.join(map(str, lines))} may hold "
-              "events of this item; check it at the provider, then release or cancel it")
+              "events of this item; check it at the provider, then " + DECIDE)
     if lines or gaps or disorder or snapshots or found.empty or found.witnessed or torn:
         named = ", ".join(map(str, lines[:10])) + (f" and {len(lines) - 10} more"
                                                    if len(lines) > 10 else "")
@@ -138,7 +143,7 @@ def conclude(name: str, new_path: Path, found: Found) -> dict:
         mark = {"from": name, "lost": lost, **({"earlier": earlier} if earlier else {})}
         if not lines and not gaps:
             reason = (f"salvaged from {name} ({lost}): this item's state or events may be "
-                      "wrong or lost; check it at the provider, then release or cancel it")
+                      "wrong or lost; check it at the provider, then " + DECIDE)
         # A lost line (or a missing seq) may have been any key's last event: an intent
         # already sent, for instance, whose key now reads as pending. So every item not
         # settled for good (done, cancelled, needs_review, failed permanent) is parked,
@@ -147,7 +152,7 @@ def conclude(name: str, new_path: Path, found: Found) -> dict:
                                            if not _settled(item)})
         if gaps and not lines:
             reason = (f"salvaged from {name}: the events of {describe(gaps)} are missing "
-                      "and may be this item's; check it at the provider, then release or cancel it")
+                      "and may be this item's; check it at the provider, then " + DECIDE)
     # A done the lost lines rebuilt without its artifact (only its release line was read,
     # say) is no done a run can verify: parked with that reason, whatever else was lost.
     hollow = {key for key, item in items.items() if item.state is State.DONE and not _whole(item)}
@@ -157,7 +162,7 @@ def conclude(name: str, new_path: Path, found: Found) -> dict:
             reason=reason if key not in hollow else (
                 f"salvaged from {name}: a done without its artifact fields (path, size, "
                 "sha256), the lines that recorded them lost; check it at the provider (its "
-                "output may be under the outputs root), then release or cancel it"),
+                "output may be under the outputs root), then " + DECIDE),
             **dict.fromkeys(LEASE_FIELDS))
     affected = sorted(set(affected) | hollow)
     write_new(new_path, items, mark, found.seq, found.mode, found.torn)

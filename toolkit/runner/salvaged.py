@@ -32,7 +32,7 @@ from pathlib import Path
 
 from toolkit.ledger import State
 from toolkit.provider import JobStatus
-from toolkit.ledger.salvage import lost_lines
+from toolkit.ledger.salvage import DECIDE, lost_lines
 
 S = State
 CONTINUE, REST = True, False
@@ -135,7 +135,7 @@ class Salvaged:
         self._move(item, S.NEEDS_REVIEW, token, reason=(
             f"{lost_lines(self.ledger.salvaged)}: this request was never recorded, so it may "
             f"have been sent before the lines were lost; {said}{found}; check it at the "
-            "provider, then release or cancel it"))
+            "provider, then " + DECIDE))
         return REST
 
     def _look_up_cut(self, item, token, budget):
