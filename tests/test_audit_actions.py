@@ -261,3 +261,22 @@ def test_lone_surrogate_key_is_written_by_json_and_csv_as_its_escape_not_a_trace
     csv_path = tmp_path / "items.csv"
     assert main(["audit", str(path), "--csv", str(csv_path)]) == 0
     assert '"k\\ud800","a.pdf","pending"' in csv_path.read_text(encoding="utf-8")
+
+
+def test_csv_cell_that_a_spreadsheet_would_run_as_a_formula_is_written_as_text(
+        tmp_path, capsys):
+    """Outsider o32 P5. Fault: input files named like formulas (``=HYPERLINK(...)``,
+    ``+cmd``, ``@SUM(1+1)``, ``-x``). Must hold: the CSV a spreadsheet opens holds each as
+    text (a leading apostrophe, OWASP's advice); --json keeps the exact names."""
+    import csv as csvlib
+
+    names = ['=HYPERLINK("http://x","y").pdf', "+cmd.pdf", "@SUM(1+1).pdf", "-x.pdf", "ok.pdf"]
+    path = state_file(tmp_path, [{"file": name, "status": "pending"} for name in names])
+    out = tmp_path / "t.csv"
+    document = audit_json(capsys, path, "--csv", out)
+    assert sorted(row["source"] for row in document["per_item"]) == sorted(names)
+    with open(out, newline="", encoding="utf-8") as handle:
+        rows = list(csvlib.DictReader(handle))
+    assert sorted(row["source"] for row in rows) == sorted(
+        "'" + name if name[0] in "=+@-" else name for name in names)
+    assert not any(cell.startswith(("=", "+", "-", "@")) for row in rows for cell in row.values())

@@ -132,9 +132,27 @@ def _mode_for(path: str) -> int:
         return 0o666 & ~umask
 
 
+# A cell a spreadsheet would read as a formula (CSV injection: a file named
+# ``=HYPERLINK(...).pdf``) gets a leading apostrophe, which spreadsheets show as text (OWASP's
+# advice); the names stay exact in ``--json``.
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def as_text(value):
+    return "'" + value if type(value) is str and value.startswith(FORMULA_START) else value
+
+
 def write_atomic(table, path, **options) -> None:
-    """``table.to_csv`` into a temporary file beside ``path``, then renamed over it."""
+    """``table.to_csv`` into a temporary file beside ``path``, then renamed over it; text
+    cells that would start a formula are written as text (``as_text``)."""
     path = os.fspath(path)
+    table = table.copy()
+    for column in table.columns:
+        cells = table[column].tolist()
+        if any(type(cell) is str and cell.startswith(FORMULA_START) for cell in cells):
+            # object dtype: a lone surrogate (kept escaped below) is no pyarrow string
+            table[column] = type(table[column])([as_text(cell) for cell in cells],
+                                                index=table.index, dtype=object)
     _require_regular_or_absent(path)  # before the temporary file: nothing at path changes
     folder = os.path.dirname(os.path.abspath(path))
     try:
