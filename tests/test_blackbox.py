@@ -104,3 +104,13 @@ def test_503_storm_always_refuses_a_submit_so_a_pipeline_that_drops_refused_docu
     assert result.status == "INVALID" and "never_processed" in kinds(result)
     careful_result = run_scenario(CAREFUL, inputs, SCENARIOS["503-storm"])
     assert careful_result.faults_fired["refuse_submits"] == 1 and careful_result.status == "valid"
+
+
+def test_program_that_cleans_its_parent_folder_cannot_reach_the_drills_own_records(inputs):
+    """Outsider o32 P4. Fault: the drilled program removes everything it can reach beside
+    its work folder (``rm -rf ../*``, a careless cleanup). Must hold: the provider's records
+    that judge it live elsewhere, so the verdict stands (the careful batch stays valid: its
+    outputs and the provider's log are intact), never a traceback."""
+    cleanup = f"{CAREFUL} && rm -rf ../provider.db* ../provider-jobs ../run-*.log.none"
+    result = run_scenario(cleanup, inputs, SCENARIOS["clean"])
+    assert result.status == "valid" and result.executions == 1

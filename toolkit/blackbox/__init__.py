@@ -10,6 +10,7 @@ program that never rests is a finding. The oracle (``oracle.judge``) reads
 the provider's own records and the outputs; the program needs no change.
 """
 
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -134,10 +135,10 @@ def run_scenario(command: str, inputs_dir, scenario: Scenario, contract: str = "
             return run_scenario(command, inputs_dir, scenario, contract, tmp, run_timeout)
     work = Path(workdir)
     inputs, out, folder = prepare(work, sources)
-    service = ServiceProcess(work / "provider.db", work / "provider-jobs", spec,
-                             faults=scenario.faults)
     runs, starts = [], []
-    with service:
+    with drill_records() as records, ServiceProcess(
+            records / "provider.db", records / "provider-jobs", spec,
+            faults=scenario.faults) as service:
         provider = HttpProvider(service.url)
         try:
             rested = rerun_to_rest(command, folder, environment(service.url, inputs, out),
@@ -146,8 +147,19 @@ def run_scenario(command: str, inputs_dir, scenario: Scenario, contract: str = "
             executions = len(provider.executions())
         finally:
             provider.close()
-    findings = judge(inputs, out, work / "provider.db", starts, rested) + cut_runs(runs, run_timeout)
+        findings = judge(inputs, out, records / "provider.db", starts, rested)
+    findings += cut_runs(runs, run_timeout)
     return BlackboxResult(scenario, spec, tuple(runs), rested, executions, tuple(findings), fired)
+
+
+@contextlib.contextmanager
+def drill_records():
+    """A private folder for the service's database and job files, removed after: never
+    beside the program's work folder, where a program's ``rm -f ../*`` or a cleanup of its
+    parent would reach the very records that judge it."""
+    with tempfile.TemporaryDirectory(prefix="drill-records-") as folder:
+        os.chmod(folder, 0o700)
+        yield Path(folder)
 
 
 def input_pdfs(inputs_dir) -> list[Path]:

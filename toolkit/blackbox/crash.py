@@ -212,13 +212,14 @@ def _explore(command, inputs_dir, contract, max_points, progress, select, counts
 def _one(strace, command, sources, contract, work, point):
     """One run (recording, or crashed at ``point``), rerun to rest, judged."""
     from toolkit.blackbox import (RUN_TIMEOUT, SCENARIOS, BlackboxResult, RunRecord,
-                                  environment, prepare, rerun_to_rest)
+                                  drill_records, environment, prepare, rerun_to_rest)
     from toolkit.blackbox.oracle import judge
     from toolkit.provider.client import HttpProvider, ServiceProcess
 
     inputs, out, folder = prepare(work, sources)
     runs, starts, found = [], [], []
-    with ServiceProcess(work / "provider.db", work / "provider-jobs", contract) as service:
+    with drill_records() as records, ServiceProcess(
+            records / "provider.db", records / "provider-jobs", contract) as service:
         env = environment(service.url, inputs, out)
         provider = HttpProvider(service.url)
         try:
@@ -235,7 +236,7 @@ def _one(strace, command, sources, contract, work, point):
             executions = len(provider.executions())
         finally:
             provider.close()
-    findings = judge(inputs, out, work / "provider.db", starts, rested)
+        findings = judge(inputs, out, records / "provider.db", starts, rested)
     result = BlackboxResult(SCENARIOS["clean"], contract, tuple(runs), rested, executions,
                             tuple(findings), {})
     return PointResult(point, outcome, result, hit), found

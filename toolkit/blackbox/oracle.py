@@ -22,6 +22,7 @@ import sqlite3
 from pathlib import Path
 
 from toolkit import documents
+from toolkit.errors import ToolkitError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +45,14 @@ def _sha(path: Path) -> str:
 
 
 def _records(db_path: Path):
+    try:
+        return _read_records(db_path)
+    except sqlite3.Error as exc:  # never the drill's own doing: something removed or changed it
+        raise ToolkitError(f"the drill's provider records {str(db_path)!r} cannot be read "
+                           f"({exc}): did the drilled program remove or change them?") from None
+
+
+def _read_records(db_path: Path):
     db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
     db.row_factory = sqlite3.Row
     try:
