@@ -50,7 +50,7 @@ from toolkit import pool
 from toolkit.errors import StorageError, ToolkitError
 from toolkit.explore.child import (KILL, TEAR, Paths, fork, fork_many, fork_meanwhile,
                                    fork_shared, run_batch, run_here)
-from toolkit.explore.judge import VERDICTS, Held, _judge, _note_kill, _rested
+from toolkit.explore.judge import VERDICTS, _judge, _note_kill, _rested
 from toolkit.explore.memo import input_checks, install, prefile
 from toolkit.explore.powerloss import (LEDGERS, drop_unsynced, lost_acknowledged, lost_deferred,
                                        synced_size)
@@ -263,8 +263,9 @@ def explore(plan: Plan, workdir=None, progress=None) -> Exploration:
 
 
 def _warm(inputs, check=True) -> None:
-    """Import and load everything once, so that forked children start hot (``check``: load
-    PyMuPDF by checking the first input; else the caller checks them all before any fork)."""
+    """Import and load everything once, so that forked children start hot (``check``:
+    load PyMuPDF by checking the first input; else the caller checks every input, before
+    any fork: snapshot mode's ``input_checks`` did the same check a second time)."""
     import psutil
 
     import toolkit.checker
@@ -352,7 +353,7 @@ def _explore_point(fd, plan: Plan, work: Path, inputs, names, point: Point,
     paths = Paths(work, work / plan.ledger_file())
     row = {"point": point.k, "how": point.how, "step": None, "kind": None,
            "recovery_point": point.j, "recovery_step": None, "runs": 0}
-    errors, lost, acked, deferred, reached, held = [], [], 0, 0, True, None
+    errors, lost, acked, deferred, reached = [], [], 0, 0, True
 
     if start is None:
         messages, status = fork(run_batch, plan, paths, inputs, names, run=0, kill_at=point.k,
@@ -360,7 +361,6 @@ def _explore_point(fd, plan: Plan, work: Path, inputs, names, point: Point,
         reached &= _note_kill(row, "step", messages, status, point.k)
     else:  # same depth as the real mode's folder: the roots, relative to it, resolve alike
         os.rename(start, work)  # each copy serves one point: no second copy
-        held = Held(paths)  # until judged, or the first fork (``judge.Held``)
         messages, status = [], 0
         row.update(step=start_step["label"], kind=start_step["kind"])
     first_steps = [m for m in messages if m["t"] == "step"]
@@ -380,8 +380,6 @@ def _explore_point(fd, plan: Plan, work: Path, inputs, names, point: Point,
         # the recording's owner is gone) and caches of pure functions. One fork per point
         # saved, and the copy-on-write faults of a fresh one.
         run = run_here if start is not None and row["runs"] == 0 else fork
-        if run is fork and held is not None:
-            held = held.close()  # no SQLite connection crosses a fork
         messages, status = run(run_batch, plan, paths, inputs, names, run=row["runs"] + 1,
                                 kill_at=kill_at, record=record_recovery and row["runs"] == 0)
         if row["runs"] == 0:
@@ -391,8 +389,7 @@ def _explore_point(fd, plan: Plan, work: Path, inputs, names, point: Point,
         errors += [m["error"] for m in messages if m["t"] == "error"]
         rested = _rested(messages)
 
-    row.update(_judge(plan, paths, inputs, rested, lost, reached, held))
-    held = held and held.close()
+    row.update(_judge(plan, paths, inputs, rested, lost, reached))
     row["errors"] = errors
     if plan.power_loss:
         row.update(acked=acked, lost_acked=len(lost), lost_deferred=deferred)

@@ -39,18 +39,19 @@ class _ProviderLogs:
     first step) gets the provider object's answer, an empty one it creates.
     """
 
-    def __init__(self, paths, contract, db=None):
-        """``db``: a read-only connection to the database held open already (``Held``)."""
-        from contextlib import nullcontext
+    def __init__(self, paths, contract):
+        import sqlite3
+        from contextlib import closing
 
         from toolkit.provider import FakeProvider, records
 
-        if db is None and not paths.provider_db.is_file():
+        if not paths.provider_db.is_file():
             with FakeProvider(paths.provider_db, paths.provider_out, contract) as provider:
                 self._calls, self._executions = provider.calls(), provider.executions()
                 self.counters = provider.stats()
             return
-        with nullcontext(db) if db is not None else _read_only(paths.provider_db) as db:
+        uri = paths.provider_db.resolve().as_uri() + "?mode=ro"
+        with closing(sqlite3.connect(uri, uri=True)) as db:
             self._calls, self._executions = records.calls(db), records.executions(db)
             self.counters = records.stats(db)
 
@@ -61,73 +62,21 @@ class _ProviderLogs:
         return self._executions
 
 
-def _read_only(path):
-    """A read-only connection to the SQLite database at ``path``, closed on exit."""
-    import sqlite3
-    from contextlib import closing
-
-    return closing(sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True))
-
-
-class Held:
-    """Snapshot mode: read-only connections to a point's ledger and provider database,
-    opened (each with one read) as its copy is put in place and held until it is judged.
-
-    While another connection to a database is open, the recovery's own connection is
-    not the last one when it closes, so SQLite does not checkpoint its WAL into the
-    database and delete it (~0.4 ms per crash point for the ledger); the judge then
-    reads both through these instead of opening two more. The same bytes are read:
-    a reader sees every committed transaction, in the WAL or the database file, and
-    checkpointing never changes what a reader sees. Held only by the process that
-    recovers (``run_here``): closed before any fork (no SQLite connection crosses a
-    fork), and for a database not in WAL mode (never held: a reader would be in the
-    way of the switch).
-    """
-
-    def __init__(self, paths):
-        self.ledger, self.provider = _held(paths.ledger), _held(paths.provider_db)
-
-    def close(self) -> None:
-        for db in (self.ledger, self.provider):
-            if db is not None:
-                db.close()
-        self.ledger = self.provider = None
-
-
-def _held(path):
-    import sqlite3
-
-    try:
-        with open(path, "rb") as file:
-            header = file.read(20)
-    except OSError:
-        return None
-    if path.suffix.lower() not in (".sqlite", ".db", ".sqlite3") or len(header) < 20 or \
-            not header.startswith(b"SQLite format 3\0") or header[18] != 2:  # 2: WAL
-        return None
-    db = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)
-    # One read opens the WAL and its index, where the other connections see this one;
-    # fetched whole, so no read transaction stays open.
-    db.execute("SELECT count(*) FROM sqlite_master").fetchall()
-    return db
-
-
-def _ledger_records(path, db=None):
+def _ledger_records(path):
     """An SQLite ledger's ``(events, items by key)``, as ``open_ledger`` reads them, through
     one read-only connection (None: not an SQLite ledger file; the caller opens it).
-    ``db``: that connection, held open already (``Held``).
 
     Opening the ledger would check and create its schema, switch the journal mode, and
     checkpoint as it closes: ~0.45 ms more per crash point, for the same rows. The rows
     are decoded by the ledger's own readers (``SqliteLedger._events``, ``_items``: one
     place for the SQL and the decoding), sorted by key as ``Ledger.items`` sorts them.
     """
-    from contextlib import nullcontext
+    import sqlite3
+    from contextlib import closing
 
     from toolkit.ledger.sqlite import SqliteLedger
 
-    if db is None and (path.suffix.lower() not in (".sqlite", ".db", ".sqlite3")
-                       or not path.is_file()):
+    if path.suffix.lower() not in (".sqlite", ".db", ".sqlite3") or not path.is_file():
         return None
 
     class ReadOnly:  # what the ledger's readers use of it: a connection and a name
@@ -136,23 +85,21 @@ def _ledger_records(path, db=None):
         def __init__(self, db):
             self._db, self._what = db, f"SQLite ledger {str(path)!r}"
 
-    with nullcontext(db) if db is not None else _read_only(path) as db:
+    with closing(sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)) as db:
         ledger = ReadOnly(db)
         events = tuple(SqliteLedger._events(ledger))
         items = sorted(SqliteLedger._items(ledger), key=lambda item: item.key)
     return events, {item.key: item for item in items}
 
 
-def _judge(plan, paths, inputs, rested, lost, reached, held=None) -> dict:
-    """``held``: the point's ``Held`` connections (snapshot mode), else None."""
+def _judge(plan, paths, inputs, rested, lost, reached) -> dict:
     from toolkit.checker import check, explain
     from toolkit.drills import collect_history
 
     contract = plan.contract_object()
-    provider = _ProviderLogs(paths, contract, held and held.provider)
+    provider = _ProviderLogs(paths, contract)
     history = collect_history(paths.ledger, provider, inputs, contract, ({},),
-                              plan.page_by_page_from,
-                              records=_ledger_records(paths.ledger, held and held.ledger))
+                              plan.page_by_page_from, records=_ledger_records(paths.ledger))
     stats = provider.counters
     verdict = check(history)
     by_state = collections.Counter(item.state.value for item in history.items.values())

@@ -50,12 +50,6 @@ What differs, and is guarded or refused:
 * absolute paths: a copy is recovered in another folder than the one it was
   recorded in; if any copy names the recording's folder, the exploration
   falls back to the real mode (``Recorder``).
-* SQLite's checkpoint on close: the supervisor holds a read-only connection to
-  the point's ledger and provider database from the copy's arrival until the
-  judge has read them (``judge.Held``; closed before any fork), so the recovery's
-  connections close without checkpointing and leave their WAL, as a run beside
-  any other reader does; in the real mode the rerun closes last and checkpoints.
-  Every reader (the next rerun, the judge) sees the same committed rows either way.
 * the first rerun cannot be killed (``pairs``) nor the ledger cut to its last
   fsync (``power_loss``): those stay in the real mode, the default.
 * the recovering process: in the real mode a fresh fork of a fresh supervisor;
