@@ -33,8 +33,11 @@ def _state_file_items(path) -> dict[str, Item]:
 
 
 def collect_history(ledger_path, provider, inputs, contract, options_sets=({},),
-                    page_by_page_from=None, out=None) -> History:
+                    page_by_page_from=None, out=None, records=None) -> History:
     """Everything the checker judges: both ledgers, the call logs, what is on disk.
+
+    ``records``: the ledger's ``(events, items by key)`` if the caller read them already
+    (the crash exploration's judge reads an SQLite ledger read-only); else read here.
 
     The inputs are keyed as the runner keys them: with ``page_by_page_from``,
     a long document's identity includes its page-by-page routing. Artifacts are
@@ -42,7 +45,9 @@ def collect_history(ledger_path, provider, inputs, contract, options_sets=({},),
     ledger records none: each machine names its own ``out``).
     """
     ledger_path = Path(ledger_path)
-    if ledger_path.suffix == ".json":
+    if records is not None:
+        events, items = records
+    elif ledger_path.suffix == ".json":
         events, items = (), _state_file_items(ledger_path)
     else:
         with open_ledger(ledger_path) as ledger:

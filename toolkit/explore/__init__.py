@@ -199,7 +199,7 @@ def explore(plan: Plan, workdir=None, progress=None) -> Exploration:
             return explore(plan, tmp, progress)
     root = Path(workdir)
     inputs, names = batch_inputs(plan, root / "in")
-    _warm(inputs)
+    _warm(inputs, check=plan.mode != "snapshot")  # else ``input_checks`` checks them all
     jobs = plan.jobs or pool.default_jobs()
     started = time.monotonic()
 
@@ -262,8 +262,10 @@ def explore(plan: Plan, workdir=None, progress=None) -> Exploration:
                        len({result["pid"] for result in results}))
 
 
-def _warm(inputs) -> None:
-    """Import and load everything once, so that forked children start hot."""
+def _warm(inputs, check=True) -> None:
+    """Import and load everything once, so that forked children start hot (``check``:
+    load PyMuPDF by checking the first input; else the caller checks every input, before
+    any fork: snapshot mode's ``input_checks`` did the same check a second time)."""
     import psutil
 
     import toolkit.checker
@@ -273,7 +275,8 @@ def _warm(inputs) -> None:
     import toolkit.runner.naive  # noqa: F401
     from toolkit import documents
 
-    documents.preflight(inputs[0])  # loads PyMuPDF
+    if check:
+        documents.preflight(inputs[0])  # loads PyMuPDF
     psutil.Process(os.getpid()).create_time()
 
 

@@ -62,6 +62,36 @@ class _ProviderLogs:
         return self._executions
 
 
+def _ledger_records(path):
+    """An SQLite ledger's ``(events, items by key)``, as ``open_ledger`` reads them, through
+    one read-only connection (None: not an SQLite ledger file; the caller opens it).
+
+    Opening the ledger would check and create its schema, switch the journal mode, and
+    checkpoint as it closes: ~0.45 ms more per crash point, for the same rows. The rows
+    are decoded by the ledger's own readers (``SqliteLedger._events``, ``_items``: one
+    place for the SQL and the decoding), sorted by key as ``Ledger.items`` sorts them.
+    """
+    import sqlite3
+    from contextlib import closing
+
+    from toolkit.ledger.sqlite import SqliteLedger
+
+    if path.suffix.lower() not in (".sqlite", ".db", ".sqlite3") or not path.is_file():
+        return None
+
+    class ReadOnly:  # what the ledger's readers use of it: a connection and a name
+        _query = SqliteLedger._query
+
+        def __init__(self, db):
+            self._db, self._what = db, f"SQLite ledger {str(path)!r}"
+
+    with closing(sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)) as db:
+        ledger = ReadOnly(db)
+        events = tuple(SqliteLedger._events(ledger))
+        items = sorted(SqliteLedger._items(ledger), key=lambda item: item.key)
+    return events, {item.key: item for item in items}
+
+
 def _judge(plan, paths, inputs, rested, lost, reached) -> dict:
     from toolkit.checker import check, explain
     from toolkit.drills import collect_history
@@ -69,7 +99,7 @@ def _judge(plan, paths, inputs, rested, lost, reached) -> dict:
     contract = plan.contract_object()
     provider = _ProviderLogs(paths, contract)
     history = collect_history(paths.ledger, provider, inputs, contract, ({},),
-                              plan.page_by_page_from)
+                              plan.page_by_page_from, records=_ledger_records(paths.ledger))
     stats = provider.counters
     verdict = check(history)
     by_state = collections.Counter(item.state.value for item in history.items.values())

@@ -41,13 +41,27 @@ _EXECUTION_FIELDS = ("seq", "ts", "job_id", "idem_key", "task_key", "status", "a
                      "artifact_sha256")
 
 
+_MASTER = "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name"
+_WHOLE: set = set()  # schemas (``_MASTER``'s rows) this process saw ``create`` leave whole
+
+
 def create(db) -> None:
     """Create the tables in an empty database, or check an existing one is ours.
+
+    A database whose schema is, row for row, one this process has already seen
+    this function leave whole (a crash exploration opens a copy of the same
+    batch folder at every point), and which holds our schema row, is ours as it
+    is: every statement below would be a no-op (the same tables, the same
+    columns, the row there), so none runs. Known by content, never by path: a
+    database changed in any way is checked in full.
 
     Raises:
         ToolkitError: the database holds something else.
     """
-    tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    master = _schema(db)
+    if master in _WHOLE and _meta(db, "schema") == SCHEMA:
+        return
+    tables = {row[1] for row in master if row[0] == "table"}
     if tables and "meta" not in tables:
         raise ToolkitError("not a provider database")
     # Checked before any write: a database of ours has its schema row from its first commit.
@@ -66,6 +80,14 @@ def create(db) -> None:
     for name, kind in _ADDED_CALL_COLUMNS.items():
         if name not in have:  # NULL for every older call: its caller was not recorded
             db.execute(f"ALTER TABLE calls ADD COLUMN {name} {kind}")
+    # Whole now, inside the caller's transaction: if it rolls back, the file keeps its old
+    # schema, whose rows are not these (the set only ever says "seen whole").
+    _WHOLE.add(_schema(db))
+
+
+def _schema(db) -> tuple:
+    """The database's schema rows as plain tuples (whatever the connection's row factory)."""
+    return tuple(tuple(row) for row in db.execute(_MASTER))
 
 
 def _meta(db, name: str):
