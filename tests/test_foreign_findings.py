@@ -174,3 +174,19 @@ def test_glued_line_naming_two_files_puts_both_in_doubt_not_only_the_first(tmp_p
         assert {key: action for key, (action, _) in answers(report).items()} == {
             "b.pdf": "review", "c.pdf": "review"}
         assert "line 3 is damaged and names it" in findings(report, "missing_history")["c.pdf"]
+
+
+def test_utf16_state_file_is_refused_in_one_line_naming_the_conversion(tmp_path, capsys):
+    """Outsider o32 P7. Fault: a state file saved as UTF-16 (Windows PowerShell's ``>``),
+    with and without its byte order mark. Must hold: refused, exit 2, one line saying what
+    it is and how to convert it, never read as a state file of 0 items; the file unchanged."""
+    text = '{"file": "a.pdf", "status": "done"}\r\n{"file": "b.pdf", "status": "pending"}\r\n'
+    for encoding in ("utf-16", "utf-16-le", "utf-16-be", "utf-32"):
+        path = tmp_path / f"{encoding}.jsonl"
+        path.write_bytes(text.encode(encoding))
+        before = path.read_bytes()
+        capsys.readouterr()
+        assert main(["audit", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert "UTF-16" in err and "iconv" in err and len(err.strip().splitlines()) == 1
+        assert path.read_bytes() == before

@@ -104,6 +104,10 @@ def _folder(path, flag) -> str | None:
     return os.fspath(path)
 
 
+# Byte order marks of UTF-16 LE (and UTF-32 LE, which starts alike), UTF-16 BE, UTF-32 BE.
+WIDE_BOMS = (b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")
+
+
 def detect(path) -> str:
     """The name of the format of the file at ``path``.
 
@@ -127,6 +131,9 @@ def _detect(path):
         raise _fail(path, exc.strerror or exc) from exc
     if head.startswith(SQLITE_MAGIC):
         return "sqlite", None
+    if head.startswith(WIDE_BOMS) or head[:2] in (b"{\x00", b"\x00{"):
+        raise _fail(path, "UTF-16 or UTF-32 text (Windows PowerShell's default for `>`), not "
+                    "UTF-8: convert a copy first, e.g. iconv -f UTF-16 -t UTF-8 FILE > COPY")
     if not head:
         return "empty", None
     if cut_header(head):  # ours, cut inside line 1 (no more bytes: shorter than a header)
