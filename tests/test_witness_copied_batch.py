@@ -61,3 +61,19 @@ def test_sqlite_ledger_emptied_in_a_copied_batch_is_refused_then_salvaged_with_n
     rerun = run_cli(*_run_args(tmp_path, new, inputs="copy/in", out="copy/out"))
     assert rerun.returncode == 0, rerun.stderr
     assert doubles(tmp_path) == 0
+
+
+def test_audit_of_a_ledger_emptied_beside_its_roots_file_says_its_history_was_lost(tmp_path):
+    """Outsider o32 P2, the audit's half: it said "empty, 0 items" and nothing else. Must
+    hold: a note names the roots file and what run will do; a ledger with no roots file
+    beside it (a new one) gets no such note."""
+    from toolkit.forensics import audit
+
+    for name in ("emptied.jsonl", "emptied.sqlite", "new.jsonl"):
+        (tmp_path / name).write_bytes(b"")
+    for name in ("emptied.jsonl", "emptied.sqlite"):
+        (tmp_path / f"{name}.roots.json").write_text('{"out": "out"}')
+    for name in ("emptied.jsonl", "emptied.sqlite"):
+        (note,) = [n for n in audit(tmp_path / name).notes if n.startswith("no_history")]
+        assert f"{name}.roots.json" in note and "salvage" in note
+    assert not [n for n in audit(tmp_path / "new.jsonl").notes if n.startswith("no_history")]

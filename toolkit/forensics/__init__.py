@@ -59,7 +59,7 @@ from toolkit.forensics import queues as _queues  # noqa: F401  (registers its ad
 from toolkit.forensics import sqlite as _sqlite
 from toolkit.forensics.checks import LOOKUP_FORMATS, Planner, check_items
 from toolkit.forensics.lines import MAX_LINE
-from toolkit.ledger.header import HEADER_LINE, cut_header
+from toolkit.ledger.header import HEADER_LINE, cut_header, no_history
 from toolkit.forensics.private import CopyError, ScratchFull
 from toolkit.forensics.model import (
     ACTIONS,
@@ -231,6 +231,13 @@ def _audit(path, name, adapter, artifacts, inputs, now, gone=None, output_name=N
                                             name in LOOKUP_FORMATS)
     if gone is not None:
         anomalies += _root_gone(raw.items, gone)
+    marker = roots.roots_file(path)  # written by a run before its first send
+    if not raw.items and os.path.lexists(marker) and no_history(path):  # run's own rule
+        raw.notes.append(f"no_history: no item, yet {os.fspath(marker)!r} beside it says runs "
+                         "used this ledger: its history was lost (emptied, or deleted and made "
+                         "anew); `run` treats it as missing (JSONL: made anew marked salvaged, "
+                         "every request looked up first; SQLite: refused, salvage it: "
+                         "`ledger PATH --salvage NEW --out OUT`)")
     return _report(os.fspath(path), name, raw, _ordered(anomalies))
 
 

@@ -12,6 +12,8 @@ salvaged once (``ledger --salvage``), as a headerless compacted one is.
 """
 
 import json
+import os
+from pathlib import Path
 
 # Line 1 of every ledger this toolkit writes; a file without it whose lines are all
 # toolkit events (every ledger written before the header existed) is upgraded by the
@@ -99,3 +101,24 @@ def newer_version(where: str, version: int) -> str:
             f"(line 1 edited), set \"version\": {VERSION} in line 1 and run 'python -m "
             f"toolkit audit {where}', then 'python -m toolkit ledger {where} --salvage "
             "NEW.jsonl'")
+
+
+def no_history(ledger_path) -> bool:
+    """True for a ledger file that holds no event line: missing, 0 bytes, or (JSONL) its
+    header alone, blank lines aside, of our version and not marked as salvaged -- whatever
+    made it (a run on no inputs, ``head -1 L > L``), nothing in it shows what the witness
+    saw. A marked one already looks everything up; a newer version is the open's to
+    refuse."""
+    try:
+        if os.stat(ledger_path).st_size == 0:
+            return True
+        if Path(ledger_path).suffix.lower() != ".jsonl":
+            return False
+        with open(ledger_path, "rb") as handle:
+            lines = [line for line in handle.read(1 << 16).split(b"\n") if line.strip()]
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False  # there, but not readable: the open says why
+    header = read_header(lines[0]) if len(lines) == 1 else None
+    return header is not None and header["version"] == VERSION and not header.get(SALVAGED)

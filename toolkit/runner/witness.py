@@ -51,7 +51,7 @@ from pathlib import Path
 
 from toolkit import documents, roots
 from toolkit.errors import LedgerError, StorageError, ToolkitError
-from toolkit.ledger.header import SALVAGED, VERSION, header_line, read_header
+from toolkit.ledger.header import header_line, no_history, read_header
 from toolkit.storage import LOCK, READ_ONLY, take_exclusive
 
 NAME = ".witness.json"
@@ -310,27 +310,6 @@ def check(out, ledger) -> dict | None:
     record_all(folders, seen)
     seen["outs"] = folders
     return seen
-
-
-def no_history(ledger_path) -> bool:
-    """True for a ledger file that holds no event line: missing, 0 bytes, or (JSONL) its
-    header alone, blank lines aside, of our version and not marked as salvaged -- whatever
-    made it (a run on no inputs, ``head -1 L > L``), nothing in it shows what the witness
-    saw. A marked one already looks everything up; a newer version is the open's to
-    refuse."""
-    try:
-        if os.stat(ledger_path).st_size == 0:
-            return True
-        if Path(ledger_path).suffix.lower() != ".jsonl":
-            return False
-        with open(ledger_path, "rb") as handle:
-            lines = [line for line in handle.read(READ).split(b"\n") if line.strip()]
-    except FileNotFoundError:
-        return True
-    except OSError:
-        return False  # there, but not readable: the open says why
-    header = read_header(lines[0]) if len(lines) == 1 else None
-    return header is not None and header["version"] == VERSION and not header.get(SALVAGED)
 
 
 def missing(out, ledger_path) -> tuple[str, dict] | None:
