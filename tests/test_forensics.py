@@ -131,15 +131,16 @@ EXPECTED = {
             ("B006", "done_without_artifact"),
             ("B007", "duplicate_key"),              # two done rows, two results
             ("B008", "artifact_missing"),
-            ("B009", "corrupt_record"),             # status paused
+            ("B009", "unknown_state"),              # status paused: no word of the format,
+            ("B009", "stuck_unknown"),              # kept as unknown (no reply, no lease)
             ("B010", "unsafe_artifact_path"),
             ("B011", "artifact_mismatch"),
             ("B013", "corrupt_record"),             # result is not JSON
             ("B013", "done_without_artifact"),
             ("B014", "unsafe_input_path"),
         ],
-        "by_state": states(pending=3, unknown=1, done=7, failed=2),
-        "plan": plan(skip=1, verify=2, reconcile=1, retry=1, review=7, run=1),
+        "by_state": states(pending=3, unknown=2, done=7, failed=2),
+        "plan": plan(skip=1, verify=2, reconcile=1, retry=1, review=8, run=1),
     },
     "jobs.db": {
         "format": "sqlite-jobs",
@@ -150,12 +151,13 @@ EXPECTED = {
             ("job-mismatch", "artifact_mismatch"),  # size differs
             ("job-missing", "artifact_missing"),
             ("job-no-artifact", "done_without_artifact"),
-            ("job-running", "corrupt_record"),
+            ("job-running", "unknown_state"),       # kept as unknown, for a person
+            ("job-running", "stuck_unknown"),
             ("job-symlink", "unsafe_artifact_path"),
             ("job-unknown", "stuck_unknown"),
         ],
-        "by_state": states(unknown=1, done=6),
-        "plan": plan(skip=1, verify=1, reconcile=1, review=4),
+        "by_state": states(unknown=2, done=6),
+        "plan": plan(skip=1, verify=1, reconcile=1, review=5),
     },
     "crashed.db": {  # the file alone holds half an uncommitted "mark all done"
         "format": "sqlite-task_items",
@@ -180,7 +182,7 @@ ACTIONS = {
         "q.pdf": "review", "t.pdf": "review", "u.pdf": "review", "x.pdf": "review"},
     "task_items.db": {
         "B001": "skip", "B002": "reconcile", "B003": "retry", "B004": "review", "B005": "review",
-        "B006": "verify", "B007": "review", "B008": "review", "B010": "review",
+        "B006": "verify", "B007": "review", "B008": "review", "B009": "review", "B010": "review",
         "B011": "review", "B012": "run", "B013": "verify", "B014": "review"},
 }
 
@@ -267,7 +269,7 @@ def test_regenerating_the_fixtures_reproduces_them(tmp_path):
 def test_to_json_has_exactly_the_design_shape_and_survives_json_dumps():
     out = full_audit("task_items.db").to_json()
     assert list(out) == ["format", "items", "by_state", "corrupt_lines", "anomalies", "plan"]
-    assert out["items"] == 13 == sum(out["plan"].values()) == sum(out["by_state"].values())
+    assert out["items"] == 14 == sum(out["plan"].values()) == sum(out["by_state"].values())
     assert all(list(a) == ["key", "kind", "detail"] for a in out["anomalies"])
     assert json.loads(json.dumps(out)) == out
 
@@ -652,7 +654,9 @@ def test_hostile_artifact_and_input_fields_are_findings_not_crashes(tmp_path):
 
 def test_hostile_values_in_sqlite_rows_are_findings_not_crashes(tmp_path):
     """SQLite stores anything in any column: blobs as keys, numbers as states,
-    non-JSON results. Each bad row is a corrupt_record; the rest still plan."""
+    non-JSON results. Each bad row is a corrupt_record, but a status that is no word of the
+    format (a number) is unknown_state: its item is kept, unknown, for a person; the rest
+    still plan."""
     path = tmp_path / "odd.db"
     with sqlite3.connect(path) as db:
         db.execute("CREATE TABLE task_items (seq, biz_no, payload, status, result, updated_at)")
@@ -666,10 +670,10 @@ def test_hostile_values_in_sqlite_rows_are_findings_not_crashes(tmp_path):
     report = audit(path, artifacts=tmp_path, inputs=tmp_path)
     assert [(a.key, a.kind) for a in report.anomalies] == [
         (None, "corrupt_record"), (None, "corrupt_record"),
-        (None, "unchecked_inputs"), ("k", "corrupt_record"),
+        (None, "unchecked_inputs"), ("k", "unknown_state"), ("k", "stuck_unknown"),
         ("k2", "corrupt_record"), ("k2", "done_without_artifact"),
         ("k3", "done_without_artifact")]
-    assert report.plan == plan(verify=2, review=1)  # a foreign format: no lookup
+    assert report.plan == plan(verify=2, review=2)  # a foreign format: no lookup
 
 
 def test_hostile_rows_in_our_sqlite_ledger_are_findings_not_crashes(tmp_path):

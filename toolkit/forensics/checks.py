@@ -195,6 +195,7 @@ UNDECIDABLE = {
     "missing_history": "part of its history is lost",
     "history_mismatch": "its row disagrees with its events",
     "unsafe_artifact_path": "its artifact path escapes the artifacts folder",
+    "unknown_state": "its state is no word of its format",
 }
 ARTIFACT_DAMAGE = frozenset({"done_without_artifact", "artifact_missing", "artifact_mismatch"})
 INPUT_CHANGED = {"stale_input": "the input changed since it was recorded",

@@ -23,6 +23,7 @@ KINDS = (
     "missing_header",         # our JSONL: snapshot lines with no header line above them
     "snapshot_mismatch",      # our JSONL: snapshot lines the header does not count (deleted, copied)
     "corrupt_record",         # a database row that is not a valid record
+    "unknown_state",          # a row whose state is no word of its format (a dead worker's "running")
     "opaque_payload",         # payloads not JSON or text (a pickle): never decoded, names unknown
     "unaudited_table",        # tables beside the queue that the audit did not read (never silent)
     "unchecked_inputs",       # --inputs given, but items record no input name (or no digest)

@@ -323,19 +323,21 @@ def _read_foreign(raw, rows, states, name):
         if type(key) is not str or not key:
             raw.finding(None, "corrupt_record", f"{name} row {where}: key {key!r} is not a string")
             continue
-        if status not in states:
-            raw.finding(key, "corrupt_record", f"{name} row {where}: state {status!r} is not one "
+        state = states.get(status)
+        if state is None:  # a word outside the format ("running": what a dead worker left?):
+            # the item stays, its outcome unknown, for a person (never dropped from the plan)
+            raw.finding(key, "unknown_state", f"{name} row {where}: state {status!r} is not one "
                         f"of {sorted(states)}")
-            continue
+            state = "unknown"
         info, problem = parse_json_column(result)
         given, _ = parse_json_column(payload)  # a bad payload only hides the input digest
         if key in seen and seen[key][1:] != (status, result):
             raw.finding(key, "duplicate_key", f"{name} rows {seen[key][0]} ({seen[key][1]}) and "
                         f"{where} ({status}) disagree")
         seen[key] = (where, status, result)
-        if problem and states[status] == "done":
+        if problem and state == "done":
             raw.finding(key, "corrupt_record", f"{name} row {where}: result is {problem}")
-        raw.items[key] = foreign_item(key, states[status], status, info,
+        raw.items[key] = foreign_item(key, state, status, info,
                                       source=first(given, SOURCE_FIELDS, str),
                                       input_digest=first(given, INPUT_DIGEST_FIELDS, str),
                                       updated=updated)
