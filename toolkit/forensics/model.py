@@ -6,6 +6,7 @@ only the format can see (torn and corrupt lines, duplicate keys, history).
 ``register`` puts it in ``ADAPTERS``; insertion order is detection priority.
 """
 
+import collections.abc
 import contextlib
 import dataclasses
 import functools
@@ -85,6 +86,99 @@ class Anomaly:
         return {"key": self.key, "kind": self.kind, "detail": self.detail}
 
 
+_VALUE = Anomaly.__dict__["detail"]  # the slot under ``detail``: a ``Worded`` keeps its value there
+
+
+class Worded(Anomaly):
+    """An ``Anomaly`` whose detail is ``words(value)``, put into words each time it is read
+    and never kept: a big batch has a finding per done item that quotes the item's own
+    artifact path (the item already holds the path), ~200 bytes an item kept for nothing
+    until the report is written. Reads, compares, hashes and serializes as the
+    ``Anomaly`` with that detail."""
+
+    __slots__ = ("words",)
+
+    def __init__(self, key, kind: str, words: Callable[[Any], str], value):
+        setattr_ = object.__setattr__  # frozen: set as the dataclass's own __init__ does
+        setattr_(self, "key", key)
+        setattr_(self, "kind", kind)
+        setattr_(self, "words", words)
+        _VALUE.__set__(self, value)
+
+    @property
+    def detail(self) -> str:
+        return self.words(_VALUE.__get__(self))
+
+    def __eq__(self, other):
+        if not isinstance(other, Anomaly):
+            return NotImplemented
+        return (self.key, self.kind, self.detail) == (other.key, other.kind, other.detail)
+
+    __hash__ = Anomaly.__hash__  # (key, kind, detail), the detail as read
+
+    def __repr__(self):
+        return repr(Anomaly(self.key, self.kind, self.detail))
+
+
+class Rows(collections.abc.Sequence):
+    """``Report.rows``: (Record, action, why) per item, ordered by key, each tuple made
+    when it is read. Kept as parallel columns: the records; each one's plan, an (action,
+    why, marker) answer shared by every item planned alike (``checks.Planner``: ``marker``
+    in the why stands for the detail of the item's ``done_without_artifact`` finding, put
+    back when read, a ``Worded`` finding worded only then); and where the item's findings
+    begin in the report's ``anomalies`` (-1: none), a key's findings being next to each
+    other there (``forensics._ordered``). A quarter-million items then hold no tuple, no
+    why string and no list of findings of their own (~100 MB)."""
+
+    __slots__ = ("records", "plans", "first", "anomalies")
+
+    def __init__(self, records: list, plans: list, first, anomalies: list):
+        self.records, self.plans, self.first, self.anomalies = records, plans, first, anomalies
+
+    def __len__(self):
+        return len(self.records)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[at] for at in range(*index.indices(len(self.records)))]
+        action, why, marker = self.plans[index]
+        if marker is not None:
+            why = why.replace(marker, self._found(index, "done_without_artifact").detail)
+        return self.records[index], action, why
+
+    def __iter__(self):
+        for index, (record, (action, why, marker)) in enumerate(zip(self.records, self.plans)):
+            if marker is not None:
+                why = why.replace(marker, self._found(index, "done_without_artifact").detail)
+            yield record, action, why
+
+    def actions(self) -> list:
+        """Each row's action, no why worded."""
+        return [plan[0] for plan in self.plans]
+
+    def kinds(self, index) -> list:
+        """The kinds found on row ``index``'s item, in report order."""
+        return [anomaly.kind for anomaly in self._findings(index)]
+
+    def _findings(self, index):
+        at, anomalies = self.first[index], self.anomalies
+        if at < 0:
+            return
+        key = anomalies[at].key
+        while at < len(anomalies) and (anomaly := anomalies[at]).key == key:
+            yield anomaly
+            at += 1
+
+    def _found(self, index, kind):
+        return next(anomaly for anomaly in self._findings(index) if anomaly.kind == kind)
+
+    def only(self, action) -> "Rows":
+        """The rows planned ``action``, as ``Rows``."""
+        keep = [index for index, plan in enumerate(self.plans) if plan[0] == action]
+        return Rows([self.records[at] for at in keep], [self.plans[at] for at in keep],
+                    [self.first[at] for at in keep], self.anomalies)
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class Report:
     """What ``audit`` found; ``to_json()`` is the DESIGN.md ``audit --json`` shape.
@@ -99,7 +193,7 @@ class Report:
 
     path: str
     format: str
-    rows: list = dataclasses.field(repr=False)  # [(Record, action, why)] ordered by key
+    rows: Any = dataclasses.field(repr=False)  # [(Record, action, why)] ordered by key: ``Rows``
     event_columns: Any = dataclasses.field(repr=False)  # {name: list | ndarray} | None
     corrupt_lines: list[int]
     anomalies: list[Anomaly]
@@ -110,9 +204,10 @@ class Report:
     @functools.cached_property
     def items(self):
         """One row per item as a pandas.DataFrame (``ITEM_COLUMNS``, action, why)."""
-        records = [row[0] for row in self.rows]  # column by column: no tuple per row
-        columns = {name: list(map(operator.attrgetter(name), records)) for name in ITEM_COLUMNS}
-        columns.update(action=[row[1] for row in self.rows], why=[row[2] for row in self.rows])
+        rows = self.rows  # column by column: no tuple per row
+        columns = {name: list(map(operator.attrgetter(name), rows.records))
+                   for name in ITEM_COLUMNS}
+        columns.update(action=rows.actions(), why=[why for _, _, why in rows])
         return frame(columns)
 
     @functools.cached_property
