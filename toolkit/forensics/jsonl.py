@@ -5,9 +5,10 @@ import functools
 import json
 import json.scanner
 import typing
+from array import array
 from functools import partial
 
-from toolkit.forensics.columns import OPS, VOCABULARY, Field
+from toolkit.forensics.columns import OPS, VOCABULARY
 from toolkit.forensics.foreign import StateFile
 from toolkit.forensics.history import BAD_EVENT, SNAPSHOT, History
 from toolkit.forensics import lines as reading
@@ -308,10 +309,10 @@ def _order_findings(raw: Raw, header, history: History, events) -> None:
 def _disorder(seqs, lines, previous) -> list:
     """``gaps.out_of_order`` over the event table; a packed column (every seq an int64)
     is first checked in one vectorized comparison, the usual answer being none."""
-    if isinstance(seqs, Field):
+    if isinstance(seqs, array):
         import numpy as np
 
-        column = np.asarray(seqs)
+        column = np.frombuffer(seqs, dtype=np.int64)
         if not len(column) or (bool((column[1:] > column[:-1]).all())
                                and (previous is None or column[0] > previous)):
             return []

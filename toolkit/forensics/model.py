@@ -140,37 +140,45 @@ class Rows(collections.abc.Sequence):
 
     def __getitem__(self, index):
         if isinstance(index, slice):
-            return [self[at] for at in range(*index.indices(len(self.records)))]
-        action, why, marker = self.plans[index]
-        if marker is not None:
-            why = why.replace(marker, self._found(index, "done_without_artifact").detail)
-        return self.records[index], action, why
+            start, stop, step = index.indices(len(self.records))
+            if step != 1:
+                return [self[at] for at in range(start, stop, step)]
+            return [row[:3] for row in self.read(start, stop)]
+        if index < 0:
+            index += len(self.records)
+        if not 0 <= index < len(self.records):
+            raise IndexError(index)
+        return next(self.read(index, index + 1))[:3]
 
     def __iter__(self):
-        for index, (record, (action, why, marker)) in enumerate(zip(self.records, self.plans)):
-            if marker is not None:
-                why = why.replace(marker, self._found(index, "done_without_artifact").detail)
+        for record, action, why, _ in self.read():
             yield record, action, why
 
     def actions(self) -> list:
         """Each row's action, no why worded."""
         return [plan[0] for plan in self.plans]
 
-    def kinds(self, index) -> list:
-        """The kinds found on row ``index``'s item, in report order."""
-        return [anomaly.kind for anomaly in self._findings(index)]
-
-    def _findings(self, index):
-        at, anomalies = self.first[index], self.anomalies
-        if at < 0:
-            return
-        key = anomalies[at].key
-        while at < len(anomalies) and (anomaly := anomalies[at]).key == key:
-            yield anomaly
-            at += 1
-
-    def _found(self, index, kind):
-        return next(anomaly for anomaly in self._findings(index) if anomaly.kind == kind)
+    def read(self, start: int = 0, stop: int | None = None):
+        """(Record, action, why, kinds found on it in report order) of rows ``start`` to
+        ``stop``; the kinds an empty tuple when none."""
+        records, plans, first, anomalies = self.records, self.plans, self.first, self.anomalies
+        end, empty = len(anomalies), ()
+        for index in range(start, len(records) if stop is None else min(stop, len(records))):
+            action, why, marker = plans[index]
+            at = first[index]
+            if at < 0:
+                yield records[index], action, why, empty
+                continue
+            key, kinds, quoted = anomalies[at].key, [], None
+            while at < end and (anomaly := anomalies[at]).key == key:
+                kind = anomaly.kind
+                kinds.append(kind)
+                if quoted is None and kind == "done_without_artifact":
+                    quoted = anomaly  # the first of its kind: the one the plan read
+                at += 1
+            if marker is not None:
+                why = why.replace(marker, quoted.detail)
+            yield records[index], action, why, kinds
 
     def only(self, action) -> "Rows":
         """The rows planned ``action``, as ``Rows``."""

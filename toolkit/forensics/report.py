@@ -31,12 +31,9 @@ def _rows(report, action):
 def _objects(rows, start: int = 0, stop: int | None = None):
     """One per_item dict per row from ``start`` to ``stop``, its findings ``[]`` when none
     (the shared empty tuple)."""
-    empty, first, kinds = (), rows.first, rows.kinds
-    stop = len(rows) if stop is None else min(stop, len(rows))
     return [{"key": record.key, "source": record.source, "state": record.state,
-             "raw_state": record.raw_state, "action": act, "why": why,
-             "findings": empty if first[index] < 0 else kinds(index)}
-            for index, (record, act, why) in zip(range(start, stop), rows[start:stop])]
+             "raw_state": record.raw_state, "action": act, "why": why, "findings": kinds}
+            for record, act, why, kinds in rows.read(start, stop)]
 
 
 def per_item(report, action: str | None = None) -> list[dict]:
