@@ -163,11 +163,10 @@ class Rows(collections.abc.Sequence):
         ``stop``; the kinds an empty tuple when none."""
         records, plans, first, anomalies = self.records, self.plans, self.first, self.anomalies
         end, empty = len(anomalies), ()
-        for index in range(start, len(records) if stop is None else min(stop, len(records))):
-            action, why, marker = plans[index]
-            at = first[index]
+        rows = slice(start, len(records) if stop is None else stop)
+        for record, (action, why, marker), at in zip(records[rows], plans[rows], first[rows]):
             if at < 0:
-                yield records[index], action, why, empty
+                yield record, action, why, empty
                 continue
             key, kinds, quoted = anomalies[at].key, [], None
             while at < end and (anomaly := anomalies[at]).key == key:
@@ -178,7 +177,7 @@ class Rows(collections.abc.Sequence):
                 at += 1
             if marker is not None:
                 why = why.replace(marker, quoted.detail)
-            yield records[index], action, why, kinds
+            yield record, action, why, kinds
 
     def only(self, action) -> "Rows":
         """The rows planned ``action``, as ``Rows``."""
