@@ -272,19 +272,21 @@ def _report(path, name, raw, anomalies) -> Report:
         at += 1
     keys = sorted(items)
     records = [items[key] for key in keys]
-    plans, first = [], array.array("q")
+    plans, first, counts = [], array.array("q"), array.array("i")
     for key, item in zip(keys, records):
         while at < end and anomalies[at].key not in items:  # a key no item has
             at += 1
+        first.append(at)
         found = None
-        if at < end and anomalies[at].key == key:  # this item's findings, in report order
-            found = {}
-            first.append(at)
+        if at < end and (anomaly := anomalies[at]).key == key:  # its findings, in report order
+            found, start = {anomaly.kind: anomaly}, at
+            at += 1
             while at < end and (anomaly := anomalies[at]).key == key:
                 found.setdefault(anomaly.kind, anomaly)  # plan_item reads the first of a kind
                 at += 1
+            counts.append(at - start)
         else:
-            first.append(-1)
+            counts.append(0)
         answer = plan(item, found)
         if damaged and item.state in UNSETTLED and not (item.state == "failed"
                                                          and item.failure == "permanent"):
@@ -296,7 +298,7 @@ def _report(path, name, raw, anomalies) -> Report:
     for state, count in collections.Counter(item.state for item in records).items():
         by_state[state] += count  # a state outside STATES fails here, as it always did
     del keys
-    return Report(path, name, Rows(records, plans, first, anomalies), raw.events,
+    return Report(path, name, Rows(records, plans, first, counts, anomalies), raw.events,
                   sorted(raw.corrupt_lines), anomalies, plan, by_state, list(raw.notes))
 
 

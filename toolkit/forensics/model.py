@@ -109,6 +109,9 @@ class Worded(Anomaly):
     def detail(self) -> str:
         return self.words(_VALUE.__get__(self))
 
+    def to_json(self) -> dict:
+        return {"key": self.key, "kind": self.kind, "detail": self.words(_VALUE.__get__(self))}
+
     def __eq__(self, other):
         if not isinstance(other, Anomaly):
             return NotImplemented
@@ -126,14 +129,15 @@ class Rows(collections.abc.Sequence):
     why, marker) answer shared by every item planned alike (``checks.Planner``: ``marker``
     in the why stands for the detail of the item's ``done_without_artifact`` finding, put
     back when read, a ``Worded`` finding worded only then); and where the item's findings
-    begin in the report's ``anomalies`` (-1: none), a key's findings being next to each
-    other there (``forensics._ordered``). A quarter-million items then hold no tuple, no
+    begin in the report's ``anomalies`` and how many there are, a key's findings being
+    next to each other there (``forensics._ordered``). A quarter-million items then hold no tuple, no
     why string and no list of findings of their own (~100 MB)."""
 
-    __slots__ = ("records", "plans", "first", "anomalies")
+    __slots__ = ("records", "plans", "first", "counts", "anomalies")
 
-    def __init__(self, records: list, plans: list, first, anomalies: list):
-        self.records, self.plans, self.first, self.anomalies = records, plans, first, anomalies
+    def __init__(self, records: list, plans: list, first, counts, anomalies: list):
+        self.records, self.plans, self.anomalies = records, plans, anomalies
+        self.first, self.counts = first, counts
 
     def __len__(self):
         return len(self.records)
@@ -162,28 +166,29 @@ class Rows(collections.abc.Sequence):
         """(Record, action, why, kinds found on it in report order) of rows ``start`` to
         ``stop``; the kinds an empty tuple when none."""
         records, plans, first, anomalies = self.records, self.plans, self.first, self.anomalies
-        end, empty = len(anomalies), ()
-        rows = slice(start, len(records) if stop is None else stop)
-        for record, (action, why, marker), at in zip(records[rows], plans[rows], first[rows]):
-            if at < 0:
+        rows, empty = slice(start, len(records) if stop is None else stop), ()
+        for record, (action, why, marker), at, count in zip(records[rows], plans[rows],
+                                                             first[rows], self.counts[rows]):
+            if count == 0:
                 yield record, action, why, empty
-                continue
-            key, kinds, quoted = anomalies[at].key, [], None
-            while at < end and (anomaly := anomalies[at]).key == key:
-                kind = anomaly.kind
-                kinds.append(kind)
-                if quoted is None and kind == "done_without_artifact":
-                    quoted = anomaly  # the first of its kind: the one the plan read
-                at += 1
-            if marker is not None:
-                why = why.replace(marker, quoted.detail)
-            yield record, action, why, kinds
+            elif count == 1:  # the usual: one finding
+                anomaly = anomalies[at]
+                if marker is not None:
+                    why = why.replace(marker, anomaly.detail)
+                yield record, action, why, [anomaly.kind]
+            else:
+                found = anomalies[at:at + count]
+                if marker is not None:  # the first of its kind: the one the plan read
+                    quoted = next(a for a in found if a.kind == "done_without_artifact")
+                    why = why.replace(marker, quoted.detail)
+                yield record, action, why, [anomaly.kind for anomaly in found]
 
     def only(self, action) -> "Rows":
         """The rows planned ``action``, as ``Rows``."""
         keep = [index for index, plan in enumerate(self.plans) if plan[0] == action]
         return Rows([self.records[at] for at in keep], [self.plans[at] for at in keep],
-                    [self.first[at] for at in keep], self.anomalies)
+                    [self.first[at] for at in keep], [self.counts[at] for at in keep],
+                    self.anomalies)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
