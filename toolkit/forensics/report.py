@@ -1,7 +1,8 @@
 """The audit's per-item answer: one row per item for programs (JSON) and spreadsheets (CSV).
 
-Built by walking ``Report.rows`` (the audit's own (Record, action, why) list, ordered by
-key), never through the items DataFrame: ``audit --json`` imports no pandas. The JSON
+Built by walking ``Report.rows`` (``model.Rows``: the audit's own (Record, action, why)
+rows, ordered by key, each worded as it is read, with the kinds found on it), never
+through the items DataFrame: ``audit --json`` imports no pandas. The JSON
 goes out streamed (``stream_json``): the document without its two long lists
 (``anomalies``, ``per_item``) once, then each list in chunks through orjson, so a
 250,000-item audit never holds a list of a quarter-million dicts nor one document of
