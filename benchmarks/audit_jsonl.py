@@ -185,9 +185,31 @@ def _task(task: str, path: Path) -> dict:
     return {"seconds": time.perf_counter() - start, "rows": rows}
 
 
+# Run first in every child: its own peak resident set (``VmHWM``, which exec starts
+# afresh) written last on its stderr. Not wait4's ``ru_maxrss``: Linux starts a child's at
+# the peak of the process it was spawned from (vfork shares the parent's memory map until
+# exec), so a child of a benchmark that had just written a million-line ledger read the
+# benchmark's peak, whatever it did itself (benchmarks/child.py says the same).
+_PEAK = ("import atexit, sys\n"
+         "def _peak():\n"
+         "    for line in open('/proc/self/status'):\n"
+         "        if line.startswith('VmHWM:'):\n"
+         "            sys.stderr.write('\\nVmHWM ' + line.split()[1] + '\\n')\n"
+         "atexit.register(_peak)\n"
+         "import runpy\n"
+         "sys.argv = sys.argv[1:]\n")
+
+
 def _run(argv: list, env=None, keep: bool = True) -> tuple[float, float, str, float]:
     """(wall seconds, peak RSS in MB, stdout, CPU seconds) of one child process, alone
-    (wait4); ``keep=False`` sends its stdout to /dev/null."""
+    (wait4); ``keep=False`` sends its stdout to /dev/null. ``argv``: a Python script and
+    its arguments, or ``-m`` and a module and its arguments."""
+    if argv[0] == "-m":
+        launch = f"runpy.run_module({argv[1]!r}, run_name='__main__', alter_sys=True)"
+        argv = argv[1:]
+    else:
+        launch = "runpy.run_path(sys.argv[0], run_name='__main__')"
+    argv = [sys.executable, "-c", _PEAK + launch, *argv]
     with tempfile.TemporaryFile() as err:
         start = time.perf_counter()
         child = subprocess.Popen(argv, stdout=subprocess.PIPE if keep else subprocess.DEVNULL,
@@ -196,25 +218,26 @@ def _run(argv: list, env=None, keep: bool = True) -> tuple[float, float, str, fl
         _, status, usage = os.wait4(child.pid, 0)
         seconds = time.perf_counter() - start
         child.returncode = os.waitstatus_to_exitcode(status)
+        err.seek(0)
+        said = err.read().decode(errors="replace")
         if child.returncode != 0:
-            err.seek(0)
-            raise RuntimeError(f"{argv[2:]} failed ({child.returncode}): "
-                               f"{err.read().decode(errors='replace')[-2000:]}")
-    return seconds, usage.ru_maxrss / 1024, out.decode(), usage.ru_utime + usage.ru_stime
+            raise RuntimeError(f"{argv[3:]} failed ({child.returncode}): {said[-2000:]}")
+    peaks = [line.split()[1] for line in said.splitlines() if line.startswith("VmHWM ")]
+    peak = int(peaks[-1]) / 1024 if peaks else usage.ru_maxrss / 1024  # no /proc: ru_maxrss
+    return seconds, peak, out.decode(), usage.ru_utime + usage.ru_stime
 
 
 def measure(task: str, path: Path) -> dict:
-    """One sample of ``task`` in a fresh interpreter: its JSON plus ``peak_mb`` and
-    ``cpu`` (user + system seconds of the whole process, imports included: what a loaded
-    machine distorts least)."""
+    """One sample of ``task`` in a fresh interpreter: its JSON plus ``peak_mb`` (its own
+    VmHWM) and ``cpu`` (user + system seconds of the whole process, imports included:
+    what a loaded machine distorts least)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     if task == "cli":  # the command itself, output thrown away
-        seconds, peak, _, cpu = _run([sys.executable, "-m", "toolkit", "audit", str(path),
-                                      "--json"], env, keep=False)
+        seconds, peak, _, cpu = _run(["-m", "toolkit", "audit", str(path), "--json"], env,
+                                     keep=False)
         return {"seconds": seconds, "peak_mb": peak, "cpu": cpu}
-    _, peak, out, cpu = _run([sys.executable, str(Path(__file__).resolve()), "--child", task,
-                              str(path)], env)
+    _, peak, out, cpu = _run([str(Path(__file__).resolve()), "--child", task, str(path)], env)
     return {**json.loads(out), "peak_mb": peak, "cpu": cpu}
 
 

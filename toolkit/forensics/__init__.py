@@ -43,6 +43,7 @@ pandas is imported only when ``Report.items`` or ``Report.events`` is first read
 this package, and ``audit --json``, stay cheap.
 """
 
+import array
 import collections
 import operator
 import os
@@ -69,6 +70,7 @@ from toolkit.forensics.model import (
     Anomaly,
     Raw,
     Report,
+    Rows,
     gc_paused,
     supported,
 )
@@ -274,33 +276,47 @@ def _damage(raw) -> str | None:
 
 
 def _report(path, name, raw, anomalies) -> Report:
-    kinds: dict[str, dict] = {}  # key -> {kind: its first detail} (plan_item names evidence)
-    for anomaly in anomalies:
-        if anomaly.key is not None:
-            found = kinds.get(anomaly.key)
-            if found is None:
-                kinds[anomaly.key] = {anomaly.kind: anomaly.detail}
-            elif anomaly.kind not in found:
-                found[anomaly.kind] = anomaly.detail
+    """``anomalies`` in ``_ordered``'s order: a key's findings are next to each other, and
+    the keys in the order ``sorted`` gives the items'. So one walk down both finds each
+    item's findings (no {key: {kind: detail}} of a quarter-million dicts: ~40 MB)."""
     # without a lookup, a done with no artifact is "verify"; items alike share one answer
-    plan_of = Planner(name in LOOKUP_FORMATS)
+    plan = Planner(name in LOOKUP_FORMATS).plan
     damaged = _damage(raw) if name == "toolkit-jsonl" else None  # the ledger salvage reads
-    items, found = raw.items, kinds.get
-    rows = []
-    for key in sorted(items):
-        item = items[key]
-        action, why = plan_of(item, found(key))
+    parked = ("review", damaged, None)  # what salvage parks: never run on a guess
+    items = raw.items
+    at, end = 0, len(anomalies)
+    while at < end and anomalies[at].key is None:  # the line findings come first
+        at += 1
+    keys = sorted(items)
+    records = [items[key] for key in keys]
+    plans, first, counts = [], array.array("q"), array.array("i")
+    for key, item in zip(keys, records):
+        while at < end and anomalies[at].key not in items:  # a key no item has
+            at += 1
+        first.append(at)
+        found = None
+        if at < end and (anomaly := anomalies[at]).key == key:  # its findings, in report order
+            found, start = {anomaly.kind: anomaly}, at
+            at += 1
+            while at < end and (anomaly := anomalies[at]).key == key:
+                found.setdefault(anomaly.kind, anomaly)  # plan_item reads the first of a kind
+                at += 1
+            counts.append(at - start)
+        else:
+            counts.append(0)
+        answer = plan(item, found)
         if damaged and item.state in UNSETTLED and not (item.state == "failed"
                                                          and item.failure == "permanent"):
-            action, why = "review", damaged  # what salvage parks: never run on a guess
-        rows.append((item, action, why))
+            answer = parked
+        plans.append(answer)
     plan, by_state = dict.fromkeys(ACTIONS, 0), dict.fromkeys(STATES, 0)
-    for action, count in collections.Counter(map(operator.itemgetter(1), rows)).items():
+    for action, count in collections.Counter(answer[0] for answer in plans).items():
         plan[action] += count
-    for state, count in collections.Counter(item.state for item in items.values()).items():
+    for state, count in collections.Counter(item.state for item in records).items():
         by_state[state] += count  # a state outside STATES fails here, as it always did
-    return Report(path, name, rows, raw.events, sorted(raw.corrupt_lines),
-                  anomalies, plan, by_state, list(raw.notes))
+    del keys
+    return Report(path, name, Rows(records, plans, first, counts, anomalies), raw.events,
+                  sorted(raw.corrupt_lines), anomalies, plan, by_state, list(raw.notes))
 
 
 __all__ = [

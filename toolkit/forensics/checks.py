@@ -14,7 +14,7 @@ import os
 import stat
 
 from toolkit import roots
-from toolkit.forensics.model import Anomaly
+from toolkit.forensics.model import Anomaly, Worded
 
 _CHUNK = 1 << 20
 
@@ -99,6 +99,18 @@ def check_whole_pdf(key, path: str, real: str) -> list[Anomaly]:
 NOT_CHECKED = "recorded but not checked"
 
 
+# The words of a done item's artifact not looked at, worded when read (``model.Worded``): a
+# batch copied without its outputs has one per done item.
+def _no_folder(path) -> str:
+    return f"{path!r} {NOT_CHECKED}: no artifacts folder (give --artifacts to verify its size " \
+        "and SHA-256)"
+
+
+def _no_root(path) -> str:
+    return (f"{path!r} {NOT_CHECKED}: no artifacts folder (no outputs root recorded in "
+            f"<ledger>{roots.SUFFIX}; give --artifacts to verify its size and SHA-256)")
+
+
 def check_artifact(item, root: str | None, output_name: str | None = None,
                    lookup: bool = True) -> list[Anomaly]:
     """``output_name`` (a rule for ``output_path``) turns on the check by content: an item
@@ -111,8 +123,7 @@ def check_artifact(item, root: str | None, output_name: str | None = None,
     if (type(path) is not str or not path) and (output_name is None or root is None):
         return [Anomaly(key, "done_without_artifact", "no artifact path recorded")]
     if root is None and not lookup:
-        return [Anomaly(key, "done_without_artifact", f"{path!r} {NOT_CHECKED}: no "
-                        "artifacts folder (give --artifacts to verify its size and SHA-256)")]
+        return [Worded(key, "done_without_artifact", _no_folder, path)]
     if type(path) is not str or not path:
         path = output_path(item, output_name)
     real, unsafe = locate(root, path)
@@ -121,9 +132,7 @@ def check_artifact(item, root: str | None, output_name: str | None = None,
     if root is None and item.state == "done":
         # Nothing to look in (no --artifacts, no <ledger>.roots.json beside a copied ledger):
         # the artifact is not verified, so never "skip" (done and verified).
-        return [Anomaly(key, "done_without_artifact", f"{path!r} {NOT_CHECKED}: no artifacts "
-                        f"folder (no outputs root recorded in <ledger>{roots.SUFFIX}; give "
-                        "--artifacts to verify its size and SHA-256)")]
+        return [Worded(key, "done_without_artifact", _no_root, path)]
     found = []
     if (type(sha) is not str or not sha) and output_name is not None and real is not None:
         if not os.path.isfile(real):
@@ -300,50 +309,69 @@ class Planner:
     details, on three facts only: the ``missing_history`` detail (quoted), whether the
     ``stale_input`` one names ``SUPERSEDED``, and the ``done_without_artifact`` one
     (whether it says ``NOT_CHECKED``, and quoted whole in a ``verify`` why). That last
-    one is planned with a marker in its place and put back, so a million done items
-    whose artifacts were not checked cost one ``plan_item`` call, not a million.
+    one is planned with a marker in its place, so a million done items whose artifacts
+    were not checked cost one ``plan_item`` call, not a million, and share one answer.
 
-    Call it as ``plan_item``: ``planner(item, details)``, ``details`` a {kind: detail}
-    mapping or None (no findings)."""
+    ``planner.plan(item, found)``, ``found`` a {kind: its first Anomaly} mapping or None
+    (no findings), returns (action, why, marker): ``marker`` None, or the text in ``why``
+    that stands for the detail of ``found["done_without_artifact"]`` (``model.Rows`` puts
+    it back when the row is read)."""
 
     def __init__(self, lookup: bool = True):
         self.lookup, self.memo = lookup, {}
 
-    def __call__(self, item, details=None) -> tuple[str, str]:
+    def plan(self, item, found=None) -> tuple[str, str, str | None]:
         failure = item.failure
         if failure.__class__ is not str:
             failure = None
-        if not details:
+        if not found:
             memo_key = (item.state, failure)
             answer = self.memo.get(memo_key)
             if answer is None:
-                answer = self.memo[memo_key] = plan_item(item, set(), self.lookup)
+                answer = self.memo[memo_key] = (*plan_item(item, set(), self.lookup), None)
             return answer
-        unchecked = details.get("done_without_artifact")
-        history = details.get("missing_history")
-        stale = details.get("stale_input")
-        for text in (unchecked, history, stale):
+        unchecked = found.get("done_without_artifact")
+        history = found.get("missing_history")
+        stale = found.get("stale_input")
+        history = history if history is None else history.detail
+        stale = stale if stale is None else stale.detail
+        for text in (history, stale, unchecked and _words_of(unchecked)):
             if text is not None and text.__class__ is not str:
-                return plan_item(item, details, self.lookup)
+                return (*plan_item(item, {kind: anomaly.detail for kind, anomaly
+                                          in found.items()}, self.lookup), None)
         # the kinds in the order found (a fixed order per set: a miss at worst, never wrong)
-        not_checked = unchecked is not None and NOT_CHECKED in unchecked
-        memo_key = (item.state, failure, tuple(details), history,
+        not_checked = unchecked is not None and _not_checked(unchecked)
+        memo_key = (item.state, failure, tuple(found), history,
                     stale is not None and SUPERSEDED in stale, not_checked)
         answer = self.memo.get(memo_key)
         if answer is None:
-            standing = dict.fromkeys(details, "")  # each detail by the facts plan_item reads
+            standing = dict.fromkeys(found, "")  # each detail by the facts plan_item reads
             if history is not None:
                 standing["missing_history"] = history
             if memo_key[4]:
                 standing["stale_input"] = SUPERSEDED
+            marker = None
             if unchecked is not None:
-                standing["done_without_artifact"] = _marker(not_checked)
-            answer = self.memo[memo_key] = plan_item(item, standing, self.lookup)
-        if unchecked is not None:
-            marker = _marker(not_checked)
-            if marker in answer[1]:
-                return answer[0], answer[1].replace(marker, unchecked)
+                marker = standing["done_without_artifact"] = _marker(not_checked)
+            action, why = plan_item(item, standing, self.lookup)
+            answer = self.memo[memo_key] = (action, why, marker if marker and marker in why
+                                            else None)
         return answer
+
+
+# The words that say NOT_CHECKED of a path (``Worded``): no need to word them to know it.
+_UNCHECKED_WORDS = frozenset({_no_folder, _no_root})
+
+
+def _words_of(anomaly):
+    """The detail's type without wording it: a ``Worded`` one is always text."""
+    return "" if type(anomaly) is Worded else anomaly.detail
+
+
+def _not_checked(anomaly) -> bool:
+    if type(anomaly) is Worded:
+        return anomaly.words in _UNCHECKED_WORDS
+    return NOT_CHECKED in anomaly.detail
 
 
 _MARKERS = ("\0\0", f"\0{NOT_CHECKED}\0")

@@ -25,31 +25,36 @@ CODES = {triple: code for code, triple in enumerate(VOCABULARY)}
 class Columns:
     """The event table while it is folded, compact: ``push`` one row.
 
-    Per event, the integers (seq, attempt, token, line, and op/from/to as one code
-    over the small vocabulary) go to one ``array`` of int64, ts to one of double;
-    key and worker are references to strings shared with the items (no worker list at
-    all while no event names one). A value no
-    array holds exactly (an integer beyond 64 bits, an integer ts) turns the whole table into plain per-column lists for good, so every
-    value is kept exactly as read.
+    Per event, seq goes to an ``array`` of int64, the small integers (attempt, token, line,
+    and op/from/to as one code over the small vocabulary) to one of int32 (24 bytes a row,
+    not 40: 16 MB a million), ts to one of double; key and worker are references to
+    strings shared with the items (no worker list at all while no event names one). A
+    value no array holds exactly (an integer beyond its array's width, an integer ts)
+    turns the whole table into plain per-column lists for good, so every value is kept
+    exactly as read.
     """
 
     def __init__(self, numbered: bool = True):
         self.numbered = numbered
-        self.numbers, self.times = array("q"), array("d")
+        self.seqs, self.small, self.times = array("q"), array("i"), array("d")
+        assert self.small.itemsize == 4  # struct's "=i" in push_many
         self.keys = []
         self.workers = None  # no worker named yet: no list (8 bytes a row, 8 MB a million)
         self.lists = None  # {name: list}: the exact fallback
-        extend, times, keys = self.numbers.extend, self.times.append, self.keys.append
+        seqs, extend, times, keys = self.seqs.append, self.small.extend, self.times.append, \
+            self.keys.append
         _float = float
 
         def push(seq, ts, code, key, attempt, worker, token, line):
             try:
                 if ts.__class__ is not _float:  # an int ts stays an int: the exact way
                     raise TypeError
-                extend((seq, attempt, token, line or 0, code))
+                seqs(seq)
+                extend((attempt, token, line or 0, code))
                 times(ts)
             except (OverflowError, TypeError):  # drop the half row, go exact, push it again
-                del self.numbers[len(self.keys) * 5:], self.times[len(self.keys):]
+                rows = len(self.keys)
+                del self.seqs[rows:], self.small[rows * 4:], self.times[rows:]
                 self._demote()
                 self.push(seq, ts, code, key, attempt, worker, token, line)
                 return
@@ -68,18 +73,21 @@ class Columns:
 
     def push_many(self, seqs, times, codes, keys, attempts, workers, tokens, lines):
         """``push`` for each row of these columns (lists of one batch, in file order), in a
-        few C loops. Any value ``push`` would not pack (an integer ts, an integer beyond 64
-        bits) sends the whole batch through ``push``, row by row: the exact way."""
+        few C loops. Any value ``push`` would not pack (an integer ts, an integer beyond
+        its array's width) sends the whole batch through ``push``, row by row: the exact
+        way."""
         if self.lists is None and (not times or set(map(type, times)) == {float}):
             rows = len(keys)
-            try:  # the batch's rows, five int64 each, packed in one C call (struct reads
-                # each int directly; array("q", list) parses each through PyArg_Parse)
-                block = struct.pack(f"={5 * rows}q", *itertools.chain.from_iterable(
-                    zip(seqs, attempts, tokens, lines, codes)))
-            except struct.error:  # an integer beyond 64 bits
+            try:  # the batch's rows packed in a few C calls (struct reads each int
+                # directly; array("q", list) parses each through PyArg_Parse)
+                wide = struct.pack(f"={rows}q", *seqs)
+                small = struct.pack(f"={4 * rows}i", *itertools.chain.from_iterable(
+                    zip(attempts, tokens, lines, codes)))
+            except struct.error:  # an integer beyond 64 bits, or 32 for the small ones
                 pass
             else:
-                self.numbers.frombytes(block)
+                self.seqs.frombytes(wide)
+                self.small.frombytes(small)
                 self.times.frombytes(struct.pack(f"={rows}d", *times))
                 self.keys.extend(keys)
                 if self.workers is not None or workers.count(None) != len(workers):
@@ -105,13 +113,13 @@ class Columns:
         or the exact lists."""
         if self.lists is not None:
             return self.lists
-        numbers = self.numbers
-        return {"seq": Field(numbers, 0), "ts": self.times, "op": Field(numbers, 4, 0),
-                "key": self.keys, "frm": Field(numbers, 4, 1), "to": Field(numbers, 4, 2),
-                "attempt": Field(numbers, 1),
+        small = self.small
+        return {"seq": self.seqs, "ts": self.times, "op": Field(small, 3, 0),
+                "key": self.keys, "frm": Field(small, 3, 1), "to": Field(small, 3, 2),
+                "attempt": Field(small, 0),
                 "worker": _Nones(len(self.keys)) if self.workers is None else self.workers,
-                "token": Field(numbers, 2),
-                "line": Field(numbers, 3) if self.numbered else [None] * len(self.keys)}
+                "token": Field(small, 1),
+                "line": Field(small, 2) if self.numbered else [None] * len(self.keys)}
 
 
 class _Nones:
@@ -134,18 +142,18 @@ class _Nones:
 
 
 class Field:
-    """One column of the packed event rows (five int64 per row), read in place: as
-    Python values by iteration, as a numpy array when a frame asks (``__array__``).
-    ``part`` names op, from or to in the row's vocabulary code."""
+    """One column of the packed small integers (four int32 per row: attempt, token, line,
+    code), read in place: as Python values by iteration, as an int64 numpy array when a
+    frame asks (``__array__``). ``part`` names op, from or to in the row's vocabulary code."""
 
     def __init__(self, numbers, index: int, part: int | None = None):
         self.numbers, self.index, self.part = numbers, index, part
 
     def __len__(self):
-        return len(self.numbers) // 5
+        return len(self.numbers) // 4
 
     def __iter__(self):
-        values = itertools.islice(self.numbers, self.index, None, 5)
+        values = itertools.islice(self.numbers, self.index, None, 4)
         if self.part is None:
             return values
         return (VOCABULARY[code][self.part] for code in values)
@@ -153,7 +161,7 @@ class Field:
     def __array__(self, dtype=None, copy=None):
         import numpy as np
 
-        column = np.frombuffer(self.numbers, dtype=np.int64)[self.index::5]
+        column = np.frombuffer(self.numbers, dtype=np.int32)[self.index::4]
         if self.part is None:
-            return column.copy()
+            return column.astype(np.int64)
         return np.array([triple[self.part] for triple in VOCABULARY], dtype=object)[column]

@@ -5,6 +5,8 @@ Shared by the toolkit's JSONL ledger (the history *is* the file) and its SQLite
 ledger (the history is the ``events`` table, checked against ``items``).
 """
 
+import sys
+
 from toolkit.forensics.columns import CODES, VOCABULARY, Columns
 from toolkit.forensics.model import ITEM_COLUMNS, STATES, Raw, Record
 from toolkit.ledger import LEASE_FIELDS, MUTABLE_FIELDS
@@ -27,6 +29,9 @@ DETAIL_FIELDS = (frozenset(MUTABLE_FIELDS) | frozenset(LEASE_FIELDS)) & frozense
 SNAPSHOT_FIELDS = frozenset(("key", "state", "source", "attempt", "token", "job_id", "updated",
                              *MUTABLE_FIELDS, *LEASE_FIELDS))
 NUMBER = (int, float)
+# Detail fields whose words repeat across a batch's items (a failure class, an error
+# message): kept once each (sys.intern), not once per failed item.
+WORDY = frozenset(("failure", "reason"))
 SNAPSHOT = "snapshot"  # toolkit.ledger.jsonl.SNAPSHOT
 
 
@@ -162,6 +167,7 @@ class History:
         _type, _str = type, str
         code_of, words, fields, plain = CODES.get, VOCABULARY, DETAIL_FIELDS, PLAIN_MOVES
         lost_add = self._lost_add
+        wordy, intern = WORDY, sys.intern
 
         def apply(seq, ts, op, key, frm, to, attempt, worker, token, detail, line):
             """Fields already of the right types; their values are checked here."""
@@ -221,7 +227,10 @@ class History:
                 if detail:
                     for name in detail:
                         if name in fields:
-                            setattr(item, name, detail[name])
+                            value = detail[name]
+                            if name in wordy and value.__class__ is _str:
+                                value = intern(value)  # one "transient" for every item
+                            setattr(item, name, value)
             if columns is None:
                 return code
             if worker is not None:

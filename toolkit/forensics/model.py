@@ -6,6 +6,7 @@ only the format can see (torn and corrupt lines, duplicate keys, history).
 ``register`` puts it in ``ADAPTERS``; insertion order is detection priority.
 """
 
+import collections.abc
 import contextlib
 import dataclasses
 import functools
@@ -86,6 +87,111 @@ class Anomaly:
         return {"key": self.key, "kind": self.kind, "detail": self.detail}
 
 
+_VALUE = Anomaly.__dict__["detail"]  # the slot under ``detail``: a ``Worded`` keeps its value there
+
+
+class Worded(Anomaly):
+    """An ``Anomaly`` whose detail is ``words(value)``, put into words each time it is read
+    and never kept: a big batch has a finding per done item that quotes the item's own
+    artifact path (the item already holds the path), ~200 bytes an item kept for nothing
+    until the report is written. Reads, compares, hashes and serializes as the
+    ``Anomaly`` with that detail."""
+
+    __slots__ = ("words",)
+
+    def __init__(self, key, kind: str, words: Callable[[Any], str], value):
+        setattr_ = object.__setattr__  # frozen: set as the dataclass's own __init__ does
+        setattr_(self, "key", key)
+        setattr_(self, "kind", kind)
+        setattr_(self, "words", words)
+        _VALUE.__set__(self, value)
+
+    @property
+    def detail(self) -> str:
+        return self.words(_VALUE.__get__(self))
+
+    def to_json(self) -> dict:
+        return {"key": self.key, "kind": self.kind, "detail": self.words(_VALUE.__get__(self))}
+
+    def __eq__(self, other):
+        if not isinstance(other, Anomaly):
+            return NotImplemented
+        return (self.key, self.kind, self.detail) == (other.key, other.kind, other.detail)
+
+    __hash__ = Anomaly.__hash__  # (key, kind, detail), the detail as read
+
+    def __repr__(self):
+        return repr(Anomaly(self.key, self.kind, self.detail))
+
+
+class Rows(collections.abc.Sequence):
+    """``Report.rows``: (Record, action, why) per item, ordered by key, each tuple made
+    when it is read. Kept as parallel columns: the records; each one's plan, an (action,
+    why, marker) answer shared by every item planned alike (``checks.Planner``: ``marker``
+    in the why stands for the detail of the item's ``done_without_artifact`` finding, put
+    back when read, a ``Worded`` finding worded only then); and where the item's findings
+    begin in the report's ``anomalies`` and how many there are, a key's findings being
+    next to each other there (``forensics._ordered``). A quarter-million items then hold no tuple, no
+    why string and no list of findings of their own (~100 MB)."""
+
+    __slots__ = ("records", "plans", "first", "counts", "anomalies")
+
+    def __init__(self, records: list, plans: list, first, counts, anomalies: list):
+        self.records, self.plans, self.anomalies = records, plans, anomalies
+        self.first, self.counts = first, counts
+
+    def __len__(self):
+        return len(self.records)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            start, stop, step = index.indices(len(self.records))
+            if step != 1:
+                return [self[at] for at in range(start, stop, step)]
+            return [row[:3] for row in self.read(start, stop)]
+        if index < 0:
+            index += len(self.records)
+        if not 0 <= index < len(self.records):
+            raise IndexError(index)
+        return next(self.read(index, index + 1))[:3]
+
+    def __iter__(self):
+        for record, action, why, _ in self.read():
+            yield record, action, why
+
+    def actions(self) -> list:
+        """Each row's action, no why worded."""
+        return [plan[0] for plan in self.plans]
+
+    def read(self, start: int = 0, stop: int | None = None):
+        """(Record, action, why, kinds found on it in report order) of rows ``start`` to
+        ``stop``; the kinds an empty tuple when none."""
+        records, plans, first, anomalies = self.records, self.plans, self.first, self.anomalies
+        rows, empty = slice(start, len(records) if stop is None else stop), ()
+        for record, (action, why, marker), at, count in zip(records[rows], plans[rows],
+                                                             first[rows], self.counts[rows]):
+            if count == 0:
+                yield record, action, why, empty
+            elif count == 1:  # the usual: one finding
+                anomaly = anomalies[at]
+                if marker is not None:
+                    why = why.replace(marker, anomaly.detail)
+                yield record, action, why, [anomaly.kind]
+            else:
+                found = anomalies[at:at + count]
+                if marker is not None:  # the first of its kind: the one the plan read
+                    quoted = next(a for a in found if a.kind == "done_without_artifact")
+                    why = why.replace(marker, quoted.detail)
+                yield record, action, why, [anomaly.kind for anomaly in found]
+
+    def only(self, action) -> "Rows":
+        """The rows planned ``action``, as ``Rows``."""
+        keep = [index for index, plan in enumerate(self.plans) if plan[0] == action]
+        return Rows([self.records[at] for at in keep], [self.plans[at] for at in keep],
+                    [self.first[at] for at in keep], [self.counts[at] for at in keep],
+                    self.anomalies)
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class Report:
     """What ``audit`` found; ``to_json()`` is the DESIGN.md ``audit --json`` shape.
@@ -100,7 +206,7 @@ class Report:
 
     path: str
     format: str
-    rows: list = dataclasses.field(repr=False)  # [(Record, action, why)] ordered by key
+    rows: Any = dataclasses.field(repr=False)  # [(Record, action, why)] ordered by key: ``Rows``
     event_columns: Any = dataclasses.field(repr=False)  # {name: list | ndarray} | None
     corrupt_lines: list[int]
     anomalies: list[Anomaly]
@@ -111,9 +217,10 @@ class Report:
     @functools.cached_property
     def items(self):
         """One row per item as a pandas.DataFrame (``ITEM_COLUMNS``, action, why)."""
-        records = [row[0] for row in self.rows]  # column by column: no tuple per row
-        columns = {name: list(map(operator.attrgetter(name), records)) for name in ITEM_COLUMNS}
-        columns.update(action=[row[1] for row in self.rows], why=[row[2] for row in self.rows])
+        rows = self.rows  # column by column: no tuple per row
+        columns = {name: list(map(operator.attrgetter(name), rows.records))
+                   for name in ITEM_COLUMNS}
+        columns.update(action=rows.actions(), why=[why for _, _, why in rows])
         return frame(columns)
 
     @functools.cached_property

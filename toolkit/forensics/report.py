@@ -1,7 +1,8 @@
 """The audit's per-item answer: one row per item for programs (JSON) and spreadsheets (CSV).
 
-Built by walking ``Report.rows`` (the audit's own (Record, action, why) list, ordered by
-key), never through the items DataFrame: ``audit --json`` imports no pandas. The JSON
+Built by walking ``Report.rows`` (``model.Rows``: the audit's own (Record, action, why)
+rows, ordered by key, each worded as it is read, with the kinds found on it), never
+through the items DataFrame: ``audit --json`` imports no pandas. The JSON
 goes out streamed (``stream_json``): the document without its two long lists
 (``anomalies``, ``per_item``) once, then each list in chunks through orjson, so a
 250,000-item audit never holds a list of a quarter-million dicts nor one document of
@@ -11,44 +12,29 @@ writes the same shape in one piece.
 
 import csv
 import dataclasses
-import operator
 
 from toolkit.forensics.csvout import write_atomic
 from toolkit.forensics.model import ACTIONS, gc_paused
 
 PER_ITEM = ("key", "source", "state", "raw_state", "action", "why")
-_KEY, _KIND = operator.attrgetter("key"), operator.attrgetter("kind")
 CSV_EXTRA = ("attempt", "failure", "reason", "job_id", "artifact_path", "artifact_size",
              "artifact_sha256")
 CHUNK = 4096  # items per orjson call: big enough to amortize the call, small in memory
 
 
-def _findings_by_key(anomalies) -> dict:
-    found: dict = {}
-    for key, kind in zip(map(_KEY, anomalies), map(_KIND, anomalies)):
-        if key is not None:
-            got = found.get(key)
-            if got is None:
-                found[key] = [kind]
-            else:
-                got.append(kind)
-    return found
-
-
 def _rows(report, action):
-    """(Record, action, why) of the items planned ``action`` (all if None), by key."""
+    """The ``Rows`` of the items planned ``action`` (all if None), by key."""
     if action is None:
         return report.rows
-    return [row for row in report.rows if row[1] == action]
+    return report.rows.only(action)
 
 
-def _objects(rows, findings):
-    """One per_item dict per row, findings ``[]`` when none (the shared empty tuple)."""
-    empty = ()
+def _objects(rows, start: int = 0, stop: int | None = None):
+    """One per_item dict per row from ``start`` to ``stop``, its findings ``[]`` when none
+    (the shared empty tuple)."""
     return [{"key": record.key, "source": record.source, "state": record.state,
-             "raw_state": record.raw_state, "action": act, "why": why,
-             "findings": findings.get(record.key, empty)}
-            for record, act, why in rows]
+             "raw_state": record.raw_state, "action": act, "why": why, "findings": kinds}
+            for record, act, why, kinds in rows.read(start, stop)]
 
 
 def per_item(report, action: str | None = None) -> list[dict]:
@@ -56,7 +42,7 @@ def per_item(report, action: str | None = None) -> list[dict]:
     (the kinds found on it, in report order); only the items planned ``action`` if given.
     """
     with gc_paused():
-        return _objects(_rows(report, action), _findings_by_key(report.anomalies))
+        return _objects(_rows(report, action))
 
 
 def document(report, action: str | None = None) -> dict:
@@ -127,12 +113,10 @@ def _stream(report, stream, action, orjson) -> None:
     head = dataclasses.replace(report, anomalies=[]).to_json()  # both lists go out in chunks
     head["per_item"] = []
     text = dumps(head)
-    findings = _findings_by_key(report.anomalies)
     anomalies = report.anomalies
     lists = ((b'\n  "anomalies": [', len(anomalies),
               lambda start, stop: [anomaly.to_json() for anomaly in anomalies[start:stop]]),
-             (b'\n  "per_item": [', len(rows),
-              lambda start, stop: _objects(rows[start:stop], findings)))
+             (b'\n  "per_item": [', len(rows), lambda start, stop: _objects(rows, start, stop)))
     options = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
     write, done = _byte_writer(stream), 0
     for opening, count, objects in lists:  # in the document's (sorted) key order
