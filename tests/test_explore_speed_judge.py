@@ -25,14 +25,20 @@ def _files(paths):
     return paths.provider_db.read_bytes(), wal.read_bytes() if wal.exists() else b""
 
 
-@pytest.mark.parametrize("kill_at", [5, 6, 7, 10, 17, None])
-def test_sigkilled_batch_provider_logs_read_only_equal_the_provider_objects(tmp_path, kill_at):
+def killed_batch(tmp_path, kill_at):
+    """A two-document batch really SIGKILLed at step ``kill_at`` (None: run to its end)."""
     plan = Plan(docs=2, contract="non-idempotent")
     inputs, names = batch_inputs(plan, tmp_path / "in")
     paths = Paths(tmp_path / "batch", tmp_path / "batch" / plan.ledger_file())
     paths.root.mkdir()
     messages, status = fork(run_batch, plan, paths, inputs, names, run=0, kill_at=kill_at)
     assert killed_by_sigkill(status) if kill_at else status == 0
+    return plan, paths, inputs
+
+
+@pytest.mark.parametrize("kill_at", [5, 6, 7, 10, 17, None])
+def test_sigkilled_batch_provider_logs_read_only_equal_the_provider_objects(tmp_path, kill_at):
+    plan, paths, _ = killed_batch(tmp_path, kill_at)
     before = _files(paths)
     logs = _ProviderLogs(paths, plan.contract_object())
     assert _files(paths) == before  # read-only: no byte of the database or its log changed

@@ -12,8 +12,7 @@ ledger and its WAL as it found them. No timer.
 import pytest
 
 from toolkit.drills import collect_history
-from toolkit.explore import Plan, batch_inputs
-from toolkit.explore.child import Paths, fork, killed_by_sigkill, run_batch
+from test_explore_speed_judge import killed_batch
 from toolkit.explore.judge import _ledger_records, _ProviderLogs
 from toolkit.ledger import open_ledger
 
@@ -25,12 +24,7 @@ def _files(ledger):
 
 @pytest.mark.parametrize("kill_at", [1, 4, 9, 15, None])
 def test_sigkilled_batch_ledger_read_only_equals_the_opened_ledger(tmp_path, kill_at):
-    plan = Plan(docs=2, contract="non-idempotent")
-    inputs, names = batch_inputs(plan, tmp_path / "in")
-    paths = Paths(tmp_path / "batch", tmp_path / "batch" / plan.ledger_file())
-    paths.root.mkdir()
-    messages, status = fork(run_batch, plan, paths, inputs, names, run=0, kill_at=kill_at)
-    assert killed_by_sigkill(status) if kill_at else status == 0
+    plan, paths, inputs = killed_batch(tmp_path, kill_at)
     before = _files(paths.ledger)
     events, items = _ledger_records(paths.ledger)
     assert _files(paths.ledger) == before  # read-only: no frame added, none checkpointed
