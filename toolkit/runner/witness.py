@@ -26,8 +26,10 @@ At the start of a run, before anything is sent (``check``), against that entry:
   another identity              refused, unless the ledger is salvaged (marked: it looks
                                 everything up) or compacted at a seq >= the witness's
 
-then records the entry (so a run killed at once is still witnessed) and records it again
-at the end with the seq the ledger reached in memory, even when the run halted because
+then records the entry (so a run killed at once is still witnessed), records the seq the
+run reached at its intents (``witness_progress``: the first, then every ~2 s; a run killed
+mid-batch leaves no end) and records it again at the end with the seq the ledger reached
+in memory, even when the run halted because
 the ledger's path was replaced or removed (the file there no longer holds those events).
 PostgreSQL ledgers have no file and no witness.
 
@@ -38,7 +40,8 @@ is known to have used (``circle``): its own ``--out``, the batch's recorded ``ou
 folder gone is skipped; one that cannot be written keeps its older entry (it refuses no
 more than it did, and sees less far). A witness file that does not read as one (garbage,
 empty, a directory, ``{}``, an entry of wrong types) is refused, naming it: never rewritten
-without the entries it held.
+without the entries it held; moved aside, or a roots file damaged, what it held may be lost:
+``witness_damaged`` says what a run then refuses.
 """
 
 import contextlib
