@@ -93,4 +93,5 @@ def roots_refusal(ledger_path, kind: str, why: str, out) -> LedgerError:
     return LedgerError(
         f"the roots file {str(marker)!r} of ledger {str(ledger_path)!r} is damaged ({why}): "
         "it names the --out folder whose witness saw this ledger, so what the ledger may "
-        f"have lost cannot be seen; put back a copy of it, or {salvage_advice(ledger_path, kind, out)}")
+        "have lost cannot be seen; put back a copy of it, or "
+        f"{salvage_advice(ledger_path, kind, out)}")
