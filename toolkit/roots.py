@@ -14,6 +14,7 @@ its name in the new folder (``materialize``): no provider call, no new state.
 """
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -44,6 +45,28 @@ def recorded(ledger_path) -> dict[str, Path]:
         return {}
     base = Path(ledger_path).parent
     return {name: base / value for name, value in saved.items() if isinstance(value, str)}
+
+
+def damaged(ledger_path) -> str | None:
+    """Why the roots file beside a file ledger is there and does not read as one (garbage,
+    empty, a directory, a dangling link, not an object of folder names); None when it is
+    absent or reads whole. ``recorded`` reads such a file as no roots at all; the witness
+    must not (it names the folders whose witness saw the ledger)."""
+    marker = roots_file(ledger_path)
+    if marker is None or not os.path.lexists(marker):
+        return None
+    try:
+        raw = marker.read_bytes()
+    except OSError as exc:
+        return "a directory in its place" if exc.errno == errno.EISDIR else \
+            f"unreadable: {exc.strerror}"
+    try:
+        saved = json.loads(raw)
+    except ValueError:
+        return "an empty file" if not raw.strip() else "not JSON"
+    if not isinstance(saved, dict) or not all(isinstance(value, str) for value in saved.values()):
+        return "not an object of folder names"
+    return None
 
 
 def record(ledger_path, replace: bool = False, **roots) -> None:

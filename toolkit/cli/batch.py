@@ -132,7 +132,7 @@ def _run(parser):
                 return thing
 
             provider = opened(_service(args)) if args.provider_url else None
-            from toolkit.runner import witness
+            from toolkit.runner import witness, witness_progress
 
             # A ledger the witness in --out knows and that is gone is made anew, marked as
             # salvaged (JSONL), before anything opens it; an SQLite one is refused, naming
@@ -151,7 +151,11 @@ def _run(parser):
                 if ledger is not None:
                     ledger.close()  # judged; each worker opens its own
                 undo.pop_all()
-                return _run_workers(args, inputs, provider)
+                return _run_workers(args, inputs, provider, seen)
+            # The witness learns the run's progress at its intents (the first, then every
+            # ~2 s), each after the intent's fsync: a run killed leaves more than its start.
+            if isinstance(seen, dict):
+                paging["hook"] = witness_progress.Progress(seen["outs"], ledger=ledger)
             runner = open_strategy(args.strategy, args.ledger if ledger is None else ledger,
                                    provider, args.out, policy=RetryPolicy(seed=args.seed),
                                    **paging, progress=not (args.json or args.no_progress))
@@ -246,9 +250,11 @@ def _service(args):
     return provider
 
 
-def _run_workers(args, inputs, provider):
-    """``--workers N``: N processes, each opening its own ledger connection and provider."""
+def _run_workers(args, inputs, provider, seen):
+    """``--workers N``: N processes, each opening its own ledger connection and provider,
+    each recording the ledger's progress in the witness (``seen``: ``witness.check``'s)."""
     from toolkit.runner import RetryPolicy
+    from toolkit.runner.witness_progress import Progress
     from toolkit.runner.workers import run_workers
 
     contract = provider.contract
@@ -258,7 +264,9 @@ def _run_workers(args, inputs, provider):
                              contract, provider_url=args.provider_url,
                              read_timeout=args.read_timeout,
                              strategy=args.strategy, policy=RetryPolicy(seed=args.seed),
-                             page_by_page_from=args.page_by_page_from, verify=args.verify)
+                             page_by_page_from=args.page_by_page_from, verify=args.verify,
+                             hook=Progress(seen["outs"], path=os.fspath(args.ledger))
+                             if isinstance(seen, dict) and seen["kind"] == "sqlite" else None)
     finally:
         _witness_end(args)
     counts = result.counts or {}

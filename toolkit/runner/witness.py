@@ -26,8 +26,10 @@ At the start of a run, before anything is sent (``check``), against that entry:
   another identity              refused, unless the ledger is salvaged (marked: it looks
                                 everything up) or compacted at a seq >= the witness's
 
-then records the entry (so a run killed at once is still witnessed) and records it again
-at the end with the seq the ledger reached in memory, even when the run halted because
+then records the entry (so a run killed at once is still witnessed), records the seq the
+run reached at its intents (``witness_progress``: the first, then every ~2 s; a run killed
+mid-batch leaves no end) and records it again at the end with the seq the ledger reached
+in memory, even when the run halted because
 the ledger's path was replaced or removed (the file there no longer holds those events).
 PostgreSQL ledgers have no file and no witness.
 
@@ -38,7 +40,8 @@ is known to have used (``circle``): its own ``--out``, the batch's recorded ``ou
 folder gone is skipped; one that cannot be written keeps its older entry (it refuses no
 more than it did, and sees less far). A witness file that does not read as one (garbage,
 empty, a directory, ``{}``, an entry of wrong types) is refused, naming it: never rewritten
-without the entries it held.
+without the entries it held; moved aside, or a roots file damaged, what it held may be lost:
+``witness_damaged`` says what a run then refuses.
 """
 
 import contextlib
@@ -52,9 +55,10 @@ from pathlib import Path
 from toolkit import documents, roots
 from toolkit.errors import LedgerError, StorageError, ToolkitError
 from toolkit.ledger.header import header_line, no_history, read_header
+from toolkit.runner.witness_damaged import (NAME, aside_refusal, damaged, roots_refusal,
+                                            salvage_advice, unseen_after_damage)
 from toolkit.storage import LOCK, READ_ONLY, take_exclusive
 
-NAME = ".witness.json"
 READ = 1 << 16  # bytes read for the header and the first record (a longer line: its prefix)
 
 
@@ -90,16 +94,6 @@ def facts(ledger) -> dict | None:
     return None
 
 
-def _damaged(where: Path, what: str) -> LedgerError:
-    """The one refusal of a witness file that does not read as one: what to do, and what
-    doing it loses."""
-    return LedgerError(
-        f"the witness {str(where)!r} is damaged ({what}); move it aside (mv {str(where)!r} "
-        f"{str(where) + '.damaged'!r}) and run again: the ledgers it recorded are then "
-        "unwitnessed in that folder (an older copy of one, restored, is not seen there "
-        "until a run records it anew)")
-
-
 def _valid(entry) -> bool:
     """An entry as ``record`` writes it: id (text or null), seq (int >= 0), kind (text),
     peers (a list of folder paths; absent before peers were recorded)."""
@@ -123,7 +117,7 @@ def read(out) -> dict:
     except (FileNotFoundError, NotADirectoryError):
         return {}
     except IsADirectoryError:
-        raise _damaged(where, "a directory in its place") from None
+        raise damaged(where, "a directory in its place") from None
     except OSError as exc:
         raise LedgerError(f"the witness {str(where)!r} cannot be read ({exc.strerror}); it "
                           "records which ledgers the runs into this --out saw: make it "
@@ -131,13 +125,13 @@ def read(out) -> dict:
     try:
         saved = json.loads(raw)
     except ValueError:
-        raise _damaged(where, "an empty file" if not raw.strip() else "not JSON") from None
+        raise damaged(where, "an empty file" if not raw.strip() else "not JSON") from None
     entries = saved.get("ledgers") if isinstance(saved, dict) else None
     if not isinstance(entries, dict):
-        raise _damaged(where, 'no "ledgers" object')
+        raise damaged(where, 'no "ledgers" object')
     wrong = [real for real, entry in entries.items() if not _valid(entry)]
     if wrong:
-        raise _damaged(where, f"the entry of {wrong[0]} is not an id, a seq and a kind")
+        raise damaged(where, f"the entry of {wrong[0]} is not an id, a seq and a kind")
     return entries
 
 
@@ -276,12 +270,22 @@ def loss_of(ledger, out=None) -> str | None:
     """What the witness in ``out`` (default: the ledger's recorded outputs root, ``roots``)
     and the rest of its circle say its history lost, for ``ledger --salvage`` (which marks
     the new ledger with it); None if nothing."""
+    why = roots.damaged(ledger.path) if facts(ledger) is not None else None
+    if why is not None:  # the folders it named are unknown: nothing shows what was lost
+        return (f"what the witness of its batch's --out saw (its roots file "
+                f"{roots.roots_file(ledger.path).name} is damaged: {why})")
     out = out if out is not None else roots.recorded(ledger.path).get("out")
     seen = facts(ledger) if out is not None else None
     if seen is None:
         return None
-    found = _first_loss(circle(out, ledger.path, seen["id"]), seen)
-    return found[1] if found is not None else None
+    folders = circle(out, ledger.path, seen["id"])
+    found = _first_loss(folders, seen)
+    if found is not None:
+        return found[1]
+    aside = unseen_after_damage(folders, seen, read)
+    return None if aside is None else (
+        f"what the witness of {aside[0]} saw (it was moved aside damaged, {aside[1][-1]}, "
+        "and no longer records this ledger)")
 
 
 def check(out, ledger) -> dict | None:
@@ -297,16 +301,17 @@ def check(out, ledger) -> dict | None:
     seen = facts(ledger)
     if seen is None:
         return None
+    why = roots.damaged(ledger.path)  # a roots file read as none would drop its folder
+    if why is not None and not seen["salvaged"]:
+        raise roots_refusal(ledger.path, seen["kind"], why, out)
     folders = circle(out, ledger.path, seen["id"])
     out, lost = _first_loss(folders, seen) or (out, None)  # out: the folder that saw it
-    if lost is not None:
-        where = ledger.path
-        new = "NEW.jsonl" if seen["kind"] == "jsonl" else "NEW.sqlite"  # SQLite: from a copy
-        advice = (f"salvage it: toolkit ledger {str(where)!r} --salvage {new} --out "
-                  f"{str(out)!r} (the new "
-                  "ledger is marked: every request it never recorded is looked up before it "
-                  f"is sent), then run with --ledger {new}")
-        raise LedgerError(f"ledger {str(where)!r} lost transitions: {lost}; {advice}")
+    if lost is not None:  # SQLite: salvaged from a copy
+        raise LedgerError(f"ledger {str(ledger.path)!r} lost transitions: {lost}; "
+                          f"{salvage_advice(ledger.path, seen['kind'], out)}")
+    aside = unseen_after_damage(folders, seen, read)
+    if aside is not None:
+        raise aside_refusal(ledger.path, seen["kind"], *aside)
     record_all(folders, seen)
     seen["outs"] = folders
     return seen

@@ -1,0 +1,120 @@
+"""The witness learns a run's progress (runner/witness_progress.py): a run killed mid-batch
+(SIGKILL: no end recorded), then its ledger restored from a backup taken before that run,
+is refused before anything is sent; a run killed before its first intent sent nothing, and
+its rerun (on the ledger or on that backup) runs. Real processes, real SIGKILL, a
+non-idempotent provider whose counters say whether any document ran twice."""
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import run_cli
+from test_witness_ledger import _run_args, doubles
+from toolkit.documents import make_corpus
+
+pytestmark = pytest.mark.slow
+
+# A run of the real CLI whose runner hook SIGKILLs its own process at the run's first
+# ``before_intent``: the hook seam the CLI's witness hook sits on, so the kill lands
+# exactly before the first intent (a fault injected as the drills inject theirs).
+KILL_BEFORE_FIRST_INTENT = """
+import os, signal, sys
+from toolkit.runner import witness_progress
+recording = witness_progress.Progress.__call__
+def call(self, point, key, **context):
+    if point == "before_intent":
+        os.kill(os.getpid(), signal.SIGKILL)
+    return recording(self, point, key, **context)
+witness_progress.Progress.__call__ = call
+from toolkit.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _batch(tmp_path, ledger, docs):
+    """Run 1 on half of a corpus of ``docs``; a backup of the ledger then; all inputs in."""
+    make_corpus(tmp_path / "all", docs=docs, poison=0, seed=7)
+    (tmp_path / "in").mkdir()
+    names = sorted(os.listdir(tmp_path / "all"))
+    for name in names[:docs // 2]:
+        shutil.copy(tmp_path / "all" / name, tmp_path / "in" / name)
+    first = run_cli(*_run_args(tmp_path, ledger))
+    assert first.returncode == 0, first.stderr
+    backup = tmp_path / f"backup{ledger.suffix}"
+    shutil.copy(ledger, backup)
+    for name in names[docs // 2:]:
+        shutil.copy(tmp_path / "all" / name, tmp_path / "in" / name)
+    return backup
+
+
+def _outputs(tmp_path) -> int:
+    return sum(name.endswith(".pdf") for _, _, names in os.walk(tmp_path / "out")
+               for name in names)
+
+
+@pytest.mark.parametrize("suffix,workers", [(".jsonl", ()), (".sqlite", ()),
+                                             (".sqlite", ("--workers", "2"))])
+def test_sigkill_mid_batch_then_backup_restored_is_refused_with_no_double(tmp_path, suffix,
+                                                                          workers):
+    """Fault: a run (or a pool of 2 workers) SIGKILLed mid-batch (outputs written, no end
+    recorded), the ledger then restored from a backup taken before that run. Property: the
+    rerun is refused before any send (exit 2, one line naming salvage) and no document ran
+    twice."""
+    ledger = tmp_path / f"L{suffix}"
+    backup = _batch(tmp_path, ledger, docs=24)
+    before = _outputs(tmp_path)
+    child = subprocess.Popen([sys.executable, "-m", "toolkit", *map(str, _run_args(
+        tmp_path, ledger)), *workers], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        start_new_session=True)  # the pool's processes: one group, killed together
+    deadline = time.monotonic() + 120
+    while _outputs(tmp_path) < before + 3 and child.poll() is None and \
+            time.monotonic() < deadline:
+        time.sleep(0.002)
+    assert child.poll() is None, "the run ended before the kill: too few documents"
+    os.killpg(child.pid, signal.SIGKILL)  # the run and its workers (kill -9 of the group)
+    child.communicate(timeout=60)
+    assert _outputs(tmp_path) > before  # some of this run's documents were executed
+    for extra in ("-wal", "-shm"):  # the restore: the backup's file alone, as copied
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(f"{ledger}{extra}")
+    shutil.copy(backup, ledger)
+
+    rerun = run_cli(*_run_args(tmp_path, ledger))
+    assert rerun.returncode == 2, rerun.stderr
+    assert len(rerun.stderr.strip().splitlines()) == 1 and "--salvage" in rerun.stderr
+    assert "older copy" in rerun.stderr
+    assert doubles(tmp_path) == 0
+
+
+def _killed_before_first_intent(tmp_path, ledger):
+    child = subprocess.run([sys.executable, "-c", KILL_BEFORE_FIRST_INTENT,
+                            *map(str, _run_args(tmp_path, ledger))],
+                           capture_output=True, text=True, timeout=300)
+    assert child.returncode == -signal.SIGKILL, child.stderr
+
+
+@pytest.mark.parametrize("restore", [False, True])
+def test_sigkill_before_first_intent_rerun_runs_normally(tmp_path, restore):
+    """Fault: a run SIGKILLed before its first intent (nothing sent), then rerun as it is or
+    on the backup taken before it. Property: the rerun is not refused (exit 0), every
+    document ends done, none ran twice: the witness never claims more than was sent."""
+    ledger = tmp_path / "L.jsonl"
+    backup = _batch(tmp_path, ledger, docs=8)
+    seen = json.loads((tmp_path / "out" / ".witness.json").read_text())
+    _killed_before_first_intent(tmp_path, ledger)
+    after = json.loads((tmp_path / "out" / ".witness.json").read_text())
+    assert after == seen or after["ledgers"].keys() == seen["ledgers"].keys()
+    if restore:
+        shutil.copy(backup, ledger)
+
+    rerun = run_cli(*_run_args(tmp_path, ledger), "--json")
+    assert rerun.returncode == 0, rerun.stderr
+    assert json.loads(rerun.stdout)["by_state"]["done"] == 8
+    assert doubles(tmp_path) == 0

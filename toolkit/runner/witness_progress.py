@@ -1,0 +1,87 @@
+"""The witness during a run: the ledger's progress, recorded before it can be lost.
+
+``witness.check`` records a ledger's seq at a run's start and ``record_end`` at its end;
+a run killed in between (``kill -9``, SIGTERM, a power cut) records no end. Had the
+witness only the start's seq, a backup taken before that run and restored over the
+ledger would read as no older than the witness saw, and the next run would send again
+every request the killed run had sent. So the CLI gives the runner ``Progress`` as its
+hook: at ``after_intent`` -- the intent just made durable (its fsync; an SQLite commit
+with its WAL fsync), before the request it announces is sent -- the witness of every
+folder of the ledger's circle records the seq: at the run's first intent, then at the
+first intent at least ``EVERY`` seconds after the last record.
+
+Order: the seq recorded is one the ledger holds durably at that instant (read after the
+intent's fsync, or, for a worker reading through its own connection, fsynced by us after
+the read): a witness seq never exceeds the durable ledger, or a power cut would make the
+ledger look like an older copy of itself.
+
+``--workers N``: each worker process runs its own Runner, and each records through its own
+``Progress`` (picklable: spawn sends it), reading the SQLite ledger through a read-only
+connection of its own; the witness's lock serializes them and a seq only grows (the max).
+A record that fails (``--out`` full, read-only, gone, damaged since) is skipped: the
+entry stays a lower bound, as at a run's end.
+"""
+
+import contextlib
+import hashlib
+import os
+import sqlite3
+import time
+import urllib.parse
+
+from toolkit.errors import ToolkitError
+from toolkit.runner import witness
+
+EVERY = 2.0  # seconds of a run at most between two records (at an intent boundary)
+
+
+def _sqlite_facts(path: str) -> dict | None:
+    """``witness.facts`` of the SQLite ledger at ``path`` (seq, identity), read through a
+    read-only connection of our own, then the WAL fsynced: what was read is durable."""
+    uri = f"file:{urllib.parse.quote(os.path.abspath(path))}?mode=ro"
+    db = sqlite3.connect(uri, uri=True, timeout=5.0)
+    try:
+        top = db.execute("SELECT max(seq) FROM events").fetchone()[0] or 0
+        row = db.execute("SELECT seq, ts, key FROM events ORDER BY seq LIMIT 1").fetchone()
+    finally:
+        db.close()
+    with contextlib.suppress(FileNotFoundError):  # no WAL: every commit is in the file
+        fd = os.open(f"{path}-wal", os.O_RDONLY)
+        try:
+            os.fdatasync(fd)  # covers every frame written so far, the ones read included
+        finally:
+            os.close(fd)
+    ident = hashlib.sha256(repr(tuple(row)).encode()).hexdigest()[:20] if row else None
+    return {"real": os.path.realpath(path), "kind": "sqlite", "seq": int(top), "id": ident}
+
+
+class Progress:
+    """A runner hook recording the ledger's seq in the witness of ``folders`` (the circle
+    ``witness.check`` returned) at intent boundaries: the first, then every ``EVERY`` s.
+
+    ``ledger``: the open ledger the runner writes (one process); or ``path``: the SQLite
+    ledger a worker process writes through a connection of its own (``--workers``).
+    """
+
+    def __init__(self, folders, ledger=None, path=None, every: float = EVERY):
+        self.folders, self.path, self.every = list(folders), path, every
+        self.ledger = ledger
+        self.records = 0  # records made (the cost: one witness write in each folder)
+        self._last: float | None = None
+
+    def __getstate__(self):  # a worker gets the folders and the path, never a handle
+        return {**self.__dict__, "ledger": None, "_last": None}
+
+    def __call__(self, point, key, **context) -> None:
+        if point != "after_intent":
+            return
+        now = time.monotonic()
+        if self._last is not None and now - self._last < self.every:
+            return
+        self._last = now
+        with contextlib.suppress(ToolkitError, OSError, sqlite3.Error):
+            seen = witness.facts(self.ledger) if self.ledger is not None else \
+                _sqlite_facts(self.path) if self.path is not None else None
+            if seen is not None:
+                witness.record_all(self.folders, seen)
+                self.records += 1
