@@ -85,13 +85,18 @@ def facts(ledger) -> dict | None:
     if isinstance(ledger, SqliteLedger):
         from toolkit.runner.salvaged import marked  # its meta row: the runner's one rule
 
-        db = ledger._db
-        top = db.execute("SELECT max(seq) FROM events").fetchone()[0] or 0
-        row = db.execute("SELECT seq, ts, key FROM events ORDER BY seq LIMIT 1").fetchone()
-        ident = hashlib.sha256(repr(tuple(row)).encode()).hexdigest()[:20] if row else None
-        return {"real": _real(ledger.path), "kind": "sqlite", "seq": int(top), "id": ident,
+        top, ident = sqlite_seq_and_id(ledger._db)
+        return {"real": _real(ledger.path), "kind": "sqlite", "seq": top, "id": ident,
                 "salvaged": marked(ledger), "compacted": None}
     return None
+
+
+def sqlite_seq_and_id(db) -> tuple[int, str | None]:
+    """An SQLite ledger's high-water seq and identity (a hash of its first event's seq,
+    time and key: the ledger's creation stamp, carried by every copy), through ``db``."""
+    top = db.execute("SELECT max(seq) FROM events").fetchone()[0] or 0
+    row = db.execute("SELECT seq, ts, key FROM events ORDER BY seq LIMIT 1").fetchone()
+    return int(top), hashlib.sha256(repr(tuple(row)).encode()).hexdigest()[:20] if row else None
 
 
 def _valid(entry) -> bool:

@@ -23,7 +23,6 @@ entry stays a lower bound, as at a run's end.
 """
 
 import contextlib
-import hashlib
 import os
 import sqlite3
 import time
@@ -41,8 +40,7 @@ def _sqlite_facts(path: str) -> dict | None:
     uri = f"file:{urllib.parse.quote(os.path.abspath(path))}?mode=ro"
     db = sqlite3.connect(uri, uri=True, timeout=5.0)
     try:
-        top = db.execute("SELECT max(seq) FROM events").fetchone()[0] or 0
-        row = db.execute("SELECT seq, ts, key FROM events ORDER BY seq LIMIT 1").fetchone()
+        top, ident = witness.sqlite_seq_and_id(db)
     finally:
         db.close()
     with contextlib.suppress(FileNotFoundError):  # no WAL: every commit is in the file
@@ -51,8 +49,7 @@ def _sqlite_facts(path: str) -> dict | None:
             os.fdatasync(fd)  # covers every frame written so far, the ones read included
         finally:
             os.close(fd)
-    ident = hashlib.sha256(repr(tuple(row)).encode()).hexdigest()[:20] if row else None
-    return {"real": os.path.realpath(path), "kind": "sqlite", "seq": int(top), "id": ident}
+    return {"real": os.path.realpath(path), "kind": "sqlite", "seq": top, "id": ident}
 
 
 class Progress:
