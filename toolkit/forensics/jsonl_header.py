@@ -31,7 +31,7 @@ def torn_notes(raw, header, events) -> None:
     """A note per cut mark the events read have not spent (``torn.pending_marks``)."""
     rows = zip(events["seq"], events["key"], events["frm"], events["to"])
     for key, after in pending_marks(header, rows).items():
-        raw.notes.append(f"torn: a final line naming key {key[:12]} was cut after seq {after}; "
+        raw.notes.append(f"torn: a final line naming key {key} was cut after seq {after}; "
                          "a run looks up that key's next request before sending it")
 
 
