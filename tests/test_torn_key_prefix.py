@@ -68,7 +68,7 @@ def test_hand_cut_inside_the_intents_key_or_note_is_looked_up_not_sent_twice(tmp
     assert [a.key for a in torn] == [key]  # on main: [None] ("-")
     plans = dict(zip(report.items["key"], report.items["action"]))
     assert plans.pop(key) == "reconcile" and set(plans.values()) == {"run"}  # main: all review
-    assert report.corrupt_lines == []  # the run cuts it: no damage that parks every item
+    assert report.corrupt_lines == [len(lines)]  # unusable, not damage parking every item
 
 
 def _shared_prefix_ledger(path):

@@ -90,11 +90,14 @@ def _moves(facts, leased=False) -> bool:
 
 
 def ledger_tail_keys(ledger, tail: bytes) -> list[str]:
-    """``tail_keys`` over a replayed ledger's items (called at the replay's end)."""
+    """``tail_keys`` over a replayed ledger's items (called at the replay's end). An Item
+    and a fold's ItemRow have the same fields: read as they are, none converted."""
+    state = ledger._state
+
     def item(key):
-        found = ledger._load(key)
+        found = state.get(key)
         return None if found is None else (found.state, found.failure, found.lease_owner)
-    return tail_keys(tail, ledger._state, item)
+    return tail_keys(tail, state, item)
 
 
 def marks_of(header: dict | None) -> dict[str, int]:
