@@ -40,8 +40,8 @@ def torn_findings(raw, torn=None) -> None:
     the run reads it (``torn.tail_keys``): a ``torn_line`` finding per key it may name
     (the run cuts it, marks the key and looks its next request up before sending it: the
     plan is ``reconcile``), or one naming none (cut as a crash's). An unusable line, not
-    damage: the run cuts it and writes on, so it parks no other item (``raw.torn``, read
-    by ``forensics._damage``)."""
+    damage: the run cuts it and writes on, so it parks no other item (``forensics._damage``
+    leaves the last unusable line out when a ``torn_line`` is found)."""
     if torn is None:
         return
     number, size, tail = torn
@@ -49,7 +49,6 @@ def torn_findings(raw, torn=None) -> None:
     keys = [] if tail is None else tail_keys(
         tail, items, lambda key: (items[key].state, items[key].failure, items[key].lease_owner))
     where = f"line {number}: {size} bytes without a final newline"
-    raw.torn = number
     raw.corrupt_lines.append(number)  # once, however many keys it names
     for key in keys:
         raw.finding(key, "torn_line", f"{where}, naming this key (maybe its intent, sent): a "

@@ -317,7 +317,6 @@ class Raw:
     corrupt_lines: list[int] = dataclasses.field(default_factory=list)
     anomalies: list[Anomaly] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)  # e.g. a salvage's mark
-    torn: int | None = None  # a torn tail the run cuts (toolkit JSONL): unusable, no damage
 
     def finding(self, key, kind, detail, line=None):
         if line is not None:
