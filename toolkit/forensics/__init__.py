@@ -264,8 +264,11 @@ HISTORY_DAMAGE = ("seq_gap", "seq_disorder", "missing_header", "snapshot_mismatc
 def _damage(raw) -> str | None:
     """Why no unsettled item can be trusted, or None: a lost line or a missing seq may
     have been any key's last event (an intent already sent), so salvage parks them all."""
-    if raw.corrupt_lines:
-        return (f"ledger has corrupt lines {', '.join(map(str, sorted(raw.corrupt_lines)[:10]))}"
+    lines = sorted(raw.corrupt_lines)
+    if lines and any(anomaly.kind == "torn_line" for anomaly in raw.anomalies):
+        del lines[-1]  # the torn tail, the file's last line: a run cuts it, no damage (torn.py)
+    if lines:
+        return (f"ledger has corrupt lines {', '.join(map(str, lines[:10]))}"
                 ": any key's last event may be lost; salvage parks it for review")
     # the seq_gap finding is line-level and comes after every other line's (jsonl.seq_gaps)
     gap = next((a for a in reversed(raw.anomalies) if a.kind in HISTORY_DAMAGE), None)

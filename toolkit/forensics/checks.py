@@ -287,6 +287,10 @@ def plan_item(item, kinds, lookup: bool = True) -> tuple[str, str]:
         return "skip", "cancelled"
     if state == "needs_review":
         return "review", "parked for an operator"
+    if "torn_line" in kinds and (state in ("pending", "partial") or (
+            state == "failed" and item.failure == "transient")):  # (ledger.torn, rule 1)
+        return "reconcile", (f"{state}, but the torn final line names it (maybe its intent, "
+                             "sent): a run looks its request up before sending it")
     if state == "partial":
         if kinds & ARTIFACT_DAMAGE:
             return "review", "checkpoint of the finished pages not verified: never resume on it"

@@ -2,12 +2,9 @@
 
 import codecs
 import functools
-import itertools
 import json
 import json.scanner
-import operator
 import typing
-from array import array
 from functools import partial
 
 from toolkit.forensics.columns import OPS, VOCABULARY
@@ -17,10 +14,10 @@ from toolkit.forensics import lines as reading
 from toolkit.forensics.lines import SHALLOW, LineReader, decode_one
 from toolkit.forensics.model import STATES, Raw, register
 from toolkit.ledger.jsonl import FORMAT as JSONL_FORMAT
-from toolkit.ledger.gaps import blank, describe, describe_disorder, missing_ranges, \
-    out_of_order, snapshot_base, snapshot_damage
+from toolkit.ledger.gaps import blank, describe, missing_ranges
 from toolkit.ledger.jsonl import SALVAGED
-from toolkit.forensics.jsonl_header import line_one, torn_notes
+from toolkit.forensics.jsonl_header import line_one, order_findings, torn_findings, \
+    torn_notes
 from toolkit.ledger.replay import event_parts, whole_line
 from toolkit.ledger.salvage import lost_lines
 
@@ -90,7 +87,8 @@ def _with_tail(reader: LineReader, whole):
         yield reader.unterminated, [reader.tail]
 
 
-def _read_lines(path, raw: Raw, use, fast=None, batch=None, unparsed=None, whole=None):
+def _read_lines(path, raw: Raw, use, fast=None, batch=None, unparsed=None, whole=None,
+                torn=None):
     """Parse every complete line; ``use(obj, line)`` returns None or why it is invalid.
 
     ``unparsed(line, number)`` (optional) is asked about each line that is not JSON and
@@ -103,7 +101,8 @@ def _read_lines(path, raw: Raw, use, fast=None, batch=None, unparsed=None, whole
     ``fast`` is None, are parsed as JSON into a dict for ``use``: msgspec's
     decoder when it accepts the line (it agrees with json.loads on what it
     accepts: last duplicate wins, exact integers), else json (``_reference``),
-    which also words the complaint.
+    which also words the complaint. ``torn(number, size, bytes)`` (optional) takes the
+    torn final line instead of the ``torn_line`` finding made here.
     """
     import msgspec
 
@@ -146,7 +145,9 @@ def _read_lines(path, raw: Raw, use, fast=None, batch=None, unparsed=None, whole
         raw.notes.append(f"line {reader.unterminated}: unterminated_tail: the last line is "
                          "a whole event without its final newline (an editor, a truncate, a "
                          "CR for the LF); read as an event, the next run's writer adds it")
-    if reader.torn is not None:
+    if reader.torn is not None and torn is not None:
+        torn(*reader.torn, reader.tail)
+    elif reader.torn is not None:
         number, size = reader.torn
         raw.finding(None, "torn_line",
                     f"line {number}: {size} bytes without a final newline (write cut; not used)",
@@ -278,47 +279,18 @@ def read_toolkit_jsonl(path) -> Raw:
                 return BAD_EVENT
         return _event(obj, line)
     fast, batch = _event_reader(history, headed, partial(_corrupt, raw))
+    tail = []  # the torn final line: (number, size, bytes), named once the items are known
     _read_lines(path, raw, event, fast, batch, partial(_glued, history, [FILE_TRIES]),
-                whole_line)
+                whole_line, lambda *torn: tail.append(torn))
     events = history.finish()
+    torn_findings(raw, *tail[:1])  # the run's reading of it (ledger.torn)
     torn_notes(raw, header, events)  # a cut's mark not yet spent (ledger.torn)
     gaps = seq_gaps(events["seq"], [*history.apart, *history.snapshot_seqs])
     if gaps:  # an orphaned event's line is unusable but holds its own seq, no missing one
         raw.finding(None, "seq_gap", _gap_detail(gaps, len(raw.corrupt_lines) -
                                                  len(history.apart)))
-    _order_findings(raw, header, history, events)
+    order_findings(raw, header, history, events)
     return raw
-
-
-def _order_findings(raw: Raw, header, history: History, events) -> None:
-    """``seq_disorder`` (an event seq not above the one before: lines copied or moved),
-    ``missing_header`` and ``snapshot_mismatch`` (snapshot lines the header does not
-    count): the ledger's own rules (``gaps.out_of_order``, ``gaps.snapshot_damage``)."""
-    snapshots = history.snapshot_lines
-    lines = events["line"]
-    first = min(filter(None, [next(iter(lines), None), *history.apart_lines]), default=None)
-    moved = next((line for line, _ in snapshots if first is not None and line > first), None)
-    damage = snapshot_damage(header, snapshots, moved)
-    if damage is not None:
-        raw.finding(None, damage[0], f"the ledger {damage[1]}; a salvage marks the new ledger")
-    recorded = snapshots or (header or {}).get("snapshots") is not None
-    found = _disorder(events["seq"], lines, snapshot_base(header, snapshots) if recorded else None)
-    if found:
-        raw.finding(None, "seq_disorder", f"event lines out of seq order: "
-                    f"{describe_disorder(found)}: lines copied (a duplicate) or moved; the "
-                    "items are folded from a history no writer wrote")
-
-
-def _disorder(seqs, lines, previous) -> list:
-    """``gaps.out_of_order`` over the event table; a packed column (every seq an int64)
-    is first checked in one C loop, the usual answer being none (not numpy: its import
-    alone costs more CPU than the loop over a million seqs, and 12 MB)."""
-    if isinstance(seqs, array):
-        if not seqs or (all(map(operator.lt, seqs, itertools.islice(seqs, 1, None)))
-                        and (previous is None or seqs[0] > previous)):
-            return []
-    return out_of_order(((line, seq) for line, seq in zip(lines, seqs) if type(seq) is int),
-                        previous)
 
 
 def _glued(history: History, budget: list, line, number: int) -> str:

@@ -30,7 +30,7 @@ from toolkit.ledger.gaps import (LINE_LIMIT, blank, missing_ranges, out_of_order
                                  snapshot_damage)
 from toolkit.ledger.header import read_header
 from toolkit.ledger.records import Event, Item, apply_event, fold
-from toolkit.ledger.torn import cut_keys, marks_of, spends
+from toolkit.ledger.torn import ledger_tail_keys, marks_of, spends
 from toolkit.ledger.transitions import State
 
 SNAPSHOT = "snapshot"
@@ -327,7 +327,7 @@ def replay(ledger, fd: int) -> None:
     ledger._history_read = (valid_end, kept)  # where the file's history ends, its count
     if tail and (tail.__class__ is TooLong or not blank(tail)):  # spaces, a CR: no line
         ledger.torn_tail = {"line": number + 1, "bytes": size}  # (still cut, as any tail)
-        ledger.torn_keys = [] if tail.__class__ is TooLong else cut_keys(tail)
+        ledger.torn_keys = [] if tail.__class__ is TooLong else ledger_tail_keys(ledger, tail)
     # the snapshot lines against the header's count (a header deleted, a line deleted)
     ledger.snapshot_damage = snapshot_damage(header, snapshots, moved)
     ledger.disorder = out_of_order(trail, before) if trail else []  # lines copied, moved

@@ -7,9 +7,15 @@ events glued) reads the same, and if it was an intent whose request was sent, cu
 it makes the item ``pending`` again: a non-idempotent provider executes it twice. Bytes
 cannot tell the two apart, so the writer takes the careful reading for both:
 
-1. On open, the torn tail's bytes are searched for keys (``cut_keys``: the strict
-   ``"key": "<64 hex>"`` field, near a line's start: an intent's key survives most cuts).
-   A tail naming none is cut as before, at the first append.
+1. On open, the torn tail's bytes are searched for the keys it may name (``tail_keys``,
+   the writer's rule and the audit's): a whole ``"key": "<64 hex>"`` field (spaced any
+   way: ``"key":"`` too); a key field cut inside its hex at the tail's end, 8 hex or
+   more left (a prefix): every item whose key starts with it and is not at rest; an
+   intent line cut before its key has 8 hex (the fields are written sorted, so the note
+   ``"intent"`` comes before the key): every item whose lease is held in a state an
+   intent moves from (only the lease holder writes an intent). A mark costs a lookup,
+   never a send, so every item the tail can be gets one. A tail naming none is cut as
+   before, at the first append.
 2. A tail naming a key (of an item not at rest) is cut at once, by one atomic rewrite of
    the file (temp file, fsync, rename, fsync of the folder: ``JsonlLedger._rewrite``, as
    a header upgrade does) whose header carries the mark ``"torn": [{"key": k, "after": s}]`` (``s``: the
@@ -29,16 +35,69 @@ import json
 import re
 
 from toolkit.ledger.header import FORMAT, TORN, torn_words
-from toolkit.ledger.transitions import State
+from toolkit.ledger.transitions import PERMANENT, TERMINAL, State
 
-CUT_KEY = re.compile(rb'"key": "([0-9a-f]{64})"')
+
+# The key field as any JSON writer spaces it: the ledger writes ``"key": "`` (json's and
+# orjson's respaced bytes alike, ``lines.event_line``); ``jq -c`` or a hand edit ``"key":"``.
+_FIELD = rb'"key"[ \t]*:[ \t]*"'
+CUT_KEY = re.compile(_FIELD + rb'([0-9a-f]{64})"')
+PREFIX = 8  # hex at least: 4 billion keys per prefix; fewer hex name too many items
+CUT_PREFIX = re.compile(_FIELD + rb'([0-9a-f]{%d,63})\Z' % PREFIX)  # cut inside its hex
+_NAMED = re.compile(_FIELD + rb'[0-9a-f]{%d}' % PREFIX)
+# An intent's head: its detail is ``{"note": "intent"}``, the only note starting "int".
+_INTENT = re.compile(rb'"detail"[ \t]*:[ \t]*\{[ \t]*"note"[ \t]*:[ \t]*"int')
+_EVENT = b'{"attempt"'  # an event line's first field (sorted): where a glued one starts
 _NEW_REQUEST = frozenset({State.PENDING, State.FAILED, State.PARTIAL})
 _STATES = {state.value: state for state in State}
 
 
 def cut_keys(tail: bytes) -> list[str]:
-    """The keys a torn tail names (two, when events were glued), in order, once each."""
+    """The whole keys a torn tail names (two, when events were glued), in order, once each."""
     return list(dict.fromkeys(k.decode() for k in CUT_KEY.findall(tail)))
+
+
+def tail_keys(tail: bytes, keys, item) -> list[str]:
+    """Rule 1: the keys a torn tail may name, in order, once each; one rule for the writer
+    (``ledger_tail_keys``) and the audit. ``keys``: every key of the ledger; ``item(key)``:
+    its (state, failure, lease holder), states as ``State`` or their values.
+
+    Whole keys first (kept even at rest: ``record_cut`` drops those). The last event of the
+    tail (after its last ``{"attempt"``) cut inside its key's hex: the items not at rest
+    whose key starts with what is left; cut before 8 hex of its key, and an intent: the
+    items not at rest whose lease is held in a state an intent moves from."""
+    named = cut_keys(tail)
+    last = tail[max(tail.rfind(_EVENT), 0):]
+    prefix = CUT_PREFIX.search(last)
+    if prefix is not None:
+        start = prefix.group(1).decode()
+        named += [key for key in keys if key.startswith(start) and _moves(item(key))]
+    elif _NAMED.search(last) is None and _INTENT.search(last) is not None:
+        named += [key for key in keys if _moves(item(key), leased=True)]
+    return list(dict.fromkeys(named))
+
+
+def _moves(facts, leased=False) -> bool:
+    """An item not at rest (``Item.resting``); with ``leased``, holding a lease in a state
+    an intent moves from."""
+    if facts is None:
+        return False
+    state, failure, owner = facts
+    state = _STATES.get(state, state)
+    if state in TERMINAL or (state is State.FAILED and failure == PERMANENT):
+        return False
+    return not leased or (owner is not None and state in _NEW_REQUEST)
+
+
+def ledger_tail_keys(ledger, tail: bytes) -> list[str]:
+    """``tail_keys`` over a replayed ledger's items (called at the replay's end). An Item
+    and a fold's ItemRow have the same fields: read as they are, none converted."""
+    state = ledger._state
+
+    def item(key):
+        found = state.get(key)
+        return None if found is None else (found.state, found.failure, found.lease_owner)
+    return tail_keys(tail, state, item)
 
 
 def marks_of(header: dict | None) -> dict[str, int]:
