@@ -139,6 +139,8 @@ class Runner(Salvaged, Reuse, PageByPage, Lease, Pipeline):
 
     def _intent(self, item, token, budget, **fields):
         self.hook("before_intent", item.key)
+        if item.reason is not None:  # a reason left from before (a release, say) is not this
+            fields["reason"] = None  # intent's: ``Salvaged._released_unfound`` reads it
         item = self._move(item, S.UNKNOWN, token, note="intent", **fields)  # before the side effect
         self.hook("after_intent", item.key)
         return self._send_new(item, token, budget)  # a salvaged ledger looks it up first
@@ -220,9 +222,7 @@ class Runner(Salvaged, Reuse, PageByPage, Lease, Pipeline):
             return CONTINUE
         if resubmit_is_safe(self.contract):
             return self._submit(item, token, budget)  # the same key: the provider dedupes
-        self._move(item, S.NEEDS_REVIEW, token,
-                   reason="intent recorded, provider has no job, contract forbids a resubmit")
-        return REST
+        return self._released_unfound(item, token, budget)  # parked, or a salvaged release sent
 
     def _submitted(self, item, token, budget):
         self._stage = "poll"

@@ -33,6 +33,9 @@ from pathlib import Path
 from toolkit.ledger import State
 from toolkit.provider import JobStatus
 from toolkit.ledger.salvage import DECIDE, lost_lines
+from toolkit.runner.review import REASONS
+
+RELEASED = REASONS["release"]  # the reason ``resolve --release`` records (needs_review -> unknown)
 
 S = State
 CONTINUE, REST = True, False
@@ -116,11 +119,37 @@ class Salvaged:
             # looked up too, whether or not a file under --out carries the key.
             later = self._look_up_later(item, token, budget)
             job = later if later is not UNANSWERED else job
-        files = self._traces_of(item) if job is None or job is UNANSWERED else []
         if job is not None and job is not UNANSWERED:
             self._move(item, S.SUBMITTED, token, job_id=job.job_id, sync=False,
                        note="found by lookup before a first send (salvaged ledger)")
             return CONTINUE
+        return self._unfound(item, token, budget, job)
+
+    def _released_unfound(self, item, token, budget):
+        """``Runner._unknown`` after its lookups found no job (the later attempts too) where
+        keys are not idempotent: REST in ``needs_review`` as on any ledger, unless this is
+        an item a person released (``resolve --release``, one or ``--all``) on a salvaged
+        ledger and no run has recorded an intent for it since. Its parking said only that
+        the lost lines MAY hold a request of it; the release is no intent this ledger
+        recorded (nothing was sent on it), so it is decided as a new request is: a file
+        under --out that carries its key parks it, naming the file; else it is new work,
+        sent. (Parking it again would loop: every release parked it once more, for a
+        reason ``--reason salvaged`` no longer matches.) An intent a run recorded on this
+        ledger keeps the rule of any ledger (DESIGN: not idempotent -> ``needs_review``);
+        ``Runner._intent`` clears a reason left from before, so RELEASED here means the
+        release is the item's last move."""
+        if marked(self.ledger) and item.reason == RELEASED:
+            return self._unfound(item, token, budget, None)
+        self._move(item, S.NEEDS_REVIEW, token,
+                   reason="intent recorded, provider has no job, contract forbids a resubmit")
+        return REST
+
+    def _unfound(self, item, token, budget, job):
+        """No job found for a request this ledger never recorded (``job`` None: the
+        provider said "not found" for attempts ``self._checked``; ``UNANSWERED``: no lookup
+        answered): sent, unless no lookup answered or a file under --out carries its key
+        (then ``needs_review``, naming what was asked and the files)."""
+        files = self._traces_of(item)
         if job is None and not files:
             budget.clear_to = self._checked[1]  # none of these attempts has a job (above)
             return self._submit(item, token, budget)  # "not found" answered: new work
