@@ -24,6 +24,9 @@ the lost lines may have held a retry: when the lookup of attempt n finds nothing
 attempts n+1, n+2, ... are looked up before deciding, until 2 x ``submits`` + 1 in a row
 (more than two runs start) are not found, and the job of the latest attempt found is
 adopted (``_look_up_later``). A ledger never salvaged sends new work without a lookup.
+An item the salvage parked and a person released (``unknown``, no intent since) whose
+lookups find nothing is decided as a new request by the same table, not parked again
+(``_released_unfound``).
 """
 
 import dataclasses
