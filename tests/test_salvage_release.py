@@ -166,3 +166,37 @@ def test_salvage_parked_released_item_whose_key_names_a_file_is_parked_naming_it
     assert others == ["done"] * 3
     assert provider_stats(tmp_path / "p.db")["per_task"].get(unsent[0], {}).get(
         "executions", 0) == 0
+
+
+def test_salvage_parked_long_document_never_started_released_is_sent_page_by_page_once(
+        tmp_path):
+    """Fault: a long document (4 pages, ``--page-by-page-from 4``) whose every page
+    request was refused (a transient storm: no job), then every line of it but its ``add``
+    deleted: salvaged, it is parked as ``pending`` was (no page on record), and released.
+    Property: the run asks for and sends its first page, then the rest, one request per
+    page (never one whole-document request, which the checkpoint step could not take: it
+    raised a TypeError), executed once each; done with no reason left from the release
+    (a page's intent clears it, so a later crash is judged as this ledger's own intent)."""
+    make_corpus(tmp_path / "in", docs=0, poison=0, seed=7, long_docs=1, long_pages=4)
+    ledger, paged = tmp_path / "L.jsonl", ("--page-by-page-from", "4")
+    storm = _run(tmp_path, ledger, *paged, "--transient-rate", "1.0", "--seed", "1")
+    assert "Traceback" not in storm.stderr, storm.stderr
+    (key,) = _keys(ledger).values()
+    lines = ledger.read_bytes().splitlines(keepends=True)
+    ledger.write_bytes(lines[0] + b"".join(line for line in lines[1:]
+                                           if json.loads(line)["op"] == "add"))
+    new, parked = _salvage(tmp_path, "S.jsonl")
+    assert parked == {key}
+    assert _toolkit("resolve", "--ledger", new, "--all", "--reason", "salvaged", "--release",
+                    "--note", "ok").returncode == 0
+    rerun = _run(tmp_path, new, *paged)
+    assert rerun.returncode == 0 and "Traceback" not in rerun.stderr, rerun.stderr
+    with open_ledger(new) as opened:
+        item = opened.get(key)
+    assert (item.state, item.pages_done, item.reason) == ("done", 4, None), item
+    sent = [call["idem_key"] for call in provider_records(tmp_path / "p.db")["calls"]
+            if call["op"] == "submit" and call["outcome"] != "transient"]
+    assert sent == [f"{key}#p{page}:1" for page in range(1, 5)], sent
+    per_page = {task: stats["executions"] for task, stats in
+                provider_stats(tmp_path / "p.db")["per_task"].items() if task.startswith(key)}
+    assert sorted(per_page.values()) == [1] * 4, per_page

@@ -128,7 +128,17 @@ class Salvaged:
             return CONTINUE
         return self._unfound(item, token, budget, job)
 
-    def _released_unfound(self, item, token, budget):
+    def _page_one(self, item):
+        """``(item, fields)`` for ``Runner._unknown``: a long document released before any
+        intent of it was read (salvage parked it ``pending``: no ``pages_done``) is asked
+        for and sent as its first page, as its lost intent would have been (``_pending``
+        records ``pages_done`` 0), never as one whole-document request; ``fields`` make the
+        move that adopts or sends it record that. Any other item: itself, no fields."""
+        if item.pages_done is None and self._paged(item):
+            return dataclasses.replace(item, pages_done=0), {"pages_done": 0}
+        return item, {}
+
+    def _released_unfound(self, item, token, budget, page):
         """``Runner._unknown`` after its lookups found no job (the later attempts too) where
         keys are not idempotent: REST in ``needs_review`` as on any ledger, unless this is
         an item a person released (``resolve --release``, one or ``--all``) on a salvaged
@@ -142,20 +152,21 @@ class Salvaged:
         ``Runner._intent`` clears a reason left from before, so RELEASED here means the
         release is the item's last move."""
         if marked(self.ledger) and item.reason == RELEASED:
-            return self._unfound(item, token, budget, None)
+            return self._unfound(item, token, budget, None, page)
         self._move(item, S.NEEDS_REVIEW, token,
                    reason="intent recorded, provider has no job, contract forbids a resubmit")
         return REST
 
-    def _unfound(self, item, token, budget, job):
+    def _unfound(self, item, token, budget, job, page=None):
         """No job found for a request this ledger never recorded (``job`` None: the
         provider said "not found" for attempts ``self._checked``; ``UNANSWERED``: no lookup
-        answered): sent, unless no lookup answered or a file under --out carries its key
-        (then ``needs_review``, naming what was asked and the files)."""
+        answered): sent (``page``: ``_page_one``'s fields), unless no lookup answered or a
+        file under --out carries its key (then ``needs_review``, naming what was asked and
+        the files)."""
         files = self._traces_of(item)
         if job is None and not files:
             budget.clear_to = self._checked[1]  # none of these attempts has a job (above)
-            return self._submit(item, token, budget)  # "not found" answered: new work
+            return self._submit(item, token, budget, **(page or {}))  # new work
         first, last = self._checked
         tried = f"attempt {first}" if first == last else f"attempts {first}-{last}"
         said = ("no lookup answered" if job is UNANSWERED else
