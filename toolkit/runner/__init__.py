@@ -139,12 +139,15 @@ class Runner(Salvaged, Reuse, PageByPage, Lease, Pipeline):
 
     def _intent(self, item, token, budget, **fields):
         self.hook("before_intent", item.key)
+        if item.reason is not None:  # a reason left from before (a release, say) is not this
+            fields["reason"] = None  # intent's: ``Salvaged._released_unfound`` reads it
         item = self._move(item, S.UNKNOWN, token, note="intent", **fields)  # before the side effect
         self.hook("after_intent", item.key)
         return self._send_new(item, token, budget)  # a salvaged ledger looks it up first
 
-    def _submit(self, item, token, budget):
-        """Submit the current attempt's key; the item is ``unknown`` while we wait."""
+    def _submit(self, item, token, budget, **fields):
+        """Submit the current attempt's key; the item is ``unknown`` while we wait.
+        ``fields`` go with the move the reply makes (``Salvaged._page_one``)."""
         if budget.submits >= self.policy.submits:
             return REST
         why = self._unsendable(item)  # a page goes out only on an intact checkpoint
@@ -166,15 +169,15 @@ class Runner(Salvaged, Reuse, PageByPage, Lease, Pipeline):
         except ProviderConflict as conflict:
             job = conflict.job  # the key is running already: attach, never duplicate
         except TransientError as exc:  # a definite "not now": nothing was accepted
-            self._move(item, S.FAILED, token, failure=TRANSIENT, reason=str(exc))
+            self._move(item, S.FAILED, token, failure=TRANSIENT, reason=str(exc), **fields)
             return CONTINUE
         except (PermanentError, KeyReuseError) as exc:
-            self._move(item, S.FAILED, token, failure=PERMANENT, reason=str(exc))
+            self._move(item, S.FAILED, token, failure=PERMANENT, reason=str(exc), **fields)
             return CONTINUE
         self.hook("before_commit", item.key, to=S.SUBMITTED)
         # Deferred: lost to a power cut, the job id is found again by lookup (the intent
         # is durable), never submitted twice.
-        self._move(item, S.SUBMITTED, token, job_id=job.job_id, sync=False)
+        self._move(item, S.SUBMITTED, token, job_id=job.job_id, sync=False, **fields)
         return CONTINUE
 
     def _after_timeout(self, item, token):
@@ -209,6 +212,7 @@ class Runner(Salvaged, Reuse, PageByPage, Lease, Pipeline):
 
     def _unknown(self, item, token, budget):
         """Query before resubmitting: the provider's answer, then its contract, decide."""
+        item, page = self._page_one(item)  # a long document released before its first page
         job = self._look_up(item, token, budget)
         if job is None:  # a salvaged ledger: a later attempt's, a retry the lost lines held
             job = self._look_up_later(item, token, budget)
@@ -216,13 +220,11 @@ class Runner(Salvaged, Reuse, PageByPage, Lease, Pipeline):
             return REST  # e.g. lookup unavailable: rest unresolved, never guess
         if job is not None:
             self._move(item, S.SUBMITTED, token, job_id=job.job_id, note="found by lookup",
-                       sync=False)
+                       sync=False, **page)
             return CONTINUE
-        if resubmit_is_safe(self.contract):
-            return self._submit(item, token, budget)  # the same key: the provider dedupes
-        self._move(item, S.NEEDS_REVIEW, token,
-                   reason="intent recorded, provider has no job, contract forbids a resubmit")
-        return REST
+        if resubmit_is_safe(self.contract):  # the same key: the provider dedupes
+            return self._submit(item, token, budget, **page)
+        return self._released_unfound(item, token, budget, page)  # parked, or a release sent
 
     def _submitted(self, item, token, budget):
         self._stage = "poll"

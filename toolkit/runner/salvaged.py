@@ -24,6 +24,9 @@ the lost lines may have held a retry: when the lookup of attempt n finds nothing
 attempts n+1, n+2, ... are looked up before deciding, until 2 x ``submits`` + 1 in a row
 (more than two runs start) are not found, and the job of the latest attempt found is
 adopted (``_look_up_later``). A ledger never salvaged sends new work without a lookup.
+An item the salvage parked and a person released (``unknown``, no intent since) whose
+lookups find nothing is decided as a new request by the same table, not parked again
+(``_released_unfound``).
 """
 
 import dataclasses
@@ -33,6 +36,9 @@ from pathlib import Path
 from toolkit.ledger import State
 from toolkit.provider import JobStatus
 from toolkit.ledger.salvage import DECIDE, lost_lines
+from toolkit.runner.review import REASONS
+
+RELEASED = REASONS["release"]  # the reason ``resolve --release`` records (needs_review -> unknown)
 
 S = State
 CONTINUE, REST = True, False
@@ -116,14 +122,51 @@ class Salvaged:
             # looked up too, whether or not a file under --out carries the key.
             later = self._look_up_later(item, token, budget)
             job = later if later is not UNANSWERED else job
-        files = self._traces_of(item) if job is None or job is UNANSWERED else []
         if job is not None and job is not UNANSWERED:
             self._move(item, S.SUBMITTED, token, job_id=job.job_id, sync=False,
                        note="found by lookup before a first send (salvaged ledger)")
             return CONTINUE
+        return self._unfound(item, token, budget, job)
+
+    def _page_one(self, item):
+        """``(item, fields)`` for ``Runner._unknown``: a long document released before any
+        intent of it was read (salvage parked it ``pending``: no ``pages_done``) is asked
+        for and sent as its first page, as its lost intent would have been (``_pending``
+        records ``pages_done`` 0), never as one whole-document request; ``fields`` make the
+        move that adopts or sends it record that. Any other item: itself, no fields."""
+        if item.pages_done is None and self._paged(item):
+            return dataclasses.replace(item, pages_done=0), {"pages_done": 0}
+        return item, {}
+
+    def _released_unfound(self, item, token, budget, page):
+        """``Runner._unknown`` after its lookups found no job (the later attempts too) where
+        keys are not idempotent: REST in ``needs_review`` as on any ledger, unless this is
+        an item a person released (``resolve --release``, one or ``--all``) on a salvaged
+        ledger and no run has recorded an intent for it since. Its parking said only that
+        the lost lines MAY hold a request of it; the release is no intent this ledger
+        recorded (nothing was sent on it), so it is decided as a new request is: a file
+        under --out that carries its key parks it, naming the file; else it is new work,
+        sent. (Parking it again would loop: every release parked it once more, for a
+        reason ``--reason salvaged`` no longer matches.) An intent a run recorded on this
+        ledger keeps the rule of any ledger (DESIGN: not idempotent -> ``needs_review``);
+        ``Runner._intent`` clears a reason left from before, so RELEASED here means the
+        release is the item's last move."""
+        if marked(self.ledger) and item.reason == RELEASED:
+            return self._unfound(item, token, budget, None, page)
+        self._move(item, S.NEEDS_REVIEW, token,
+                   reason="intent recorded, provider has no job, contract forbids a resubmit")
+        return REST
+
+    def _unfound(self, item, token, budget, job, page=None):
+        """No job found for a request this ledger never recorded (``job`` None: the
+        provider said "not found" for attempts ``self._checked``; ``UNANSWERED``: no lookup
+        answered): sent (``page``: ``_page_one``'s fields), unless no lookup answered or a
+        file under --out carries its key (then ``needs_review``, naming what was asked and
+        the files)."""
+        files = self._traces_of(item)
         if job is None and not files:
             budget.clear_to = self._checked[1]  # none of these attempts has a job (above)
-            return self._submit(item, token, budget)  # "not found" answered: new work
+            return self._submit(item, token, budget, **(page or {}))  # new work
         first, last = self._checked
         tried = f"attempt {first}" if first == last else f"attempts {first}-{last}"
         said = ("no lookup answered" if job is UNANSWERED else
