@@ -150,8 +150,10 @@ def require_ledger_shape(path: Path) -> bool:
         return False
     if suffix != ".jsonl":
         with open(path, "rb") as handle:
-            if handle.read(16) != b"SQLite format 3\x00":
-                raise ToolkitError(f"{str(path)!r} is not an SQLite database, not a ledger")
+            if handle.read(16) != b"SQLite format 3\x00":  # as SQLite's open words it
+                from toolkit.ledger.sqlite import damaged
+
+                raise damaged(path, "file is not a database")
     return True
 
 
