@@ -195,8 +195,10 @@ class SqliteLedger(Ledger):
             self.salvaged = _mark(self._db)  # ``Ledger.salvaged``: read once, as JSONL's header
             self._cache.declare({row[1]: row[2].upper() for row in
                                  self._db.execute("PRAGMA table_info(items)")})
-        except StorageError:
+        except StorageError as exc:
             self._db.close()
+            if damage_of(exc):  # met in the schema transaction: the file's own bytes
+                raise damaged(self.path, damage_of(exc)) from exc
             raise
         except sqlite3.Error as exc:  # not a database at all is bad input, the rest is storage
             if damage_of(exc):  # the file's own bytes: no rerun reads them

@@ -47,6 +47,7 @@ import fcntl
 import hashlib
 import json
 import os
+import sqlite3
 from pathlib import Path
 
 from toolkit import documents, roots
@@ -82,8 +83,15 @@ def facts(ledger) -> dict | None:
         from toolkit.runner.salvaged import marked  # its meta row: the runner's one rule
 
         db = ledger._db
-        top = db.execute("SELECT max(seq) FROM events").fetchone()[0] or 0
-        row = db.execute("SELECT seq, ts, key FROM events ORDER BY seq LIMIT 1").fetchone()
+        try:
+            top = db.execute("SELECT max(seq) FROM events").fetchone()[0] or 0
+            row = db.execute("SELECT seq, ts, key FROM events ORDER BY seq LIMIT 1").fetchone()
+        except sqlite3.Error as exc:  # a page of events damaged: the ledger's own words
+            from toolkit.ledger.sqlite import damage_of, damaged
+            from toolkit.storage import storage_error
+
+            raise (damaged(ledger.path, str(exc)) if damage_of(exc) else
+                   storage_error(f"SQLite ledger {str(ledger.path)!r}", exc)) from exc
         ident = hashlib.sha256(repr(tuple(row)).encode()).hexdigest()[:20] if row else None
         return {"real": _real(ledger.path), "kind": "sqlite", "seq": int(top), "id": ident,
                 "salvaged": marked(ledger), "compacted": None}
