@@ -148,3 +148,24 @@ def test_full_tmpdir_on_a_healthy_or_damaged_ledger_is_tmpdir_exit_1(batch, tmp_
                 assert status == 1, err
                 assert f"TMPDIR {str(scratch)!r}" in err and "damaged" not in err, err
                 assert err.count("\n") == 1, err
+
+
+def test_items_page_zeroed_health_names_damage_and_clear_keeps_marker(batch):
+    """The items table's root page zeroed: opening reads only the schema, so ``run`` halts
+    mid-batch on it (a marker, exit 1); ``health`` reads every page of its copy and says
+    damaged, exit 2, one line with the salvage, and ``health --clear`` refuses to clear
+    (exit 2, the marker stays): never "fix the cause, clear health" in a loop."""
+    import sqlite3
+
+    db = sqlite3.connect(batch / "H.sqlite")
+    root = db.execute("SELECT rootpage FROM sqlite_master WHERE name='items'").fetchone()[0]
+    db.close()
+    name = "items.sqlite"
+    _damaged_copy(batch, name, _zero(root - 1))
+    status, err = _toolkit(*COMMANDS["run"](name), cwd=batch)
+    assert status in (1, 2) and "Traceback" not in err, err  # halted mid-batch, or refused
+    marked = (batch / f"{name}.health").exists()
+    for args in (["health", "--ledger", name], ["health", "--ledger", name, "--clear"]):
+        status, err = _toolkit(*args, cwd=batch)
+        _assert_damage_words(status, err, name)
+    assert (batch / f"{name}.health").exists() == marked  # --clear cleared nothing

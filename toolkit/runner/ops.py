@@ -9,6 +9,7 @@ writable again and removed it.
 import contextlib
 import json
 import os
+import sqlite3
 from pathlib import Path
 
 from toolkit.documents import fsync_dir
@@ -92,6 +93,8 @@ def _damage(path: Path, view) -> str | None:
     try:
         with view(path) as ledger:
             damage = integrity(ledger)
+            if damage is None:
+                sqlite_pages(ledger, path)
             return None if damage is None else damage.replace(str(ledger.path), str(path))
     except StorageError:
         raise
@@ -111,6 +114,25 @@ def integrity(ledger) -> str | None:
     """The ledger's own verdict on its file (JSONL corrupt lines), which ``run`` refuses."""
     corruption = getattr(ledger, "corruption", None)
     return corruption() if corruption is not None else None
+
+
+def sqlite_pages(ledger, path) -> None:
+    """``DamagedLedgerError`` naming ``path`` when an SQLite ledger's pages do not read
+    (``PRAGMA quick_check``: a page of items or events zeroed, which an open, reading only
+    the schema, never meets, and a run halts on mid-batch). Every page read once, as a
+    view's copy reads them."""
+    from toolkit.ledger.sqlite import SqliteLedger, damage_of, damaged
+
+    if not isinstance(ledger, SqliteLedger):
+        return
+    try:
+        found = [row[0] for row in ledger._db.execute("PRAGMA quick_check(1)")]
+    except sqlite3.Error as exc:
+        if not damage_of(exc):
+            raise StorageError(f"cannot be read: {exc}") from exc
+        found = [str(exc)]
+    if found != ["ok"]:  # "*** in database main ***\nPage 4: …": one line, SQLite's words
+        raise damaged(path, " ".join(found[0].replace("*** in database main ***", "").split()))
 
 
 def require_ledger_path(path: Path) -> None:
@@ -243,6 +265,7 @@ def clear_health(ledger_path) -> dict:
                 with _open_existing(path) as ledger:
                     if (damage := integrity(ledger)) is not None:
                         return {"ready": False, "reason": damage}  # the marker stays
+                    sqlite_pages(ledger, path)  # damaged: exit 2, the marker stays
                     ledger.probe()
             except StorageError as exc:
                 raise StorageError(f"ledger still not writable: {exc}") from exc
