@@ -169,3 +169,31 @@ def test_items_page_zeroed_health_names_damage_and_clear_keeps_marker(batch):
         status, err = _toolkit(*args, cwd=batch)
         _assert_damage_words(status, err, name)
     assert (batch / f"{name}.health").exists() == marked  # --clear cleared nothing
+
+
+def _strace_eio(syscalls, *args, cwd):
+    """``python -m toolkit args`` with the kernel answering EIO to ``syscalls`` on the
+    ledger ``H.sqlite`` only (strace ``-P``: the loader's and the copy's reads go on)."""
+    inject = [word for call in syscalls for word in ("-e", f"inject={call}:error=EIO")]
+    command = ["strace", "-f", "-qq", "-o", "/dev/null", "-P", str(cwd / "H.sqlite"),
+               "-e", f"trace={','.join(syscalls)}", *inject,
+               sys.executable, "-m", "toolkit", *args]
+    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=300)
+    return done.returncode, done.stderr or done.stdout  # health's "not ready: …" is stdout
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace")
+def test_eio_on_the_private_copy_write_is_tmpdir_and_on_its_read_the_ledgers(batch):
+    """EIO from the copy's one ``sendfile`` (strace injects it) while the ledger's bytes read
+    alone: TMPDIR failed a write, exit 1, naming TMPDIR, no verdict on the ledger. EIO to the
+    ledger's read too: the ledger's storage, exit 1, 'cannot read' naming the ledger, never
+    TMPDIR and never 'damaged'."""
+    for what in ("ledger", "health"):
+        status, err = _strace_eio(["sendfile"], *COMMANDS[what]("H.sqlite"), cwd=batch)
+        assert status == 1 and err.count("\n") == 1, err
+        assert "TMPDIR" in err and "Input/output error" in err and "damaged" not in err, err
+        status, err = _strace_eio(["sendfile", "pread64"], *COMMANDS[what]("H.sqlite"),
+                                  cwd=batch)
+        assert status == 1 and err.count("\n") == 1, err
+        assert "cannot read" in err and "H.sqlite" in err and "Input/output error" in err, err
+        assert "TMPDIR" not in err and "damaged" not in err, err

@@ -52,6 +52,10 @@ class ScratchFull(CopyError, StorageError):
     about_the_ledger = False
 
 
+class LedgerUnreadable(CopyError, StorageError):
+    """The ledger's own storage failed a read of it (EIO): exit 1, about the ledger."""
+
+
 # What a private folder's writes can meet that is the scratch space's, never the ledger's:
 # reading a file never answers these.
 _SCRATCH_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
@@ -83,35 +87,65 @@ def _scratch_failed(exc: OSError, path) -> ScratchFull:
 
 
 def _copy_file(source, target, path) -> None:
-    """``source`` into ``target`` (new, in the private folder), block by block: a failed
-    open or read is the ledger's (``CopyError``), a failed create or write TMPDIR's."""
+    """``source`` into ``target`` (new, in the private folder), told apart where it fails:
+    a failed open or read is the ledger's (``CopyError``), a failed create or write
+    TMPDIR's (``ScratchFull``). ``sendfile`` (no bytes through user space, as shutil copies)
+    fails as one call for both sides: its error is the read's only if the same bytes do
+    not read alone (``_whose``); a file system without it is copied by read and write."""
     try:
         src = os.open(source, os.O_RDONLY | os.O_CLOEXEC)
     except OSError as exc:
-        raise CopyError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from exc
+        raise _unreadable(exc, path) from exc
     try:
         try:
             dst = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         except OSError as exc:
             raise _scratch_failed(exc, path) from exc
         try:
+            offset = 0
             while True:
                 try:
-                    block = memoryview(os.read(src, _BLOCK))
+                    sent = os.sendfile(dst, src, offset, _BLOCK)
                 except OSError as exc:
-                    raise CopyError(f"cannot read {str(path)!r}: {exc.strerror or exc}") \
-                        from exc
-                if not block:
+                    if exc.errno in (errno.EINVAL, errno.ENOSYS) and offset == 0:
+                        return _read_write(src, dst, path)
+                    raise _whose(exc, src, offset, path) from exc
+                if not sent:
                     return
-                while block:  # a write may take part of the block
-                    try:
-                        block = block[os.write(dst, block):]
-                    except OSError as exc:
-                        raise _scratch_failed(exc, path) from exc
+                offset += sent
         finally:
             os.close(dst)
     finally:
         os.close(src)
+
+
+def _read_write(src: int, dst: int, path) -> None:
+    while block := memoryview(_read(src, path)):
+        while block:  # a write may take part of the block
+            try:
+                block = block[os.write(dst, block):]
+            except OSError as exc:
+                raise _scratch_failed(exc, path) from exc
+
+
+def _read(src: int, path, offset=None) -> bytes:
+    try:
+        return os.read(src, _BLOCK) if offset is None else os.pread(src, _BLOCK, offset)
+    except OSError as exc:
+        raise _unreadable(exc, path) from exc
+
+
+def _whose(exc: OSError, src: int, offset: int, path) -> CopyError:
+    """The error of a failed ``sendfile`` at ``offset``: the ledger's when those bytes do
+    not read alone either, else TMPDIR's (a full disk never answers a read)."""
+    if exc.errno not in _SCRATCH_FULL:
+        _read(src, path, offset)  # raises the ledger's CopyError
+    return _scratch_failed(exc, path)
+
+
+def _unreadable(exc: OSError, path) -> CopyError:
+    kind = LedgerUnreadable if exc.errno == errno.EIO else CopyError
+    return kind(f"cannot read {str(path)!r}: {exc.strerror or exc}")
 
 
 @contextlib.contextmanager
