@@ -16,8 +16,8 @@ A JSONL ledger needs no copy (``opened_view``): it is read in place through a na
 private folder (see ``_jsonl_in_place``), its one lock file made there. The copy is
 made in TMPDIR; when TMPDIR is full (or the copy passes this process's file-size limit,
 or its device fails a write), the error says so, naming TMPDIR (``ScratchFull``, exit 1):
-it says nothing of the ledger. The copy is made block by block so that each error is
-told where it happens: a read is the ledger's, a write TMPDIR's. A copy written whole is
+it says nothing of the ledger. Each error of the copy is told where it happens
+(``_copy_file``): a read is the ledger's, a write TMPDIR's. A copy written whole is
 the ledger's bytes, so what SQLite then calls damage (malformed, not a database, a short
 read: ``sqlite.DAMAGE``) is the ledger's, in the ledger's words (exit 2), never TMPDIR's.
 """
@@ -47,8 +47,8 @@ class CopyError(ToolkitError):
 
 class ScratchFull(CopyError, StorageError):
     """TMPDIR, where a view makes its private folder, is full, failed a write, or the copy
-    passed this process's file-size limit: the storage's (exit 1, "free space, run again"), and no
-    verdict on the ledger, which was never written (``about_the_ledger``)."""
+    passed this process's file-size limit: the storage's (exit 1, "free space, run again"),
+    and no verdict on the ledger, which was never written (``about_the_ledger``)."""
     about_the_ledger = False
 
 

@@ -117,13 +117,13 @@ def damaged(path, why: str, new=None, out=None) -> DamagedLedgerError:
             recover = handle.read(16) == b"SQLite format 3\x00"
     except OSError:
         recover = False
+    recover = f"`sqlite3 {path} .recover` shows the rows still readable; " if recover else ""
     return DamagedLedgerError(
         f"SQLite ledger {str(path)!r} is damaged ({why}): no run, view or salvage reads it, "
-        "and running again repeats this; " + (f"`sqlite3 {path} .recover` shows the rows still "
-                                          "readable; " if recover else "") +
-        f"move it aside (`mv {path} {path}.damaged`), salvage from nothing "
-        f"(`python -m toolkit ledger {path} --salvage {new} --out {out}`: the witness there "
-        f"says what was lost), then run with --ledger {new}")
+        f"and running again repeats this; {recover}move it aside (`mv {path} "
+        f"{path}.damaged`), salvage from nothing (`python -m toolkit ledger {path} --salvage "
+        f"{new} --out {out}`: the witness there says what was lost), then run with --ledger "
+        f"{new}")
 
 
 class NotOursError(ToolkitError, ValueError):
