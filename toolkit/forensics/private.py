@@ -37,7 +37,7 @@ from toolkit.errors import StorageError, ToolkitError
 _SHM_DMS_OFFSET = 128
 SIDE_FILES = ("-wal",)  # -shm is an index SQLite rebuilds from the WAL; -journal: see sqlite.py
 _TRIES = 5
-_BLOCK = 1 << 20
+_BLOCK = 8 << 20  # a sendfile call (or a read) at most: as shutil copies
 
 
 class CopyError(ToolkitError):
