@@ -155,8 +155,8 @@ def test_table_page_zeroed_run_and_health_name_damage_before_any_work(batch, tab
     """The items or events table's root page zeroed: an open reads only the schema, so on
     main ``run`` halted mid-batch on it (exit 1, a health marker: "fix the cause, clear
     health", in a loop) or crashed in the witness's read of the events. Now ``run``,
-    ``health`` and ``health --clear`` read every page first: damaged, exit 2, one line with
-    the salvage, no marker left, nothing sent."""
+    ``health``, ``health --clear`` and ``ledger`` read every page first: damaged, exit 2,
+    one line with the salvage, no marker left, nothing sent."""
     import sqlite3
 
     db = sqlite3.connect(batch / "H.sqlite")
@@ -164,7 +164,7 @@ def test_table_page_zeroed_run_and_health_name_damage_before_any_work(batch, tab
     db.close()
     name = f"{table}.sqlite"
     _damaged_copy(batch, name, _zero(root - 1))
-    for args in (COMMANDS["run"](name), COMMANDS["health"](name),
+    for args in (COMMANDS["run"](name), COMMANDS["health"](name), COMMANDS["ledger"](name),
                  ["health", "--ledger", name, "--clear"]):
         status, err = _toolkit(*args, cwd=batch)
         _assert_damage_words(status, err, name)

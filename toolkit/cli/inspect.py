@@ -149,12 +149,16 @@ def refuse_damaged(ledger, path) -> None:
     history was lost (an add line gone hides its item): a confident wrong answer. Refused
     with one line, exit 2, as a SQLite ledger holding a record not ours is; ``audit`` and
     ``--salvage`` read past it. What counts as damage, and its wording, is the ledger's
-    (``JsonlLedger.corruption``), naming the user's ``path``, never a private name."""
+    (``JsonlLedger.corruption``; SQLite's ``quick_check``, as ``run`` and ``health`` read
+    it), naming the user's ``path``, never a private name."""
     corruption = getattr(ledger, "corruption", None)
     text = corruption and corruption(
         refusing="to list its items, which may be missing or stale")
     if text:
         raise ToolkitError(text.replace(str(ledger.path), str(path)))
+    from toolkit.runner.ops import sqlite_pages
+
+    sqlite_pages(ledger, path)  # an SQLite page that does not read: as run refuses it
 
 
 def readable(read, ledger, path):
