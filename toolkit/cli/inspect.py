@@ -95,13 +95,18 @@ def _salvage(args) -> int:
         if live_wal_connection(real):  # its history is not finished: as JSONL's lock refuses
             raise LedgerBusyError(f"SQLite ledger {path!r} is busy: open in another process; "
                                   "salvage it when that run ends")
-        with opened_view(path) as old:  # a private copy: the original is never written
+        from toolkit.ledger.sqlite import DamagedLedgerError, damage_of, damaged
 
-            def loss(view):  # the witness's entry is the original's, not the copy's
-                out, seen = _witness_out(path, args.out), witness.facts(view)
-                return witness.loss(out, {**seen, "real": os.path.realpath(path)}) \
-                    if out is not None and seen is not None else None
-            result = salvage_sqlite(old, path, new, loss=loss)
+        try:
+            with opened_view(path) as old:  # a private copy: the original is never written
+
+                def loss(view):  # the witness's entry is the original's, not the copy's
+                    out, seen = _witness_out(path, args.out), witness.facts(view)
+                    return witness.loss(out, {**seen, "real": os.path.realpath(path)}) \
+                        if out is not None and seen is not None else None
+                result = salvage_sqlite(old, path, new, loss=loss)
+        except DamagedLedgerError as exc:  # unreadable: salvaged from nothing once moved aside
+            raise damaged(path, damage_of(exc), new, args.out) from None
     # worded by what was lost (the mark's words: lines, seqs, their order, snapshot lines,
     # the witness's), never "corrupt lines none" for a loss of another kind
     emit(result, args.json, f"wrote {new}: {result['items']} items, "
@@ -144,12 +149,16 @@ def refuse_damaged(ledger, path) -> None:
     history was lost (an add line gone hides its item): a confident wrong answer. Refused
     with one line, exit 2, as a SQLite ledger holding a record not ours is; ``audit`` and
     ``--salvage`` read past it. What counts as damage, and its wording, is the ledger's
-    (``JsonlLedger.corruption``), naming the user's ``path``, never a private name."""
+    (``JsonlLedger.corruption``; SQLite's ``quick_check``, as ``run`` and ``health`` read
+    it), naming the user's ``path``, never a private name."""
     corruption = getattr(ledger, "corruption", None)
     text = corruption and corruption(
         refusing="to list its items, which may be missing or stale")
     if text:
         raise ToolkitError(text.replace(str(ledger.path), str(path)))
+    from toolkit.runner.ops import sqlite_pages
+
+    sqlite_pages(ledger, path)  # an SQLite page that does not read: as run refuses it
 
 
 def readable(read, ledger, path):

@@ -14,15 +14,18 @@ otherwise pair an old database with a restarted WAL).
 
 A JSONL ledger needs no copy (``opened_view``): it is read in place through a name in a
 private folder (see ``_jsonl_in_place``), its one lock file made there. The copy is
-made in TMPDIR; when TMPDIR is full (or the copy passes this process's file-size limit),
-the error says so, naming TMPDIR (``ScratchFull``, exit 1): it says nothing of the ledger.
+made in TMPDIR; when TMPDIR is full (or the copy passes this process's file-size limit,
+or its device fails a write), the error says so, naming TMPDIR (``ScratchFull``, exit 1):
+it says nothing of the ledger. Each error of the copy is told where it happens
+(``_copy_file``): a read is the ledger's, a write TMPDIR's. A copy written whole is
+the ledger's bytes, so what SQLite then calls damage (malformed, not a database, a short
+read: ``sqlite.DAMAGE``) is the ledger's, in the ledger's words (exit 2), never TMPDIR's.
 """
 
 import contextlib
 import errno
 import fcntl
 import os
-import shutil
 import struct
 import tempfile
 from pathlib import Path
@@ -34,6 +37,7 @@ from toolkit.errors import StorageError, ToolkitError
 _SHM_DMS_OFFSET = 128
 SIDE_FILES = ("-wal",)  # -shm is an index SQLite rebuilds from the WAL; -journal: see sqlite.py
 _TRIES = 5
+_BLOCK = 8 << 20  # a sendfile call (or a read) at most: as shutil copies
 
 
 class CopyError(ToolkitError):
@@ -42,10 +46,14 @@ class CopyError(ToolkitError):
 
 
 class ScratchFull(CopyError, StorageError):
-    """TMPDIR, where a view makes its private folder, is full or the copy passed this
-    process's file-size limit: the storage's (exit 1, "free space, run again"), and no
-    verdict on the ledger, which was never written (``about_the_ledger``)."""
+    """TMPDIR, where a view makes its private folder, is full, failed a write, or the copy
+    passed this process's file-size limit: the storage's (exit 1, "free space, run again"),
+    and no verdict on the ledger, which was never written (``about_the_ledger``)."""
     about_the_ledger = False
+
+
+class LedgerUnreadable(CopyError, StorageError):
+    """The ledger's own storage failed a read of it (EIO): exit 1, about the ledger."""
 
 
 # What a private folder's writes can meet that is the scratch space's, never the ledger's:
@@ -68,6 +76,76 @@ def scratch_full(exc: BaseException, path) -> ScratchFull | None:
     return ScratchFull(f"{state}: a private copy of {str(path)!r} is read there, so that the "
                        f"ledger is never written; {fix} or set TMPDIR to a folder with room, "
                        "and run again")
+
+
+def _scratch_failed(exc: OSError, path) -> ScratchFull:
+    """A write into the private folder failed: TMPDIR's, whatever its errno (EIO too)."""
+    return scratch_full(exc, path) or ScratchFull(
+        f"TMPDIR {tempfile.gettempdir()!r} failed ({exc.strerror or exc}): a private copy of "
+        f"{str(path)!r} is written there, so that the ledger is never written; set TMPDIR to "
+        "a folder that works, and run again")
+
+
+def _copy_file(source, target, path) -> None:
+    """``source`` into ``target`` (new, in the private folder), told apart where it fails:
+    a failed open or read is the ledger's (``CopyError``), a failed create or write
+    TMPDIR's (``ScratchFull``). ``sendfile`` (no bytes through user space, as shutil copies)
+    fails as one call for both sides: its error is the read's only if the same bytes do
+    not read alone (``_whose``); a file system without it is copied by read and write."""
+    try:
+        src = os.open(source, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise _unreadable(exc, path) from exc
+    try:
+        try:
+            dst = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise _scratch_failed(exc, path) from exc
+        try:
+            offset = 0
+            while True:
+                try:
+                    sent = os.sendfile(dst, src, offset, _BLOCK)
+                except OSError as exc:
+                    if exc.errno in (errno.EINVAL, errno.ENOSYS) and offset == 0:
+                        return _read_write(src, dst, path)
+                    raise _whose(exc, src, offset, path) from exc
+                if not sent:
+                    return
+                offset += sent
+        finally:
+            os.close(dst)
+    finally:
+        os.close(src)
+
+
+def _read_write(src: int, dst: int, path) -> None:
+    while block := memoryview(_read(src, path)):
+        while block:  # a write may take part of the block
+            try:
+                block = block[os.write(dst, block):]
+            except OSError as exc:
+                raise _scratch_failed(exc, path) from exc
+
+
+def _read(src: int, path, offset=None) -> bytes:
+    try:
+        return os.read(src, _BLOCK) if offset is None else os.pread(src, _BLOCK, offset)
+    except OSError as exc:
+        raise _unreadable(exc, path) from exc
+
+
+def _whose(exc: OSError, src: int, offset: int, path) -> CopyError:
+    """The error of a failed ``sendfile`` at ``offset``: the ledger's when those bytes do
+    not read alone either, else TMPDIR's (a full disk never answers a read)."""
+    if exc.errno not in _SCRATCH_FULL:
+        _read(src, path, offset)  # raises the ledger's CopyError
+    return _scratch_failed(exc, path)
+
+
+def _unreadable(exc: OSError, path) -> CopyError:
+    kind = LedgerUnreadable if exc.errno == errno.EIO else CopyError
+    return kind(f"cannot read {str(path)!r}: {exc.strerror or exc}")
 
 
 @contextlib.contextmanager
@@ -127,16 +205,15 @@ def private_copy(path):
         copy = folder / path.name
         for _ in range(_TRIES):
             before = _fingerprint(path)
-            try:
-                shutil.copyfile(path, copy)
-                for side in SIDE_FILES:
-                    source, target = Path(f"{path}{side}"), Path(f"{copy}{side}")
+            _copy_file(path, copy, path)
+            for side in SIDE_FILES:
+                source, target = Path(f"{path}{side}"), Path(f"{copy}{side}")
+                try:
                     target.unlink(missing_ok=True)
-                    if source.exists():
-                        shutil.copyfile(source, target)
-            except OSError as exc:
-                raise (scratch_full(exc, path) or
-                       CopyError(f"cannot read {str(path)!r}: {exc.strerror or exc}")) from exc
+                except OSError as exc:
+                    raise _scratch_failed(exc, path) from exc
+                if source.exists():
+                    _copy_file(source, target, path)
             if _fingerprint(path) == before:
                 break
         else:
@@ -169,7 +246,13 @@ def opened_view(path):
 def _for_user(exc: ToolkitError, name, path) -> ToolkitError:
     """``exc`` naming ``path`` for the private ``name``; ScratchFull if it is TMPDIR's: a
     full-disk errno, or any storage error of a private copy (SQLite writes only the copy's
-    -wal and -shm, in TMPDIR: an -shm that does not fit is "disk I/O error")."""
+    -wal and -shm, in TMPDIR: an -shm that does not fit is "disk I/O error"); the ledger's
+    damage (``sqlite.damaged``) when SQLite finds the copy, written whole, damaged."""
+    from toolkit.ledger.sqlite import damage_of, damaged
+
+    why = damage_of(exc)
+    if why is not None:  # the copy's bytes are the ledger's: a failed write was ScratchFull
+        return damaged(path, why)
     full = scratch_full(exc.__cause__ or exc, path)
     if full is not None:
         return full

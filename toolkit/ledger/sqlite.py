@@ -84,6 +84,48 @@ def _item(row) -> Item:
     return item_of((row[0], _STATE_OF.get(row[1]) or _not_ours(row[0], row[1]), *row[2:]))
 
 
+# What SQLite answers for a file whose own bytes are wrong (cut short by an interrupted copy
+# or ``truncate``, pages zeroed, another format under the name): the ledger's damage, never
+# the storage's, so never "run again" (a rerun reads the same bytes).
+DAMAGE = ("SQLITE_CORRUPT", "SQLITE_NOTADB", "SQLITE_IOERR_SHORT_READ")
+
+
+class DamagedLedgerError(LedgerError):
+    """An SQLite ledger SQLite cannot read (``DAMAGE``): bad input, exit 2, with the way out."""
+
+
+def damage_of(exc: BaseException | None) -> str | None:
+    """SQLite's words when ``exc`` (or an exception it was raised from) is ``DAMAGE``."""
+    while exc is not None:
+        if str(getattr(exc, "sqlite_errorname", "")).startswith(DAMAGE):
+            return str(exc)
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def damaged(path, why: str, new=None, out=None) -> DamagedLedgerError:
+    """The one line for a damaged SQLite ledger at ``path`` (the user's name): what SQLite
+    said, then what works. The salvage reads nothing of it: moved aside, ``path`` is a ledger
+    gone, salvaged from what the witness in the runs' ``--out`` saw (every item not settled
+    for good parked, every new request looked up before it is sent)."""
+    from toolkit import roots
+
+    out = out or roots.recorded(os.path.realpath(path)).get("out") or "OUT"
+    new = new or f"{os.path.splitext(str(path))[0]}.salvaged.sqlite"
+    try:  # .recover reads an SQLite file only
+        with open(path, "rb") as handle:
+            recover = handle.read(16) == b"SQLite format 3\x00"
+    except OSError:
+        recover = False
+    recover = f"`sqlite3 {path} .recover` shows the rows still readable; " if recover else ""
+    return DamagedLedgerError(
+        f"SQLite ledger {str(path)!r} is damaged ({why}): no run, view or salvage reads it, "
+        f"and running again repeats this; {recover}move it aside (`mv {path} "
+        f"{path}.damaged`), salvage from nothing (`python -m toolkit ledger {path} --salvage "
+        f"{new} --out {out}`: the witness there says what was lost), then run with --ledger "
+        f"{new}")
+
+
 class NotOursError(ToolkitError, ValueError):
     """A row no State or JSON reading holds: bad input (exit 2), not a LedgerError, which a
     run takes for a storage halt (exit 1, the ledger marked unhealthy: one more write)."""
@@ -153,10 +195,15 @@ class SqliteLedger(Ledger):
             self.salvaged = _mark(self._db)  # ``Ledger.salvaged``: read once, as JSONL's header
             self._cache.declare({row[1]: row[2].upper() for row in
                                  self._db.execute("PRAGMA table_info(items)")})
-        except StorageError:
+        except StorageError as exc:
             self._db.close()
+            if damage_of(exc):  # met in the schema transaction: the file's own bytes
+                raise damaged(self.path, damage_of(exc)) from exc
             raise
         except sqlite3.Error as exc:  # not a database at all is bad input, the rest is storage
+            if damage_of(exc):  # the file's own bytes: no rerun reads them
+                self._db.close()
+                raise damaged(self.path, str(exc)) from exc
             raise storage_error(f"cannot open SQLite ledger {str(self.path)!r}", exc,
                                 self.path) from exc
         if fmt is None or fmt[0] != FORMAT:

@@ -9,6 +9,7 @@ writable again and removed it.
 import contextlib
 import json
 import os
+import sqlite3
 from pathlib import Path
 
 from toolkit.documents import fsync_dir
@@ -91,7 +92,7 @@ def _damage(path: Path, view) -> str | None:
     """
     try:
         with view(path) as ledger:
-            damage = integrity(ledger)
+            damage = integrity(ledger, path)
             return None if damage is None else damage.replace(str(ledger.path), str(path))
     except StorageError:
         raise
@@ -107,10 +108,34 @@ def _damage(path: Path, view) -> str | None:
         raise StorageError(f"cannot be read: {exc}") from exc
 
 
-def integrity(ledger) -> str | None:
-    """The ledger's own verdict on its file (JSONL corrupt lines), which ``run`` refuses."""
+def integrity(ledger, path=None) -> str | None:
+    """The ledger's own verdict on its file (JSONL corrupt lines), which ``run`` refuses;
+    an SQLite ledger's pages that do not read raise ``DamagedLedgerError`` naming ``path``
+    (default: the ledger's own)."""
     corruption = getattr(ledger, "corruption", None)
-    return corruption() if corruption is not None else None
+    if corruption is not None:
+        return corruption()
+    sqlite_pages(ledger, ledger.path if path is None else path)
+    return None
+
+
+def sqlite_pages(ledger, path) -> None:
+    """``DamagedLedgerError`` naming ``path`` when an SQLite ledger's pages do not read
+    (``PRAGMA quick_check``: a page zeroed that an open, reading only the schema, never
+    meets, and a run halted on mid-batch: "run again"). Every page read once: 0.4 s of CPU
+    for a 147 MB ledger of 1M rows, a quarter of a run's read of its 200k items."""
+    from toolkit.ledger.sqlite import SqliteLedger, damage_of, damaged
+
+    if not isinstance(ledger, SqliteLedger):
+        return
+    try:
+        found = [row[0] for row in ledger._db.execute("PRAGMA quick_check(1)")]
+    except sqlite3.Error as exc:
+        if not damage_of(exc):
+            raise StorageError(f"cannot be read: {exc}") from exc
+        found = [str(exc)]
+    if found != ["ok"]:  # "*** in database main ***\nPage 4: …": one line, SQLite's words
+        raise damaged(path, " ".join(found[0].replace("*** in database main ***", "").split()))
 
 
 def require_ledger_path(path: Path) -> None:
@@ -150,8 +175,10 @@ def require_ledger_shape(path: Path) -> bool:
         return False
     if suffix != ".jsonl":
         with open(path, "rb") as handle:
-            if handle.read(16) != b"SQLite format 3\x00":
-                raise ToolkitError(f"{str(path)!r} is not an SQLite database, not a ledger")
+            if handle.read(16) != b"SQLite format 3\x00":  # as SQLite's open words it
+                from toolkit.ledger.sqlite import damaged
+
+                raise damaged(path, "file is not a database")
     return True
 
 
@@ -239,7 +266,8 @@ def clear_health(ledger_path) -> dict:
                 raise StorageError("ledger still not writable: read-only file system")
             try:
                 with _open_existing(path) as ledger:
-                    if (damage := integrity(ledger)) is not None:
+                    # a damaged SQLite ledger raises: exit 2, the marker stays
+                    if (damage := integrity(ledger, path)) is not None:
                         return {"ready": False, "reason": damage}  # the marker stays
                     ledger.probe()
             except StorageError as exc:

@@ -106,7 +106,11 @@ def open_run_ledger(name, ledger_path):
     except LedgerError as exc:
         _tidy(ours, lock=type(exc) is LedgerError)  # refused for what it holds: see _tidy
         raise
-    damage = integrity(ledger)
+    try:
+        damage = integrity(ledger)
+    except LedgerError:  # an SQLite ledger's pages damaged (exit 2): no work on it
+        ledger.close()
+        raise
     if damage is not None:
         _tidy(ours, lock=True)  # while we hold the lock, before close: see _tidy
         ledger.close()

@@ -50,6 +50,7 @@ import fcntl
 import hashlib
 import json
 import os
+import sqlite3
 from pathlib import Path
 
 from toolkit import documents, roots
@@ -85,7 +86,14 @@ def facts(ledger) -> dict | None:
     if isinstance(ledger, SqliteLedger):
         from toolkit.runner.salvaged import marked  # its meta row: the runner's one rule
 
-        top, ident = sqlite_seq_and_id(ledger._db)
+        try:
+            top, ident = sqlite_seq_and_id(ledger._db)
+        except sqlite3.Error as exc:  # a page of events damaged: the ledger's own words
+            from toolkit.ledger.sqlite import damage_of, damaged
+            from toolkit.storage import storage_error
+
+            raise (damaged(ledger.path, str(exc)) if damage_of(exc) else
+                   storage_error(f"SQLite ledger {str(ledger.path)!r}", exc)) from exc
         return {"real": _real(ledger.path), "kind": "sqlite", "seq": top, "id": ident,
                 "salvaged": marked(ledger), "compacted": None}
     return None
