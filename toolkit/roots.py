@@ -24,27 +24,7 @@ import tempfile
 from pathlib import Path
 
 from toolkit import documents
-from toolkit.storage import LOCK, ROOTS as SUFFIX
-
-
-def roots_file(ledger_path) -> Path | None:
-    """Where a file ledger's roots are recorded (None for a PostgreSQL URL)."""
-    if ledger_path is None or str(ledger_path).startswith(("postgres:", "postgresql:")):
-        return None
-    return Path(f"{ledger_path}{SUFFIX}")
-
-
-def recorded(ledger_path) -> dict[str, Path]:
-    """The recorded roots (``{"out": Path, "inputs": Path}``), resolved; {} if none."""
-    marker = roots_file(ledger_path)
-    try:
-        saved = json.loads(marker.read_text()) if marker is not None else {}
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(saved, dict):
-        return {}
-    base = Path(ledger_path).parent
-    return {name: base / value for name, value in saved.items() if isinstance(value, str)}
+from toolkit.storage import LOCK, recorded, roots_file  # noqa: F401 (re-exported: read here too)
 
 
 def damaged(ledger_path) -> str | None:

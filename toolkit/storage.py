@@ -15,9 +15,11 @@ never write over any of them, import them from here.
 import contextlib
 import errno
 import fcntl
+import json
 import os
 import sqlite3
 import tempfile
+from pathlib import Path
 
 from toolkit.errors import LedgerError, StorageError
 
@@ -195,3 +197,24 @@ def take_exclusive(fd: int) -> str | None:
         pid = lock_holder(fd)
         return f"live process {pid}" if pid else "a live process"
     return None
+
+
+def roots_file(ledger_path) -> Path | None:
+    """Where a file ledger's roots are recorded (None for a PostgreSQL URL); ``roots`` writes
+    them, and the ledger's own messages read them here."""
+    if ledger_path is None or str(ledger_path).startswith(("postgres:", "postgresql:")):
+        return None
+    return Path(f"{ledger_path}{ROOTS}")
+
+
+def recorded(ledger_path) -> dict[str, Path]:
+    """The recorded roots (``{"out": Path, "inputs": Path}``), resolved; {} if none."""
+    marker = roots_file(ledger_path)
+    try:
+        saved = json.loads(marker.read_text()) if marker is not None else {}
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(saved, dict):
+        return {}
+    base = Path(ledger_path).parent
+    return {name: base / value for name, value in saved.items() if isinstance(value, str)}

@@ -108,9 +108,9 @@ def damaged(path, why: str, new=None, out=None) -> DamagedLedgerError:
     said, then what works. The salvage reads nothing of it: moved aside, ``path`` is a ledger
     gone, salvaged from what the witness in the runs' ``--out`` saw (every item not settled
     for good parked, every new request looked up before it is sent)."""
-    from toolkit import roots
+    from toolkit.storage import recorded
 
-    out = out or roots.recorded(os.path.realpath(path)).get("out") or "OUT"
+    out = out or recorded(os.path.realpath(path)).get("out") or "OUT"
     new = new or f"{os.path.splitext(str(path))[0]}.salvaged.sqlite"
     try:  # .recover reads an SQLite file only
         with open(path, "rb") as handle:
