@@ -104,3 +104,32 @@ def test_slow_later_call_on_the_parked_heartbeat_keeps_the_lease_so_an_expiry_cl
     with open_ledger(tmp_path / "l.sqlite") as ledger:
         [item] = ledger.items()
         assert item.state is State.DONE and item.lease_owner is None
+
+
+def test_lost_lease_ends_the_calls_renewals_and_the_heartbeat_lives_on_for_the_next_call():
+    """Fault: the lease is lost during a call (another worker claimed the item: renew raises
+    StaleTokenError), as in the ``owner-recovery/steal-expired`` drill. Property: the
+    heartbeat stops renewing for that call and parks (no thread exception: the test suite
+    turns one into an error), and the next armed call is renewed again by the same thread."""
+    from toolkit.errors import StaleTokenError
+    from toolkit.runner.lease import Heartbeat
+
+    beats, renewed = [], threading.Event()
+
+    def beat(item, token):
+        beats.append(item)
+        if item == "stolen":
+            raise StaleTokenError(item, token, token + 1)
+        renewed.set()
+
+    heartbeat = Heartbeat(beat, every=0.01)
+    heartbeat.arm("stolen", 1)
+    while "stolen" not in beats:
+        time.sleep(0.005)
+    time.sleep(0.05)  # the thread goes round its loop with the ended call in hand
+    heartbeat.disarm()
+    heartbeat.arm("next", 2)
+    assert renewed.wait(30)  # the same thread renews the next call
+    thread = heartbeat._thread
+    heartbeat.stop()
+    assert beats.count("stolen") == 1 and not thread.is_alive()

@@ -78,6 +78,9 @@ class Lease:
             heartbeat.stop()
 
 
+INFINITE = float("inf")
+
+
 class Heartbeat:
     """One thread per run renewing the lease of the provider call in flight, parked between
     calls (a thread started and joined per call cost ~80 µs of CPU, several per item).
@@ -120,7 +123,9 @@ class Heartbeat:
         with self._cond:
             while not self._stopped:
                 call = self._call
-                wait = None if call is None else call[2] - time.monotonic()
+                # None: no call, or a call whose renewals ended (its due is infinite, which
+                # Condition.wait cannot take as a timeout): park until the next arm or stop
+                wait = None if call is None or call[2] == INFINITE else call[2] - time.monotonic()
                 if wait is None or wait > 0:
                     self._cond.wait(wait)
                     continue
@@ -128,5 +133,5 @@ class Heartbeat:
                 try:
                     self._beat(call[0], call[1])
                 except (StaleTokenError, StateConflictError, LedgerError):
-                    call[2] = float("inf")  # lost, or the ledger failed: the caller's
+                    call[2] = INFINITE  # lost, or the ledger failed: the caller's
                     # own writes will say so; no more renewals for this call
