@@ -118,3 +118,42 @@ def test_sigkill_before_first_intent_rerun_runs_normally(tmp_path, restore):
     assert rerun.returncode == 0, rerun.stderr
     assert json.loads(rerun.stdout)["by_state"]["done"] == 8
     assert doubles(tmp_path) == 0
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".sqlite"])
+def test_backup_taken_during_a_run_restored_after_a_kill_is_refused_with_no_double(
+        tmp_path, suffix):
+    """Outsider o34 R1. Fault: a copy of the ledger taken WHILE a run writes it (a backup job,
+    a VM snapshot of the file), then more documents sent, the run SIGKILLed, the copy
+    restored. Property: refused before any send, no document twice. With progress recorded
+    every ~2 s, a copy taken within the last 2 s of intents read as the newest (17 of 30
+    documents ran twice); the witness now records at every intent, before its request."""
+    ledger = tmp_path / f"L{suffix}"
+    _batch(tmp_path, ledger, docs=24)
+    before = _outputs(tmp_path)
+    child = subprocess.Popen([sys.executable, "-m", "toolkit", *map(str, _run_args(
+        tmp_path, ledger))], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        start_new_session=True)
+    deadline = time.monotonic() + 120
+
+    def wait_for(outputs):
+        while _outputs(tmp_path) < outputs and child.poll() is None and \
+                time.monotonic() < deadline:
+            time.sleep(0.002)
+        assert child.poll() is None, "the run ended first: too few documents"
+
+    wait_for(before + 1)
+    backup = tmp_path / f"mid{suffix}"
+    shutil.copy(ledger, backup)  # the file as a copy finds it mid-run (a WAL not included)
+    wait_for(before + 4)  # three more documents sent after the copy
+    os.killpg(child.pid, signal.SIGKILL)
+    child.communicate(timeout=60)
+    for extra in ("-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(f"{ledger}{extra}")
+    shutil.copy(backup, ledger)
+
+    rerun = run_cli(*_run_args(tmp_path, ledger))
+    assert rerun.returncode == 2, rerun.stderr
+    assert len(rerun.stderr.strip().splitlines()) == 1 and "--salvage" in rerun.stderr
+    assert doubles(tmp_path) == 0

@@ -7,8 +7,12 @@ ledger would read as no older than the witness saw, and the next run would send 
 every request the killed run had sent. So the CLI gives the runner ``Progress`` as its
 hook: at ``after_intent`` -- the intent just made durable (its fsync; an SQLite commit
 with its WAL fsync), before the request it announces is sent -- the witness of every
-folder of the ledger's circle records the seq: at the run's first intent, then at the
-first intent at least ``EVERY`` seconds after the last record.
+folder of the ledger's circle records the seq, at every intent (``EVERY`` = 0). Recording
+only every few seconds left a window: a copy of the ledger taken during a run (a backup
+job, a snapshot) within the last seconds of intents read as the newest once restored,
+and every request sent after the copy ran again (17 of 30 documents with a fast
+provider). One record costs ~0.7 ms of CPU and two fsyncs per witness folder, once per
+request: small beside a request to a remote service.
 
 Order: the seq recorded is one the ledger holds durably at that instant (read after the
 intent's fsync, or, for a worker reading through its own connection, fsynced by us after
@@ -31,7 +35,7 @@ import urllib.parse
 from toolkit.errors import ToolkitError
 from toolkit.runner import witness
 
-EVERY = 2.0  # seconds of a run at most between two records (at an intent boundary)
+EVERY = 0.0  # seconds of a run at most between two records (0: at every intent)
 
 
 def _sqlite_facts(path: str) -> dict | None:
@@ -54,7 +58,7 @@ def _sqlite_facts(path: str) -> dict | None:
 
 class Progress:
     """A runner hook recording the ledger's seq in the witness of ``folders`` (the circle
-    ``witness.check`` returned) at intent boundaries: the first, then every ``EVERY`` s.
+    ``witness.check`` returned) at intent boundaries: every one (``EVERY`` s apart at most).
 
     ``ledger``: the open ledger the runner writes (one process); or ``path``: the SQLite
     ledger a worker process writes through a connection of its own (``--workers``).
