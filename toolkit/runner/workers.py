@@ -221,8 +221,33 @@ def _run_processes(spec, workers, context, shards=None) -> list[dict]:
     return reports
 
 
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """A worker ends when the run that started it ends, however it ends (``kill -9`` of the
+    run alone left its workers sending, billed, with nobody to see it): the kernel sends it
+    SIGKILL when its parent dies (Linux ``prctl(PR_SET_PDEATHSIG)``), exactly what a kill -9
+    of the whole group does, which every step survives. A parent already gone before the
+    prctl took effect: the worker exits at once, before any work."""
+    import ctypes
+    import signal
+    import sys
+
+    parent = multiprocessing.parent_process()
+    if not sys.platform.startswith("linux") or parent is None:
+        return
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent.pid:
+        os._exit(1)
+
+
 def _work(spec: _Spec, conn) -> None:
     """One worker process: its own ledger connection and provider, one run of the batch."""
+    _die_with_parent()
     report = {"worker": default_worker(), "halted": None, "error": None}
     runner = provider = None
     try:
