@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 
 from toolkit import documents
-from toolkit.storage import LOCK, recorded, roots_file  # noqa: F401 (re-exported: read here too)
+from toolkit.storage import LOCK, ROOTS as SUFFIX, recorded, roots_file  # noqa: F401 (re-exported)
 
 
 def damaged(ledger_path) -> str | None:
