@@ -54,6 +54,19 @@ def _batch(tmp_path, ledger, docs):
     return backup
 
 
+def _restored_and_rerun(tmp_path, ledger, backup):
+    """The restore (the backup's file alone, as copied: no WAL), then the rerun, which must
+    be refused before any send: exit 2, one line naming salvage."""
+    for extra in ("-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(f"{ledger}{extra}")
+    shutil.copy(backup, ledger)
+    rerun = run_cli(*_run_args(tmp_path, ledger))
+    assert rerun.returncode == 2, rerun.stderr
+    assert len(rerun.stderr.strip().splitlines()) == 1 and "--salvage" in rerun.stderr
+    return rerun
+
+
 def _outputs(tmp_path) -> int:
     return sum(name.endswith(".pdf") for _, _, names in os.walk(tmp_path / "out")
                for name in names)
@@ -81,14 +94,7 @@ def test_sigkill_mid_batch_then_backup_restored_is_refused_with_no_double(tmp_pa
     os.killpg(child.pid, signal.SIGKILL)  # the run and its workers (kill -9 of the group)
     child.communicate(timeout=60)
     assert _outputs(tmp_path) > before  # some of this run's documents were executed
-    for extra in ("-wal", "-shm"):  # the restore: the backup's file alone, as copied
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(f"{ledger}{extra}")
-    shutil.copy(backup, ledger)
-
-    rerun = run_cli(*_run_args(tmp_path, ledger))
-    assert rerun.returncode == 2, rerun.stderr
-    assert len(rerun.stderr.strip().splitlines()) == 1 and "--salvage" in rerun.stderr
+    rerun = _restored_and_rerun(tmp_path, ledger, backup)
     assert "older copy" in rerun.stderr
     assert doubles(tmp_path) == 0
 
@@ -148,12 +154,5 @@ def test_backup_taken_during_a_run_restored_after_a_kill_is_refused_with_no_doub
     wait_for(before + 4)  # three more documents sent after the copy
     os.killpg(child.pid, signal.SIGKILL)
     child.communicate(timeout=60)
-    for extra in ("-wal", "-shm"):
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(f"{ledger}{extra}")
-    shutil.copy(backup, ledger)
-
-    rerun = run_cli(*_run_args(tmp_path, ledger))
-    assert rerun.returncode == 2, rerun.stderr
-    assert len(rerun.stderr.strip().splitlines()) == 1 and "--salvage" in rerun.stderr
+    _restored_and_rerun(tmp_path, ledger, backup)
     assert doubles(tmp_path) == 0
