@@ -15,9 +15,10 @@ import time
 
 import pytest
 
-from conftest import run_cli
+from conftest import run_cli, tmpfs_mount
 from test_witness_ledger import _run_args, doubles
 from toolkit.documents import make_corpus
+from toolkit.provider import provider_stats
 
 pytestmark = pytest.mark.slow
 
@@ -156,3 +157,53 @@ def test_backup_taken_during_a_run_restored_after_a_kill_is_refused_with_no_doub
     child.communicate(timeout=60)
     _restored_and_rerun(tmp_path, ledger, backup)
     assert doubles(tmp_path) == 0
+
+
+# The real CLI, whose witness hook first fills the file system of --out (a real ENOSPC on a
+# real tmpfs) at the run's first after_intent, then records as it always does.
+FILL_AT_FIRST_RECORD = """
+import sys
+from toolkit.runner import witness_progress
+recording, filled, FILLER = witness_progress.Progress.__call__, [], sys.argv.pop(1)
+def call(self, point, key, **context):
+    if point == "after_intent" and not filled:
+        filled.append(key)
+        try:
+            with open(FILLER, "wb") as filler:
+                while True:
+                    filler.write(b"x" * 4096)
+                    filler.flush()
+        except OSError:
+            pass
+    return recording(self, point, key, **context)
+witness_progress.Progress.__call__ = call
+from toolkit.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_witness_that_cannot_record_an_intent_halts_the_run_before_its_send(tmp_path):
+    """Outsider o35 S1. Fault: --out's file system full (a real tmpfs, really filled) when the
+    witness would record the run's first intent. Property: that request is not sent (the
+    provider executed nothing; a copy of the ledger restored later could not run it twice),
+    the run halts with exit 1; with space freed and health cleared, the rerun ends the
+    other documents done and looks the intent up (not found: parked), none twice."""
+    make_corpus(tmp_path / "in", docs=4, poison=0, seed=3)
+    out = tmp_path / "out"
+    with tmpfs_mount(out, "size=256k"):
+        filler = out / "filler"
+        halted = subprocess.run([sys.executable, "-c", FILL_AT_FIRST_RECORD, str(filler),
+                                 *map(str, _run_args(tmp_path, tmp_path / "L.jsonl"))],
+                                capture_output=True, text=True, timeout=300)
+        assert halted.returncode == 1, halted.stderr
+        assert "cannot record the ledger's witness" in halted.stderr
+        assert provider_stats(tmp_path / "p.db")["executions"] == 0  # on main: 1
+        filler.unlink()
+        assert run_cli("health", "--ledger", tmp_path / "L.jsonl", "--clear").returncode == 0
+        rerun = run_cli(*_run_args(tmp_path, tmp_path / "L.jsonl"), "--json")
+        assert rerun.returncode == 0, rerun.stderr
+        by_state = json.loads(rerun.stdout)["by_state"]
+        # the halted intent: looked up, not found; where keys are not idempotent a request
+        # that may have been sent is never resent blind: parked for a person (DESIGN)
+        assert (by_state["done"], by_state["needs_review"]) == (3, 1)
+        assert doubles(tmp_path) == 0

@@ -22,8 +22,9 @@ ledger look like an older copy of itself.
 ``--workers N``: each worker process runs its own Runner, and each records through its own
 ``Progress`` (picklable: spawn sends it), reading the SQLite ledger through a read-only
 connection of its own; the witness's lock serializes them and a seq only grows (the max).
-A record that fails (``--out`` full, read-only, gone, damaged since) is skipped: the
-entry stays a lower bound, as at a run's end.
+A record the run's own ``--out`` cannot take (full, read-only, gone, damaged since) halts
+the run before the request is sent (fail closed: ``__call__``); another folder of the
+circle that cannot take it is skipped, its entry a lower bound, as at a run's end.
 """
 
 import contextlib
@@ -32,7 +33,7 @@ import sqlite3
 import time
 import urllib.parse
 
-from toolkit.errors import ToolkitError
+from toolkit.errors import StorageError, ToolkitError
 from toolkit.runner import witness
 
 EVERY = 0.0  # seconds of a run at most between two records (0: at every intent)
@@ -80,9 +81,22 @@ class Progress:
         if self._last is not None and now - self._last < self.every:
             return
         self._last = now
-        with contextlib.suppress(ToolkitError, OSError, sqlite3.Error):
+        # Fail closed: the request this intent announces is sent only once the run's own
+        # --out has recorded it (record_all's first folder; the others are skipped when
+        # they cannot take it). Sent unrecorded, a copy of the ledger taken now and restored
+        # later would read as the newest, and the request would run again (outsider o35 S1:
+        # a full or read-only --out). Raised from the hook, a StorageError halts the run
+        # before the send (exit 1); the intent is durable, so the rerun looks it up.
+        try:
             seen = witness.facts(self.ledger) if self.ledger is not None else \
                 _sqlite_facts(self.path) if self.path is not None else None
             if seen is not None:
                 witness.record_all(self.folders, seen)
                 self.records += 1
+        except StorageError:
+            raise
+        except (ToolkitError, OSError, sqlite3.Error) as exc:
+            raise StorageError(f"cannot record the ledger's progress in the witness of "
+                               f"{str(self.folders[0])!r} ({exc}): halted before sending "
+                               "(free space there, or make it writable, then run again)") \
+                from exc
