@@ -77,3 +77,50 @@ def test_audit_of_a_ledger_emptied_beside_its_roots_file_says_its_history_was_lo
         (note,) = [n for n in audit(tmp_path / name).notes if n.startswith("no_history")]
         assert f"{name}.roots.json" in note and "salvage" in note
     assert not [n for n in audit(tmp_path / "new.jsonl").notes if n.startswith("no_history")]
+
+
+def test_sqlite_ledger_with_every_row_deleted_and_no_witness_is_marked_and_runs_nothing_twice(
+        tmp_path):
+    """Outsider o35 S2. Fault: a finished SQLite batch, its witness deleted, then every row of
+    its ledger deleted (`delete from events; delete from items`): the file keeps its tables and
+    read as a fresh ledger (20 of 20 ran twice). Property: a ledger with no row whose roots
+    file is beside it is marked salvaged in place, as a JSONL one is made anew marked: every
+    request looked up first, none run twice; the rerun is not refused."""
+    import sqlite3
+
+    make_corpus(tmp_path / "in", docs=4, poison=0, seed=12)
+    ledger = tmp_path / "L.sqlite"
+    assert run_cli(*_run_args(tmp_path, ledger)).returncode == 0
+    (tmp_path / "out" / ".witness.json").unlink()
+    with sqlite3.connect(ledger) as db:
+        db.execute("DELETE FROM events")
+        db.execute("DELETE FROM items")
+    for name in os.listdir(tmp_path / "out"):  # outputs gone too: only lookups help
+        if name.endswith(".pdf"):
+            os.unlink(tmp_path / "out" / name)
+    rerun = run_cli(*_run_args(tmp_path, ledger))
+    assert rerun.returncode == 0, rerun.stderr
+    assert doubles(tmp_path) == 0
+    with sqlite3.connect(ledger) as db:
+        assert db.execute("SELECT count(*) FROM meta WHERE name = 'salvaged'").fetchone() == (1,)
+
+
+def test_sqlite_first_run_killed_before_its_first_event_reruns_without_refusal(tmp_path):
+    """The same rule must not refuse a legitimate rerun: a first run on a new SQLite ledger
+    SIGKILLed before its first intent (tables made, roots file written, no row) is marked
+    and runs on: every document done, none twice."""
+    import json
+    import subprocess
+    import sys
+
+    from test_witness_progress import KILL_BEFORE_FIRST_INTENT
+
+    make_corpus(tmp_path / "in", docs=3, poison=0, seed=13)
+    ledger = tmp_path / "L.sqlite"
+    killed = subprocess.run([sys.executable, "-c", KILL_BEFORE_FIRST_INTENT,
+                             *map(str, _run_args(tmp_path, ledger))], capture_output=True,
+                            timeout=300)
+    assert killed.returncode == -9
+    rerun = run_cli(*_run_args(tmp_path, ledger), "--json")
+    assert rerun.returncode == 0, rerun.stderr
+    assert json.loads(rerun.stdout)["by_state"]["done"] == 3 and doubles(tmp_path) == 0

@@ -104,16 +104,16 @@ def newer_version(where: str, version: int) -> str:
 
 
 def no_history(ledger_path) -> bool:
-    """True for a ledger file that holds no event line: missing, 0 bytes, or (JSONL) its
-    header alone, blank lines aside, of our version and not marked as salvaged -- whatever
-    made it (a run on no inputs, ``head -1 L > L``), nothing in it shows what the witness
-    saw. A marked one already looks everything up; a newer version is the open's to
-    refuse."""
+    """True for a ledger file that holds no event line: missing, 0 bytes, (JSONL) its
+    header alone, blank lines aside, of our version, or (SQLite) its tables with no row,
+    not marked as salvaged -- whatever made it (a run on no inputs, ``head -1 L > L``,
+    ``delete from events``), nothing in it shows what the witness saw. A marked one
+    already looks everything up; a newer version, a damaged file, the open's to refuse."""
     try:
         if os.stat(ledger_path).st_size == 0:
             return True
         if Path(ledger_path).suffix.lower() != ".jsonl":
-            return False
+            return _sqlite_rowless(ledger_path)
         with open(ledger_path, "rb") as handle:
             lines = [line for line in handle.read(1 << 16).split(b"\n") if line.strip()]
     except FileNotFoundError:
@@ -122,3 +122,25 @@ def no_history(ledger_path) -> bool:
         return False  # there, but not readable: the open says why
     header = read_header(lines[0]) if len(lines) == 1 else None
     return header is not None and header["version"] == VERSION and not header.get(SALVAGED)
+
+
+# An SQLite ledger with no history: no event, no item, no salvage mark (its schema alone).
+ROWLESS = ("SELECT NOT EXISTS (SELECT 1 FROM events) AND NOT EXISTS (SELECT 1 FROM items) "
+           "AND NOT EXISTS (SELECT 1 FROM meta WHERE name = ?)")
+
+
+def _sqlite_rowless(ledger_path) -> bool:
+    """An SQLite ledger whose items, events and meta hold no row but the schema's own (no
+    salvage mark): read-only; anything else -- not SQLite, damaged, busy -- is False."""
+    import sqlite3
+    import urllib.parse
+
+    uri = f"file:{urllib.parse.quote(os.path.abspath(ledger_path))}?mode=ro"
+    try:
+        db = sqlite3.connect(uri, uri=True, timeout=1.0)
+        try:
+            return bool(db.execute(ROWLESS, (SALVAGED,)).fetchone()[0])
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return False

@@ -24,7 +24,7 @@ import stat
 from pathlib import Path
 
 from toolkit.errors import ToolkitError
-from toolkit.ledger.header import SALVAGED
+from toolkit.ledger.header import ROWLESS, SALVAGED
 from toolkit.ledger.salvage import Found, check_new, conclude
 
 
@@ -105,3 +105,27 @@ def write_sqlite(new_path: Path, items: dict, mark, mode: int) -> None:
     finally:
         for suffix in ("", "-wal", "-shm", "-journal"):
             Path(f"{tmp}{suffix}").unlink(missing_ok=True)
+
+
+def mark_rowless(path, mark: dict) -> bool:
+    """Mark in place, as salvaged, an SQLite ledger that has its tables and no row (a first
+    run stopped before its first event, or every row deleted): the meta row, written in one
+    transaction that checks again, under SQLite's write lock, that no row is there. True
+    when marked; False when it has rows by now, or is no such ledger (then refused)."""
+    import sqlite3
+
+    try:
+        db = sqlite3.connect(path, isolation_level=None, timeout=5.0)
+    except sqlite3.Error:
+        return False
+    try:
+        db.execute("BEGIN IMMEDIATE")
+        rowless = bool(db.execute(ROWLESS, (SALVAGED,)).fetchone()[0])
+        if rowless:
+            db.execute("INSERT INTO meta VALUES (?, ?)", (SALVAGED, json.dumps(mark)))
+        db.execute("COMMIT")
+        return rowless
+    except sqlite3.Error:
+        return False
+    finally:
+        db.close()

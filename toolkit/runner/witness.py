@@ -364,7 +364,8 @@ def replace_missing(out, ledger_path) -> None:
     """Before a run opens a ledger: a JSONL ledger the witness of ``out``'s circle knows and
     that has no history (missing, empty, its header alone: ``no_history``) is made anew
     *marked as salvaged* (lost: all), so the run looks up every request before sending it.
-    An SQLite one is refused.
+    An SQLite one with its tables and no row is marked in place (``mark_rowless``); one
+    missing or of 0 bytes is refused (salvaged from nothing, by a person).
 
     Order: the marked header is written to a temp file, fsynced and linked into place
     (``os.link`` never replaces: a ledger made meanwhile by another run wins, and is then
@@ -381,7 +382,14 @@ def replace_missing(out, ledger_path) -> None:
         out = folder  # salvage reads that witness
     real = Path(_real(ledger_path))
     gone = gone_words(folder, real, entry)
-    if real.suffix.lower() != ".jsonl":  # SQLite: salvaged from nothing, by a person
+    if real.suffix.lower() != ".jsonl":
+        # Its tables with no row: marked salvaged in place, as a JSONL ledger is made anew
+        # marked; missing or 0 bytes (no tables to mark): salvaged from nothing, by a person.
+        from toolkit.ledger.salvage_sqlite import mark_rowless
+
+        if os.path.isfile(real) and os.path.getsize(real) and mark_rowless(real, {
+                "from": f"{real.name} (no rows)", "lost": f"all of it ({gone})"}):
+            return
         raise LedgerError(f"ledger {str(ledger_path)!r} lost its history: {gone}; put it back, "
                           f"or salvage it: toolkit ledger {str(ledger_path)!r} --salvage "
                           f"NEW.sqlite --out {str(out)!r} (the new ledger is marked: every "
