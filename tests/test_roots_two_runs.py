@@ -50,11 +50,28 @@ def _free(path) -> bool:
         db.close()
 
 
-def _stopped_holding_a_lease(child, ledger, db) -> bool:
+def _flock_free(path) -> bool:
+    """Nobody holds ``path``'s flock now (a missing file: nobody)."""
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def _stopped_holding_a_lease(child, ledger, db, out) -> bool:
     """SIGSTOP ``child``; True (it stays stopped) if it holds an unfinished item's lease
-    and neither database's write lock, else SIGCONT and False."""
+    and neither database's write lock nor its --out witness's lock (a run records there at
+    every intent; the other run records there too: ``out`` is the batch's recorded root),
+    else SIGCONT and False."""
     os.kill(child.pid, signal.SIGSTOP)
-    if _free(ledger) and _free(db):
+    if _free(ledger) and _free(db) and _flock_free(out / ".witness.json.lock"):
         with open_ledger(ledger) as opened:
             if any(item.lease_owner is not None and item.state is not State.DONE
                    for item in opened.items()):
@@ -96,7 +113,8 @@ def test_concurrent_runs_with_different_out_never_claim_done_without_artifact_in
     _until(lambda: _executions(db) >= 1 or b.poll() is not None, "B's first execution")
     # Stop B where it holds a lease but no SQLite write lock (a transaction of B's would
     # block A): stop, look, and let it run on a little until that is so.
-    _until(lambda: b.poll() is not None or _stopped_holding_a_lease(b, ledger, db),
+    _until(lambda: b.poll() is not None or _stopped_holding_a_lease(b, ledger, db,
+                                                                     tmp_path / "o2"),
            "B stopped outside a transaction with an item in flight")
     assert b.poll() is None, "B finished before it could be stopped: the race is not set up"
     try:
