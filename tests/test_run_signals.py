@@ -113,8 +113,12 @@ def test_sigterm_mid_batch_stops_at_a_step_end_releases_leases_and_rerun_has_no_
     docs = 10
     make_corpus(tmp_path / "in", docs=docs, poison=0, seed=5)
     ledger_path = tmp_path / f"L{suffix}"
-    child = subprocess.Popen([sys.executable, "-m", "toolkit", *map(str, _args(tmp_path, suffix))],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "toolkit", *map(str, _args(tmp_path, suffix))],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        # the signal as a foreground job has it, even under a test run started with it
+        # ignored (``nohup``; ``&`` in a shell without job control ignores SIGINT)
+        preexec_fn=lambda: signal.signal(signum, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     while _executions(tmp_path / "p.db") < 2 and child.poll() is None and \
             time.monotonic() < deadline:
@@ -135,7 +139,8 @@ def test_sigterm_mid_batch_stops_at_a_step_end_releases_leases_and_rerun_has_no_
 def _signalled_after_first_intent(tmp_path, name, times):
     return subprocess.run([sys.executable, "-c", SIGNAL_AFTER_FIRST_INTENT, name, str(times),
                            *map(str, _args(tmp_path))], capture_output=True, text=True,
-                          timeout=300)
+                          timeout=300,
+                          preexec_fn=lambda: signal.signal(signal.Signals[name], signal.SIG_DFL))
 
 
 def test_sigterm_between_intent_and_send_lets_the_send_happen_and_rerun_parks_nothing(

@@ -230,8 +230,9 @@ def _stopping_on_signals(runner):
     what was in flight). A signal ignored when the run started (``nohup``, a background
     ``run &`` of a shell without job control: SIGINT) stays ignored.
 
-    The stop waits for the step's provider call: at most ``--read-timeout`` for a service,
-    or a backoff's sleep (``RetryPolicy.max_delay``).
+    The stop waits for the step under way: its provider calls (each bounded by
+    ``--read-timeout`` with a service; a lookup or fetch step retries within its budget) and
+    backoff sleeps (each at most ``RetryPolicy.max_delay``). A second signal does not wait.
     """
     import signal
     import threading
@@ -254,7 +255,7 @@ def _stopping_on_signals(runner):
 
     previous = {}
     for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-        if signal.getsignal(signum) is not signal.SIG_IGN:
+        if signal.getsignal(signum) not in (signal.SIG_IGN, None):  # None: not Python's to set
             previous[signum] = signal.signal(signum, ask)
     try:
         yield
