@@ -70,8 +70,9 @@ def test_full_disk_under_out_halts_the_batch_at_the_first_artifact_and_a_rerun_n
     assert "Traceback" not in first.stderr
     states = _states(tmp_path / "l.sqlite")
     # The one that met the full disk: its artifact (left submitted, executed) or, first, the
-    # witness's record of its intent (left unknown, never sent: a run fails closed there).
-    assert states.get("submitted", 0) + states.get("unknown", 0) == 1, states
+    # witness's record of its intent (never sent: a run fails closed there, and records it
+    # failed(transient), "not sent", the ledger being elsewhere).
+    assert states.get("submitted", 0) + states.get("failed", 0) == 1, states
     with provider_at(tmp_path / "p.sqlite") as provider:
         executed = provider.stats()["executions"]
     assert executed == states.get("done", 0) + states.get("submitted", 0) < DOCS, \
@@ -83,15 +84,14 @@ def test_full_disk_under_out_halts_the_batch_at_the_first_artifact_and_a_rerun_n
     assert toolkit(tmp_path, "health", "--ledger", "l.sqlite", "--clear").returncode == 0
     again = toolkit(tmp_path, *run_args(corpus, small_out))
     assert again.returncode == 0, again.stderr
-    # a submitted one is fetched, not executed again; an unknown one never sent is looked up,
-    # not found, and (keys not idempotent here) parked for a person, never resent blind
-    parked = states.get("unknown", 0)
-    assert _states(tmp_path / "l.sqlite") == {"done": DOCS - parked,
-                                             **({"needs_review": 1} if parked else {})}
+    # a submitted one is fetched, not executed again; one recorded as never sent is sent
+    # as a new attempt (no person needed, keys not idempotent or not)
+    assert _states(tmp_path / "l.sqlite") == {"done": DOCS}
     with provider_at(tmp_path / "p.sqlite") as provider:
         stats = provider.stats()
-    assert stats["executions"] == DOCS - parked
-    assert all(task["succeeded"] == 1 for task in stats["per_task"].values())
+    assert stats["executions"] == DOCS
+    assert all(task["succeeded"] == 1 and task["submit_calls"] == 1
+               for task in stats["per_task"].values())
 
 
 @pytest.fixture

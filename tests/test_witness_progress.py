@@ -16,8 +16,10 @@ import time
 import pytest
 
 from conftest import run_cli, tmpfs_mount
+from test_run_signals import checked
 from test_witness_ledger import _run_args, doubles
 from toolkit.documents import make_corpus
+from toolkit.ledger import open_ledger
 from toolkit.provider import provider_stats
 
 pytestmark = pytest.mark.slow
@@ -182,28 +184,67 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-def test_witness_that_cannot_record_an_intent_halts_the_run_before_its_send(tmp_path):
+@pytest.mark.parametrize("suffix", [".jsonl", ".sqlite"])
+def test_witness_that_cannot_record_an_intent_halts_before_its_send_and_rerun_sends_it(
+        tmp_path, suffix):
     """Outsider o35 S1. Fault: --out's file system full (a real tmpfs, really filled) when the
-    witness would record the run's first intent. Property: that request is not sent (the
-    provider executed nothing; a copy of the ledger restored later could not run it twice),
-    the run halts with exit 1; with space freed and health cleared, the rerun ends the
-    other documents done and looks the intent up (not found: parked), none twice."""
+    witness would record the run's first intent (the ledger elsewhere, writable). Property:
+    that request is not sent (the provider executed nothing; a copy of the ledger restored
+    later could not run it twice), the run halts with exit 1 and records that intent as
+    never sent (failed, transient, its lease released); with space freed and health
+    cleared, the rerun sends it as a new attempt, no person needed: all 4 documents done,
+    none sent twice. Before: it stayed unknown and the rerun parked it (needs_review)."""
     make_corpus(tmp_path / "in", docs=4, poison=0, seed=3)
-    out = tmp_path / "out"
+    out, ledger_path = tmp_path / "out", tmp_path / f"L{suffix}"
     with tmpfs_mount(out, "size=256k"):
         filler = out / "filler"
         halted = subprocess.run([sys.executable, "-c", FILL_AT_FIRST_RECORD, str(filler),
-                                 *map(str, _run_args(tmp_path, tmp_path / "L.jsonl"))],
+                                 *map(str, _run_args(tmp_path, ledger_path))],
                                 capture_output=True, text=True, timeout=300)
         assert halted.returncode == 1, halted.stderr
         assert "cannot record the ledger's witness" in halted.stderr
         assert provider_stats(tmp_path / "p.db")["executions"] == 0  # on main: 1
+        with open_ledger(ledger_path) as ledger:
+            unsent = [item for item in ledger.items() if item.attempt]
+        assert [(item.state.value, item.failure, item.lease_owner) for item in unsent] == \
+            [("failed", "transient", None)]
+        assert unsent[0].reason.startswith("not sent")
         filler.unlink()
-        assert run_cli("health", "--ledger", tmp_path / "L.jsonl", "--clear").returncode == 0
-        rerun = run_cli(*_run_args(tmp_path, tmp_path / "L.jsonl"), "--json")
+        assert run_cli("health", "--ledger", ledger_path, "--clear").returncode == 0
+        rerun = run_cli(*_run_args(tmp_path, ledger_path), "--json")
         assert rerun.returncode == 0, rerun.stderr
         by_state = json.loads(rerun.stdout)["by_state"]
-        # the halted intent: looked up, not found; where keys are not idempotent a request
-        # that may have been sent is never resent blind: parked for a person (DESIGN)
-        assert (by_state["done"], by_state["needs_review"]) == (3, 1)
+        assert (by_state["done"], by_state["needs_review"]) == (4, 0)
+        assert all(row["submit_calls"] == 1 for row in
+                   provider_stats(tmp_path / "p.db")["per_task"].values())
         assert doubles(tmp_path) == 0
+        verdict = checked(tmp_path, ledger_path, "non-idempotent")
+        assert verdict.valid is True, verdict
+
+
+def test_not_sent_record_on_the_full_disk_of_the_ledger_never_crashes_nor_sends_twice(
+        tmp_path):
+    """Fault: the ledger and --out on one full file system (a real tmpfs, really filled)
+    when the witness would record the run's first intent. Property: the run halts before
+    the send (exit 1, no traceback); the "not sent" record lands only if the ledger can
+    take it (a JSONL append may fit in its last page's slack), else the intent stays
+    unknown; either way the rerun (space freed, health cleared) sends no request twice and
+    every document ends done or parked. (A property that held before this record too.)"""
+    make_corpus(tmp_path / "in", docs=3, poison=0, seed=4)
+    batch = tmp_path / "batch"
+    with tmpfs_mount(batch, "size=512k"):
+        args = _run_args(tmp_path, batch / "L.jsonl", out="batch/out")
+        filler = batch / "filler"
+        halted = subprocess.run([sys.executable, "-c", FILL_AT_FIRST_RECORD, str(filler),
+                                 *map(str, args)], capture_output=True, text=True, timeout=300)
+        assert halted.returncode == 1, halted.stderr
+        assert "Traceback" not in halted.stderr
+        assert provider_stats(tmp_path / "p.db")["executions"] == 0
+        filler.unlink()
+        assert run_cli("health", "--ledger", batch / "L.jsonl", "--clear").returncode == 0
+        rerun = run_cli(*args, "--json")
+        assert rerun.returncode == 0, rerun.stderr
+        by_state = json.loads(rerun.stdout)["by_state"]
+        assert by_state["done"] + by_state["needs_review"] == 3
+        assert all(row["submit_calls"] == 1 for row in
+                   provider_stats(tmp_path / "p.db")["per_task"].values())

@@ -133,7 +133,9 @@ def judge(inputs_dir, out_dir, provider_db, run_starts, rested: bool) -> list[Fi
         named = [p for p in inputs if p.stem in out.name]
         found.append(Finding("fake_done", named[0].name if named else None,
                              f"{out.relative_to(out_dir)} ({out.stat().st_size} bytes) is no "
-                             "artifact the provider produced: a half file or a stale result",
+                             "artifact the provider produced: a half download or a stale "
+                             "result (a file that is no output, a manifest or a log, belongs "
+                             "outside TOOLKIT_OUT)",
                              witnesses(named[0]) if named else ()))
     for path in inputs:
         if healthy[path] and path not in delivered:

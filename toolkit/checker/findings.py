@@ -30,8 +30,8 @@ REMEDY = {
     "fake_done": "download to a temporary file, verify size and SHA-256 against the provider's, "
                  "then rename and record done",
     "poison_submitted": "preflight every input and quarantine poison before anything is sent",
-    "lost_item": "record every input in the ledger before work starts, and let one item's error "
-                 "stop only that item",
+    "lost_item": "record every input before work starts, keep every executed job's output "
+                 "before calling the batch done, and let one item's error stop only that item",
     "submit_after_done": "check the ledger (and re-verify the artifact) before any submit; "
                          "done is terminal",
     "execution_by_lease_loser": "renew the lease and present its fencing token before the "

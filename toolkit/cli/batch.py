@@ -89,7 +89,7 @@ def _run(parser):
         from pathlib import Path
 
         from toolkit.provider import parse_contract, provider_at
-        from toolkit.runner import RetryPolicy
+        from toolkit.runner import RetryPolicy, StopAsked
         from toolkit.runner.registry import open_run_ledger, open_strategy, resolve_strategy
 
         from toolkit.runner.inputs import check_batch_paths
@@ -160,14 +160,25 @@ def _run(parser):
                                    provider, args.out, policy=RetryPolicy(seed=args.seed),
                                    **paging, progress=not (args.json or args.no_progress))
             undo.pop_all()  # the runner closes the ledger; the provider is closed below
-        try:
-            counts = runner.run(inputs)
-        finally:  # the seq it reached, even when halted (its path replaced, removed)
+        stopped = None
+        with _stopping_on_signals(runner):
             try:
-                witness.record_end(args.out, seen, runner.ledger)
-            finally:
-                runner.close()
+                counts = runner.run(inputs)
+            except StopAsked as stop:  # at a step's end, no lease held: nothing to undo
+                stopped = str(stop)
+            finally:  # the seq it reached, even when halted (its path replaced, removed)
+                try:
+                    if runner.halted:  # before the end's record: it may learn this move too
+                        witness_progress.record_unsent(runner.ledger, paging.get("hook"),
+                                                       runner.worker)
+                    witness.record_end(args.out, seen, runner.ledger)
+                finally:
+                    runner.close()
         provider.close()
+        if stopped is not None:
+            print(f"stopped by {stopped} at the end of a step, every lease released: run the "
+                  "same command again to go on", file=sys.stderr)
+            return 1
         # Strays (items of the ledger whose input is gone) are counted too, so the summary
         # matches `ledger`: a `pending=1` there is never missing here.
         for item in runner.strays:
@@ -205,6 +216,52 @@ def _run(parser):
             return 1
         return 0
     return run
+
+
+@contextlib.contextmanager
+def _stopping_on_signals(runner):
+    """While a one-process run runs (main thread only): SIGTERM (``kill``, systemd, ``docker
+    stop``, a CI timeout), SIGHUP (a closed terminal) and SIGINT (Ctrl-C) ask the safe
+    runner to stop at the end of its step under way (``Runner.stop_asked``): that step's
+    move committed, the lease released, ``StopAsked`` before the next item; the witness
+    then records the end and ``run`` exits 1 ("run again"). A second signal, or the first
+    to a strategy whose ``process`` is not the safe runner's, stops at once
+    (``KeyboardInterrupt``, exit 130: as ``kill -9``, safe by design: the rerun looks up
+    what was in flight). A signal ignored when the run started (``nohup``, a background
+    ``run &`` of a shell without job control: SIGINT) stays ignored.
+
+    The stop waits for the step under way: its provider calls (each bounded by
+    ``--read-timeout`` with a service; a lookup or fetch step retries within its budget) and
+    backoff sleeps (each at most ``RetryPolicy.max_delay``). A second signal does not wait.
+    """
+    import signal
+    import threading
+
+    from toolkit.runner import Runner
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    honours = type(runner).process is Runner.process
+
+    def ask(signum, frame):
+        name = signal.Signals(signum).name
+        if not honours or runner.stop_asked is not None:
+            raise KeyboardInterrupt(name)
+        runner.stop_asked = name
+        with contextlib.suppress(OSError):  # raw: a handler may interrupt a print to stderr
+            os.write(2, f"{name}: stopping at the end of the current step (again: at once)\n"
+                     .encode())
+
+    previous = {}
+    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        if signal.getsignal(signum) not in (signal.SIG_IGN, None):  # None: not Python's to set
+            previous[signum] = signal.signal(signum, ask)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _existing_ledger(args) -> bool:

@@ -223,8 +223,9 @@ INPUT_MISSING = "its input cannot be read in the inputs folder (removed, renamed
 # Our formats: the provider's job is found again by the item's idempotency key (a lookup).
 # Every other format has no lookup: re-fetching is impossible, running again executes twice.
 LOOKUP_FORMATS = frozenset({"toolkit-jsonl", "toolkit-sqlite", "toolkit-postgres"})
-VERIFY_WHY = ("done, but the format records no artifact to check: see that the output exists "
-              "and is a whole PDF (or audit with --artifacts and --output-name)")
+VERIFY_WHY = ("done, but its output was not verified (no artifact recorded, or no artifacts "
+              "folder given): see that it exists and is a whole PDF, or audit again with "
+              "--artifacts (and --output-name)")
 
 
 def plan_item(item, kinds, lookup: bool = True) -> tuple[str, str]:

@@ -37,7 +37,13 @@ from toolkit.storage import FULL_OR_FAILING
 S = State
 CONTINUE, REST = True, False
 __all__ = ["HOOK_POINTS", "CONTINUE", "REST", "Pipeline", "RetryPolicy", "Runner", "Snapshot",
-           "default_worker", "resubmit_is_safe"]
+           "StopAsked", "default_worker", "resubmit_is_safe"]
+
+
+class StopAsked(KeyboardInterrupt):
+    """A stop asked of a run (``Runner.stop_asked``: SIGTERM, SIGHUP, Ctrl-C, as the CLI sets
+    it), raised where the run holds no lease and no step is under way. An interruption,
+    like Ctrl-C: ``finally`` blocks run, nothing catches it as an error."""
 
 
 class Runner(Salvaged, Reuse, PageByPage, Lease, Pipeline):
@@ -48,9 +54,22 @@ class Runner(Salvaged, Reuse, PageByPage, Lease, Pipeline):
 
     name = "safe"
     sends_pages = True  # long documents page by page (``PageByPage``)
+    # Set (the CLI's signal handler does) to stop the run at the end of the step under way:
+    # that step's move is committed, the item's lease released, then ``StopAsked`` before
+    # the next item or chunk. A step is never cut: an intent and its send are one step.
+    stop_asked: str | None = None
+
+    def _stop_if_asked(self) -> None:
+        if self.stop_asked is not None:
+            raise StopAsked(self.stop_asked)
+
+    def enqueue(self, inputs) -> list[str]:
+        self._stop_if_asked()  # before keying (and recording) another chunk
+        return super().enqueue(inputs)
 
     def process(self, key: str) -> Item:
         """Advance one item until it rests for this run; return where it ended."""
+        self._stop_if_asked()  # before this item's claim: no lease of ours is held here
         self._current, self._stage = key, "verify"
         item = self._known.pop(key, None) or self.ledger.get(key)  # read by enqueue just now
         if item.state is S.DONE and self._artifact_intact(item):
@@ -72,8 +91,8 @@ class Runner(Salvaged, Reuse, PageByPage, Lease, Pipeline):
                 step = self._steps().get((item.state, item.failure if item.state is S.FAILED
                                           else None))
                 self._in_hand = None
-                if step is None or step(item, token, budget) is REST:
-                    break
+                if step is None or step(item, token, budget) is REST or self.stop_asked:
+                    break  # a stop asked: at this step's end, its move committed (above)
                 # The item the step's last move committed is what a read would return now
                 # (a later change by anyone else fails our next fenced write): no re-read.
                 item = self._in_hand or self.ledger.get(key)

@@ -41,111 +41,26 @@ folder gone is skipped; one that cannot be written keeps its older entry (it ref
 more than it did, and sees less far). A witness file that does not read as one (garbage,
 empty, a directory, ``{}``, an entry of wrong types) is refused, naming it: never rewritten
 without the entries it held; moved aside, or a roots file damaged, what it held may be lost:
-``witness_damaged`` says what a run then refuses.
+``witness_damaged`` says what a run then refuses. What a witness reads (a ledger's facts,
+a witness file's entries) is ``witness_read``; this module records and judges.
 """
 
 import contextlib
 import errno
 import fcntl
-import hashlib
 import json
 import os
-import sqlite3
 from pathlib import Path
 
 from toolkit import documents, roots
 from toolkit.errors import LedgerError, StorageError, ToolkitError
-from toolkit.ledger.header import header_line, no_history, read_header
-from toolkit.runner.witness_damaged import (NAME, aside_refusal, damaged, roots_refusal,
-                                            salvage_advice, unseen_after_damage)
+from toolkit.ledger.header import header_line, no_history
+from toolkit.runner.witness_damaged import (NAME, aside_refusal, roots_refusal, salvage_advice,
+                                            unseen_after_damage)
+# What a witness reads (a ledger's facts, a witness file's entries): its own module, its
+# names used here and by callers of this module (``witness.facts``, ``witness.read``).
+from toolkit.runner.witness_read import facts, read, real_path
 from toolkit.storage import LOCK, READ_ONLY, take_exclusive
-
-READ = 1 << 16  # bytes read for the header and the first record (a longer line: its prefix)
-
-
-def _real(path) -> str:
-    return os.path.realpath(os.fspath(path))
-
-
-def facts(ledger) -> dict | None:
-    """``{"real", "kind", "id", "seq", "salvaged", "compacted"}`` of an open file ledger,
-    read through its own handle (not its path: the path may name another file by now);
-    None for a ledger with no file (a URL)."""
-    from toolkit.ledger.jsonl import JsonlLedger
-    from toolkit.ledger.sqlite import SqliteLedger
-
-    if isinstance(ledger, JsonlLedger):
-        head = os.pread(ledger._fd, READ, 0).split(b"\n", 2)
-        header = read_header(head[0]) if head[0] else None
-        first = head[1] if header is not None and len(head) > 1 else head[0]
-        snapshots = (header or {}).get("snapshots")
-        return {"real": _real(ledger.path), "kind": "jsonl", "seq": int(ledger._seq),
-                "id": hashlib.sha256(first).hexdigest()[:20] if first.strip() else None,
-                "salvaged": bool(getattr(ledger, "salvaged", None)),
-                "compacted": snapshots.get("seq") if isinstance(snapshots, dict) else None}
-    if isinstance(ledger, SqliteLedger):
-        from toolkit.runner.salvaged import marked  # its meta row: the runner's one rule
-
-        try:
-            top, ident = sqlite_seq_and_id(ledger._db)
-        except sqlite3.Error as exc:  # a page of events damaged: the ledger's own words
-            from toolkit.ledger.sqlite import damage_of, damaged
-            from toolkit.storage import storage_error
-
-            raise (damaged(ledger.path, str(exc)) if damage_of(exc) else
-                   storage_error(f"SQLite ledger {str(ledger.path)!r}", exc)) from exc
-        return {"real": _real(ledger.path), "kind": "sqlite", "seq": top, "id": ident,
-                "salvaged": marked(ledger), "compacted": None}
-    return None
-
-
-def sqlite_seq_and_id(db) -> tuple[int, str | None]:
-    """An SQLite ledger's high-water seq and identity (a hash of its first event's seq,
-    time and key: the ledger's creation stamp, carried by every copy), through ``db``."""
-    top = db.execute("SELECT max(seq) FROM events").fetchone()[0] or 0
-    row = db.execute("SELECT seq, ts, key FROM events ORDER BY seq LIMIT 1").fetchone()
-    return int(top), hashlib.sha256(repr(tuple(row)).encode()).hexdigest()[:20] if row else None
-
-
-def _valid(entry) -> bool:
-    """An entry as ``record`` writes it: id (text or null), seq (int >= 0), kind (text),
-    peers (a list of folder paths; absent before peers were recorded)."""
-    return isinstance(entry, dict) and isinstance(entry.get("id"), (str, type(None))) and \
-        type(entry.get("seq")) is int and entry["seq"] >= 0 and \
-        isinstance(entry.get("kind"), str) and \
-        isinstance(entry.get("peers", []), list) and \
-        all(isinstance(peer, str) for peer in entry.get("peers", []))
-
-
-def read(out) -> dict:
-    """The witness of ``out``: ``{real path: {"id", "seq", "kind", "peers"}}`` ({} if none
-    yet).
-
-    Raises:
-        LedgerError: the file is there and does not read whole as a witness (exit 2).
-    """
-    where = Path(out) / NAME
-    try:
-        raw = where.read_bytes()
-    except (FileNotFoundError, NotADirectoryError):
-        return {}
-    except IsADirectoryError:
-        raise damaged(where, "a directory in its place") from None
-    except OSError as exc:
-        raise LedgerError(f"the witness {str(where)!r} cannot be read ({exc.strerror}); it "
-                          "records which ledgers the runs into this --out saw: make it "
-                          "readable and run again") from exc
-    try:
-        saved = json.loads(raw)
-    except ValueError:
-        raise damaged(where, "an empty file" if not raw.strip() else "not JSON") from None
-    entries = saved.get("ledgers") if isinstance(saved, dict) else None
-    if not isinstance(entries, dict):
-        raise damaged(where, 'no "ledgers" object')
-    wrong = [real for real, entry in entries.items() if not _valid(entry)]
-    if wrong:
-        raise damaged(where, f"the entry of {wrong[0]} is not an id, a seq and a kind")
-    return entries
 
 
 @contextlib.contextmanager
@@ -181,9 +96,9 @@ def record(out, seen: dict | None, seq: int | None = None, peers=(), make=True) 
             ident = seen["id"] or old.get("id")
             if old.get("id") in (None, ident) and "seq" in old:
                 seq = max(seq, old["seq"])  # a seq only grows: keep the max
-            known = set(old.get("peers", ())) | {_real(peer) for peer in peers}
+            known = set(old.get("peers", ())) | {real_path(peer) for peer in peers}
             entries[seen["real"]] = {"id": ident, "seq": seq, "kind": seen["kind"],
-                                     "peers": sorted(known - {_real(out)})}
+                                     "peers": sorted(known - {real_path(out)})}
             documents.write_atomic(json.dumps({"ledgers": entries}, indent=1,
                                               sort_keys=True).encode(), Path(out) / NAME)
     except OSError as exc:
@@ -201,11 +116,11 @@ def circle(out, ledger_path, ident: str | None = None) -> list[str]:
     Raises:
         LedgerError: a witness in the circle is damaged (``read``).
     """
-    real, first = _real(ledger_path), _real(out)
+    real, first = real_path(ledger_path), real_path(out)
     todo, found = [first], []
     recorded = roots.recorded(ledger_path).get("out")
     if recorded is not None:
-        todo.append(_real(recorded))
+        todo.append(real_path(recorded))
     while todo:
         folder = todo.pop(0)
         if folder in found or (folder != first and not os.path.isdir(folder)):
@@ -340,7 +255,7 @@ def missing(out, ledger_path) -> tuple[str, dict] | None:
     (``<ledger>.roots.json``) still says runs used it: ``(that file, {})``."""
     if "://" in os.fspath(ledger_path) or not no_history(ledger_path):
         return None
-    real = _real(ledger_path)
+    real = real_path(ledger_path)
     for folder in circle(out, ledger_path):
         entry = read(folder).get(real)
         if entry is not None:
@@ -380,7 +295,7 @@ def replace_missing(out, ledger_path) -> None:
     folder, entry = found  # the folder whose witness saw it (or the roots file)
     if entry:
         out = folder  # salvage reads that witness
-    real = Path(_real(ledger_path))
+    real = Path(real_path(ledger_path))
     gone = gone_words(folder, real, entry)
     if real.suffix.lower() != ".jsonl":
         # Its tables with no row: marked salvaged in place, as a JSONL ledger is made anew

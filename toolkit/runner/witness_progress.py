@@ -24,7 +24,9 @@ ledger look like an older copy of itself.
 connection of its own; the witness's lock serializes them and a seq only grows (the max).
 A record the run's own ``--out`` cannot take (full, read-only, gone, damaged since) halts
 the run before the request is sent (fail closed: ``__call__``); another folder of the
-circle that cannot take it is skipped, its entry a lower bound, as at a run's end.
+circle that cannot take it is skipped, its entry a lower bound, as at a run's end. The
+CLI then records that intent as never sent (``record_unsent``: one process; a worker's
+stays ``unknown``, looked up by the rerun), so the rerun sends it without a person.
 """
 
 import contextlib
@@ -34,9 +36,13 @@ import time
 import urllib.parse
 
 from toolkit.errors import StorageError, ToolkitError
+from toolkit.ledger import TRANSIENT, State
 from toolkit.runner import witness
+from toolkit.runner.witness_read import sqlite_seq_and_id
 
 EVERY = 0.0  # seconds of a run at most between two records (0: at every intent)
+NOT_SENT = ("not sent: the run halted before sending it (the witness in --out could not "
+            "record its intent); the next run sends it as a new attempt")
 
 
 def _sqlite_facts(path: str) -> dict | None:
@@ -45,7 +51,7 @@ def _sqlite_facts(path: str) -> dict | None:
     uri = f"file:{urllib.parse.quote(os.path.abspath(path))}?mode=ro"
     db = sqlite3.connect(uri, uri=True, timeout=5.0)
     try:
-        top, ident = witness.sqlite_seq_and_id(db)
+        top, ident = sqlite_seq_and_id(db)
     finally:
         db.close()
     with contextlib.suppress(FileNotFoundError):  # no WAL: every commit is in the file
@@ -69,6 +75,7 @@ class Progress:
         self.folders, self.path, self.every = list(folders), path, every
         self.ledger = ledger
         self.records = 0  # records made (the cost: one witness write in each folder)
+        self.unsent: str | None = None  # the key whose send this hook's halt came before
         self._last: float | None = None
 
     def __getstate__(self):  # a worker gets the folders and the path, never a handle
@@ -86,17 +93,62 @@ class Progress:
         # they cannot take it). Sent unrecorded, a copy of the ledger taken now and restored
         # later would read as the newest, and the request would run again (outsider o35 S1:
         # a full or read-only --out). Raised from the hook, a StorageError halts the run
-        # before the send (exit 1); the intent is durable, so the rerun looks it up.
+        # before the send (exit 1); the CLI then records the intent as not sent
+        # (``record_unsent``), or, if the ledger cannot take that, the rerun looks it up.
         try:
             seen = witness.facts(self.ledger) if self.ledger is not None else \
                 _sqlite_facts(self.path) if self.path is not None else None
-            if seen is not None:
-                witness.record_all(self.folders, seen)
-                self.records += 1
         except StorageError:
             raise
         except (ToolkitError, OSError, sqlite3.Error) as exc:
-            raise StorageError(f"cannot record the ledger's progress in the witness of "
-                               f"{str(self.folders[0])!r} ({exc}): halted before sending "
-                               "(free space there, or make it writable, then run again)") \
-                from exc
+            raise _halt(self.folders[0], exc) from exc
+        if seen is None:
+            return
+        try:
+            witness.record_all(self.folders, seen)
+        except (ToolkitError, OSError) as exc:
+            # The ledger read well, the witness could not take it: this run knows the
+            # request was never sent (``record_unsent``). Not so for a ledger that did not
+            # read (above): nothing more is written to it.
+            self.unsent = key
+            if isinstance(exc, StorageError):
+                raise
+            raise _halt(self.folders[0], exc) from exc
+        self.records += 1
+
+
+def _halt(folder, exc) -> StorageError:
+    return StorageError(f"cannot record the ledger's progress in the witness of {str(folder)!r} "
+                        f"({exc}): halted before sending (free space there, or make it "
+                        "writable, then run again)")
+
+
+def record_unsent(ledger, hook, worker: str) -> bool:
+    """After a run that ``hook`` (a ``Progress``) halted at an intent, before its send: that
+    intent recorded as never sent, ``unknown -> failed(transient)`` (the move that says a
+    request was turned away and nothing was done), its lease released. The rerun then
+    sends it as a new attempt (a new key, the one its intent will name), where keys are
+    not idempotent too; left ``unknown``, it would be looked up, not found, and parked for
+    a person, as a request killed between intent and send must be (it may have been sent).
+
+    Only the hook's own halt counts: the hook raised before the runner's send, in the same
+    thread, so the send never started. Only while the item is as that halt left it:
+    ``unknown`` under this run's lease (``worker``); the move is fenced by that lease's
+    token, so an owner that took the item over since wins. Best effort: a ledger that
+    cannot take the move (on the same full disk) keeps the intent ``unknown``, as before.
+    Returns whether it was recorded.
+    """
+    key = getattr(hook, "unsent", None)
+    if key is None:
+        return False
+    with contextlib.suppress(ToolkitError, OSError):
+        item = ledger.get(key)
+        if item.state is not State.UNKNOWN or item.lease_owner != worker:
+            return False
+        ledger.move(key, State.UNKNOWN, State.FAILED, token=item.token, worker=worker,
+                    failure=TRANSIENT, reason=NOT_SENT, note="not sent")
+        hook.unsent = None
+        with contextlib.suppress(ToolkitError):
+            ledger.release(key, item.token, worker)
+        return True
+    return False
