@@ -8,6 +8,10 @@ bare loops of its own run: the rates of rows 1 and 2 (durable JSONL and SQLite a
 append+fsync loop, the one-INSERT loop and the same SQL without Python) and CPU µs per
 transition (``time.process_time``; durable=False: no fsync wait). A ratio is taken within
 one child; the table gives the median and min-max over repetitions, per tree.
+
+By default both trees are measured by this tree's benchmarks (the same baselines: a change
+of ``toolkit`` alone); ``--own-baselines`` makes each child import ``profile_ledger`` and
+``workloads`` from its own tree's ``benchmarks/`` (a change of the baselines themselves).
 """
 
 import argparse
@@ -21,14 +25,15 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def child(items: int, blocks: int) -> dict:
+def child(items: int, blocks: int, own: bool = False) -> dict:
     import toolkit.ledger  # from PYTHONPATH (the tree measured), before profile_ledger
-    # puts this file's tree on sys.path: the modules imported first are the ones used
+    # puts its tree on sys.path: the modules imported first are the ones used
 
-    sys.path.insert(0, str(HERE))
+    tree = Path(toolkit.ledger.__file__).parents[2]
+    sys.path.insert(0, str(tree / "benchmarks" if own else HERE))
     import profile_ledger
 
-    out = {"tree": str(Path(toolkit.ledger.__file__).parents[2])}
+    out = {"tree": str(tree)}
     for backend in ("jsonl", "sqlite"):
         for durable in (True, False):
             figures = profile_ledger.cpu_pass(backend, durable, items, blocks)
@@ -44,10 +49,12 @@ def main(argv=None) -> int:
     parser.add_argument("--reps", type=int, default=6)
     parser.add_argument("--items", type=int, default=100, help="lifecycles per block")
     parser.add_argument("--blocks", type=int, default=4)
+    parser.add_argument("--own-baselines", action="store_true",
+                        help="each tree's own benchmarks/ (its bare loops and same-SQL floor)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(child(args.items, args.blocks)))
+        print(json.dumps(child(args.items, args.blocks, args.own_baselines)))
         return 0
     trees = {"before": args.before, "after": args.after}
     runs = {name: [] for name in trees}
@@ -55,7 +62,8 @@ def main(argv=None) -> int:
         for name in (list(trees) if rep % 2 == 0 else list(trees)[::-1]):
             env = {**os.environ, "PYTHONPATH": str(Path(trees[name]).resolve())}
             result = subprocess.run([sys.executable, __file__, "--before", "-", "--child",
-                                     "--items", str(args.items), "--blocks", str(args.blocks)],
+                                     "--items", str(args.items), "--blocks", str(args.blocks)]
+                                    + ["--own-baselines"] * args.own_baselines,
                                     env=env, capture_output=True, text=True, check=True)
             runs[name].append(json.loads(result.stdout))
             assert runs[name][-1].pop("tree") == str(Path(trees[name]).resolve()), name
@@ -67,6 +75,13 @@ def main(argv=None) -> int:
 
     def take(name, kind):
         return lambda run: run[name][kind]
+
+    def beyond(backend, durable, base, kind="cpu"):
+        """The ledger's CPU (or off-CPU: wall - CPU) per transition beyond its baseline's."""
+        def value(run, name):
+            figure = run[f"{backend} durable={durable} {name}"]
+            return figure["cpu"] if kind == "cpu" else figure["wall"] - figure["cpu"]
+        return lambda run: value(run, "ledger") - value(run, base)
 
     rows = [
         ("JSONL ledger / bare append+fsync (wall)",
@@ -87,6 +102,20 @@ def main(argv=None) -> int:
          take("sqlite durable=False same SQL, no Python", "cpu"), "us"),
         ("policy alone (in-memory) CPU/transition", take("jsonl durable=False memory", "cpu"),
          "us"),
+        # Where the durable gap goes: CPU beyond the baseline's, between fsyncs (durable) and
+        # back to back (durable=False: warm caches), and the off-CPU time beyond it (an extra
+        # fsync, checkpoint or write would show here).
+        ("SQLite CPU beyond same SQL, durable=True", beyond("sqlite", True, "same SQL, no Python"),
+         "us"),
+        ("  same, durable=False (back to back)", beyond("sqlite", False, "same SQL, no Python"),
+         "us"),
+        ("  off-CPU beyond same SQL, durable=True",
+         beyond("sqlite", True, "same SQL, no Python", "off"), "us"),
+        ("JSONL CPU beyond bare append, durable=True", beyond("jsonl", True, "bare append loop"),
+         "us"),
+        ("  same, durable=False (back to back)", beyond("jsonl", False, "bare append loop"), "us"),
+        ("  off-CPU beyond bare append+fsync, durable=True",
+         beyond("jsonl", True, "bare append loop", "off"), "us"),
     ]
     print(f"{'measurement':<46} {'before':>24} {'after':>24}")
     for label, take, unit in rows:

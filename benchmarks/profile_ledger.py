@@ -1,7 +1,7 @@
 """Where does a ledger transition spend its time? (a helper for section 1 of run.py)
 
     python benchmarks/profile_ledger.py [--backend sqlite|jsonl] [--durable] [--group-commit]
-                                        [--items 500]
+                                        [--items 500] [--cpu-only | --after-sleep]
 
 First, CPU and wall microseconds per transition of the ledger and of the bare
 loops that bound it (``workloads``: the one-INSERT loop, the same SQL without
@@ -13,6 +13,12 @@ does) twice: once with every SQLite statement (or JSONL system call) timed,
 giving microseconds per transition by statement and the Python rest (the
 timing wrappers' own cost included); once under cProfile, printing the
 functions with the most time of their own.
+
+The first pass also prints off-CPU time (wall - CPU): where the ledger and its
+baseline wait alike (no extra fsync, checkpoint or write), the gap is CPU.
+``--after-sleep`` asks why that CPU is larger with durable=True than without:
+the same transaction timed alone back to back, after a 200 µs sleep and after an
+fsync of another file (a thread that slept runs its next instructions slower).
 """
 
 import argparse
@@ -116,17 +122,102 @@ def print_cpu(backend: str, durable: bool, items: int, blocks: int) -> None:
     figures = cpu_pass(backend, durable, items, blocks)
     print(f"{backend}, durable={durable}: µs per transition, {blocks} interleaved blocks of "
           f"{items * workloads.LIFECYCLE} transitions each")
-    print(f"  {'subject':<24} {'CPU':>8} {'wall':>8}")
+    print(f"  {'subject':<24} {'CPU':>8} {'wall':>8} {'off-CPU':>8}")
     for name, (cpu, wall) in figures.items():
-        print(f"  {name:<24} {cpu:8.1f} {wall:8.1f}")
+        print(f"  {name:<24} {cpu:8.1f} {wall:8.1f} {wall - cpu:8.1f}")
     floor = figures.get("same SQL, no Python", figures.get("bare append loop"))
-    print(f"  {'ledger CPU - baseline':<24} {figures['ledger'][0] - floor[0]:8.1f}"
-          "   (the Python a transition pays beyond its baseline)")
+    ledger = figures["ledger"]
+    print(f"  {'ledger - baseline':<24} {ledger[0] - floor[0]:8.1f} {ledger[1] - floor[1]:8.1f} "
+          f"{(ledger[1] - ledger[0]) - (floor[1] - floor[0]):8.1f}")
+    print("    (CPU: the Python a transition pays beyond its baseline; off-CPU = wall - CPU:\n"
+          "     time waiting for the disk or a core -- equal on both sides when the ledger pays\n"
+          "     no extra fsync, checkpoint or write: then the whole gap is CPU)")
     if "bare append loop" in figures and durable:
         print(f"  {'bare loop / ledger, wall':<24} "
               f"{figures['bare append loop'][1] / figures['ledger'][1]:8.2f}x   (target >= 0.9x)")
     print(f"  {'calls/transition':<24} {calls_per_transition(backend, durable):8.1f}"
           "   (cProfile: Python functions and the C ones they call)\n")
+
+
+def after_sleep_pass(backend: str, transactions: int = 1200) -> dict[str, dict[str, float]]:
+    """Does a transition cost more CPU right after its thread slept (as each one does after
+    its fsync)? Subject -> pause -> median CPU µs (``time.thread_time``) of one transaction,
+    timed alone, after: nothing (back to back), ``time.sleep(200 µs)`` (no I/O at all), an
+    append+fsync of another file (the sleep a durable transition takes). The subjects run
+    without fsync of their own (durable=False, synchronous=NORMAL), so the pause is the
+    only sleep; the same work either way."""
+    import os
+    import statistics
+
+    def pause_fsync():
+        os.write(fd, line)
+        os.fsync(fd)
+
+    pauses = {"back to back": lambda: None, "after sleep": lambda: time.sleep(0.0002),
+              "after fsync": pause_fsync}
+    result = {}
+    with tempfile.TemporaryDirectory(prefix="rt-sleep-") as tmp:
+        folder = Path(tmp)
+        fd = os.open(folder / "other.bin", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        line = b"x" * (workloads.EVENT_BYTES - 1) + b"\n"
+        factories = {"ledger": lambda: workloads.LedgerSubject(folder, f".{backend}", False),
+                     "policy alone (memory)": workloads.LedgerSubject.memory}
+        if backend == "sqlite":
+            factories["same SQL, no Python"] = lambda: workloads.SqlFloor(folder, "NORMAL")
+        try:
+            for name, make in factories.items():
+                for pause_name, pause in pauses.items():
+                    subject = make()
+                    try:
+                        subject.step(2)
+                        spent = []
+                        for _ in range(transactions // workloads.LIFECYCLE):
+                            for one in _transactions(subject):
+                                pause()
+                                start = time.thread_time()
+                                one()
+                                spent.append(time.thread_time() - start)
+                    finally:
+                        subject.close()
+                    result.setdefault(name, {})[pause_name] = statistics.median(spent) * 1e6
+        finally:
+            os.close(fd)
+    return result
+
+
+def _transactions(subject):
+    """One item's lifecycle as ``LIFECYCLE`` calls, each one transaction of ``subject``."""
+    if isinstance(subject, workloads.SqlFloor):
+        key = workloads.keys(1, f"sleep{subject.count}")[0]
+        subject.count += 1
+        return [lambda tx=tx: subject.run(tx, key) for tx in subject.transactions]
+    ledger, number = subject.ledger, subject.count
+    subject.count += 1
+    key, worker, box = workloads.keys(1, f"sleep{number}")[0], "bench", {}
+    S = workloads.S
+    return [
+        lambda: ledger.add(key, source="doc.pdf", digest=key),
+        lambda: box.update(token=ledger.claim(key, worker, 60.0)),
+        lambda: ledger.move(key, S.PENDING, S.UNKNOWN, token=box["token"], worker=worker,
+                            note="intent"),
+        lambda: ledger.move(key, S.UNKNOWN, S.SUBMITTED, token=box["token"], worker=worker,
+                            job_id="job-1"),
+        lambda: ledger.move(key, S.SUBMITTED, S.DONE, token=box["token"], worker=worker,
+                            job_id="job-1", artifact_path="out/doc.pdf", artifact_size=12345,
+                            artifact_sha256=key),
+        lambda: ledger.release(key, box["token"], worker),
+    ]
+
+
+def print_after_sleep(backend: str) -> None:
+    figures = after_sleep_pass(backend)
+    pauses = list(next(iter(figures.values())))
+    print(f"{backend}: median CPU µs of one transaction, timed alone (durable=False: the "
+          "pause is its only sleep)")
+    print(f"  {'subject':<24}" + "".join(f" {name:>13}" for name in pauses))
+    for name, row in figures.items():
+        print(f"  {name:<24}" + "".join(f" {row[pause]:13.1f}" for pause in pauses))
+    print()
 
 
 def calls_per_transition(backend: str, durable: bool, items: int = 50) -> float:
@@ -152,7 +243,12 @@ def main(argv=None) -> int:
     parser.add_argument("--top", type=int, default=20)
     parser.add_argument("--blocks", type=int, default=6, help="interleaved blocks (CPU pass)")
     parser.add_argument("--cpu-only", action="store_true", help="only the CPU pass")
+    parser.add_argument("--after-sleep", action="store_true",
+                        help="only: CPU of one transaction back to back vs after a sleep/fsync")
     args = parser.parse_args(argv)
+    if args.after_sleep:
+        print_after_sleep(args.backend)
+        return 0
     print_cpu(args.backend, args.durable, max(1, args.items // args.blocks), args.blocks)
     if args.cpu_only:
         return 0
