@@ -130,15 +130,39 @@ def test_transient_page_failure_retries_that_page_with_a_new_key_keeping_finishe
     assert check(history(tmp_path, provider, inputs)).valid is True
 
 
-def test_damaged_checkpoint_is_parked_for_review_never_resumed(tmp_path, batch):
+def _forget_job_outputs(tmp_path):
+    """The provider no longer holds any finished job's output (its retention ended)."""
+    for path in (tmp_path / "jobs").rglob("*"):
+        if path.is_file():
+            path.unlink()
+
+
+def test_damaged_checkpoint_is_rebuilt_from_its_pages_jobs_never_re_executed(tmp_path, batch):
+    """Fault: the checkpoint of pages 1-3 truncated after a crash. Property: the rerun fetches
+    pages 1-3 again from their jobs, joins them to the recorded SHA-256 and goes on at page 4:
+    the document ends done, no page executed twice (o36 finding 4: it was parked for good)."""
     inputs, run, provider = batch
     run(crash_after_page(3))
     checkpoint = tmp_path / "out" / ledger_items(tmp_path)["long-000.pdf"].artifact_path
     with open(checkpoint, "r+b") as handle:
         handle.truncate(100)
     counts = run()
+    assert ledger_items(tmp_path)["long-000.pdf"].state is S.DONE and counts["done"] == 4
+    assert max(page_executions(provider).values()) == 1  # fetched again, never re-executed
+
+
+def test_damaged_checkpoint_whose_pages_are_gone_is_parked_for_review_never_resumed(
+        tmp_path, batch):
+    inputs, run, provider = batch
+    run(crash_after_page(3))
+    checkpoint = tmp_path / "out" / ledger_items(tmp_path)["long-000.pdf"].artifact_path
+    with open(checkpoint, "r+b") as handle:
+        handle.truncate(100)
+    _forget_job_outputs(tmp_path)
+    counts = run()
     item = ledger_items(tmp_path)["long-000.pdf"]
     assert item.state is S.NEEDS_REVIEW and "checkpoint" in item.reason
+    assert "could not be fetched again" in item.reason
     assert counts["done"] == 3
     assert max(page_executions(provider).values()) == 1  # nothing re-executed on a bad checkpoint
 
@@ -359,6 +383,7 @@ def test_failed_page_is_not_sent_again_on_a_damaged_checkpoint(tmp_path, batch, 
     monkeypatch.setattr("toolkit.provider.fake.documents.process", real)
     with open(tmp_path / "out" / item.artifact_path, "r+b") as handle:
         handle.truncate(100)
+    _forget_job_outputs(tmp_path)  # else the checkpoint is rebuilt from its pages' jobs
     sent = len(provider.calls())
     run()
     item = ledger_items(tmp_path)["long-000.pdf"]

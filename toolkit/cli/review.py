@@ -53,17 +53,20 @@ def _review(parser):
         from toolkit.ledger import open_ledger
         from toolkit.ledger.postgres import postgres_url
         from toolkit.roots import recorded
-        from toolkit.runner.review import parked
+        from toolkit.runner.review import NO_JOB_NO_RESEND, failed_for_good, parked
 
         _existing(args.ledger, writes=False)
         out = args.out if args.out is not None else recorded(args.ledger).get("out")
+
+        def both(ledger):
+            return parked(ledger, out), failed_for_good(ledger)
         if postgres_url(args.ledger):
             with open_ledger(args.ledger) as ledger:
-                items = parked(ledger, out)
+                items, failed = both(ledger)
         else:  # a copy: no lock taken, nothing written beside the original, a live run goes on
             with opened_view(args.ledger) as ledger:
                 refuse_damaged(ledger, args.ledger)  # an item whose lines were lost is hidden
-                items = readable(lambda: parked(ledger, out), ledger, args.ledger)
+                items, failed = readable(lambda: both(ledger), ledger, args.ledger)
         lines = [f"needs_review ({len(items)})"]
         for item in items:
             lines += [f"key       {_one_line(item['key'])}",
@@ -77,14 +80,26 @@ def _review(parser):
             lines += [f"  history   {_one_line(step)}" for step in item["history"]]
         if items:
             lines += ["decide with: python -m toolkit resolve --ledger PATH --key KEY "
-                      "(--release | --cancel | --accept-artifact FILE) --note TEXT",
+                      "(--release | --cancel | --accept-artifact FILE | --resend) --note TEXT",
                       "  its output exists (an 'output' above, or one you fetched into the "
                       "outputs root): --accept-artifact FILE records it as done; a release is "
                       "looked up again, and where keys are not idempotent an item the "
                       "provider has no job for is parked again",
+                      f"  parked as '{NO_JOB_NO_RESEND}': once you have checked at the "
+                      "provider that it was never executed, --resend lets the next run look it "
+                      "up once more and, still not found, send it once",
                       "  every item parked for one reason: --all --reason PREFIX (--release "
                       "| --cancel) instead of --key; --dry-run lists what it would do"]
-        emit({"needs_review": items}, args.json, "\n".join(lines))
+        lines += [f"failed(permanent) ({len(failed)})"]
+        for item in failed:
+            lines += [f"key       {_one_line(item['key'])}",
+                      f"  source    {_one_line(item['source'])}",
+                      f"  reason    {_one_line(item['reason'])}"]
+        if failed:
+            lines += ["no run retries these (a fixed input is new work, its own item); close "
+                      "one with: python -m toolkit resolve --ledger PATH --key KEY --cancel "
+                      "--note TEXT"]
+        emit({"needs_review": items, "failed_permanent": failed}, args.json, "\n".join(lines))
         return 0
     return run
 
@@ -92,12 +107,15 @@ def _review(parser):
 @command("resolve", "Record an operator's decision on a needs_review item (--key) or on every "
                     "one parked for a reason (--all --reason): release it (back to unknown, "
                     "reconciled by the next run), cancel it, or accept a verified PDF as its "
-                    "artifact (done; one --key only).")
+                    "artifact (done; one --key only); send again one parked because the "
+                    "provider has no job and keys are not idempotent (--resend; one --key "
+                    "only); close a failed(permanent) item (--key K --cancel).")
 def _resolve(parser):
     parser.add_argument("--ledger", required=True, help="client ledger (.sqlite, .db, .jsonl or "
                                                         "a postgresql:// URL)")
     which = parser.add_mutually_exclusive_group(required=True)
-    which.add_argument("--key", help="the item's task key (as review lists it)")
+    which.add_argument("--key", help="the item's task key, or a unique prefix of it (as "
+                                     "ledger and review print them)")
     which.add_argument("--all", action="store_true",
                        help="every needs_review item whose reason starts with --reason, one "
                             "decision (one event) per item; the others are skipped and listed")
@@ -109,6 +127,10 @@ def _resolve(parser):
     what.add_argument("--cancel", action="store_true", help="cancelled: never processed")
     what.add_argument("--accept-artifact", metavar="FILE",
                       help="a whole PDF inside the outputs root: recorded as the item's artifact")
+    what.add_argument("--resend", action="store_true",
+                      help="only an item parked as 'intent recorded, provider has no job, "
+                           "contract forbids a resubmit': the next run looks it up once more "
+                           "and, not found, sends it once (you checked it was never executed)")
     parser.add_argument("--note", required=True, help="why: recorded in the event")
     parser.add_argument("--dry-run", action="store_true",
                         help="list what would be decided and what skipped; write nothing")
@@ -118,11 +140,13 @@ def _resolve(parser):
 
     def run(args):
         from toolkit.runner.ops import require_healthy
-        from toolkit.runner.review import DECISIONS, accepted_artifact, check_bulk, resolve
+        from toolkit.runner.review import (DECISIONS, accepted_artifact, check_bulk, resolve,
+                                           unique_key)
 
         if not args.note.strip():
             raise ToolkitError("--note must say why (it is recorded with the decision)")
-        decision = "release" if args.release else "cancel" if args.cancel else "accept"
+        decision = "release" if args.release else "cancel" if args.cancel else \
+            "resend" if args.resend else "accept"
         if args.all:  # before the ledger is opened: bad input opens nothing
             check_bulk(args.reason, decision)
         if args.key is not None and args.reason is not None:
@@ -135,20 +159,25 @@ def _resolve(parser):
         with _opened(args.ledger, args.dry_run) as ledger:
             if args.all:
                 return _resolve_all(ledger, args, decision)
-            item = resolve(ledger, args.key, decision, args.note, artifact, args.worker,
+            before = ledger.get(unique_key(ledger, args.key))  # a prefix names one item
+            item = resolve(ledger, before.key, decision, args.note, artifact, args.worker,
                            dry_run=args.dry_run)
         if args.dry_run:
-            print(f"dry run, nothing written: {_one_line(args.key)}: would go needs_review -> "
-                  f"{DECISIONS[decision].value}")
+            print(f"dry run, nothing written: {_one_line(item.key)}: would go "
+                  f"{_state(item)} -> {DECISIONS[decision].value}")
             return 0
         if decision == "accept" and args.out is not None:
             from toolkit import roots
 
             # the path is relative to --out: a file ledger that recorded no root records it
             roots.record(args.ledger, out=args.out)
-        print(f"{args.key}: needs_review -> {item.state.value}", file=sys.stderr)
+        print(f"{_one_line(item.key)}: {_state(before)} -> {item.state.value}", file=sys.stderr)
         return 0
     return run
+
+
+def _state(item) -> str:
+    return f"failed({item.failure})" if item.state.value == "failed" else item.state.value
 
 
 def _opened(path, dry_run):

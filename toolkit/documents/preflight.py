@@ -258,9 +258,12 @@ def open_sound(path, accept_moved_xref: bool = False):
         return Preflight(False, "empty: zero bytes", 0), None, None
     if b"%PDF-" not in head:
         return Preflight(False, "not-pdf: no %PDF- header", 0), None, None
-    for marker in (b"%%EOF", b"startxref"):
+    # The end-of-file marker is spelled with two percent signs (the line "%%EOF"): the
+    # reason names it in words too, so the spelling does not read as a doubled escape.
+    for marker, named in ((b"%%EOF", "end-of-file marker (the line %%EOF)"),
+                          (b"startxref", "startxref (the xref's offset)")):
         if marker not in tail:
-            return Preflight(False, f"truncated: no {marker.decode()} in the last {_TAIL} bytes",
+            return Preflight(False, f"truncated: no {named} in the last {_TAIL} bytes",
                              0), None, None
     pymupdf = mupdf()
     pymupdf.TOOLS.reset_mupdf_warnings()  # the buffer is global: clear it before open

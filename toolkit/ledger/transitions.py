@@ -36,7 +36,8 @@ TRANSITIONS: dict[State, frozenset[State]] = {
     S.PARTIAL: frozenset({S.UNKNOWN, S.NEEDS_REVIEW, S.CANCELLED}),
     # done -> done: a damaged artifact re-fetched (never re-executed)
     S.DONE: frozenset({S.DONE, S.NEEDS_REVIEW}),
-    # only a transient failure leaves (a new attempt, or an operator's cancel)
+    # a transient failure leaves (a new attempt, or an operator's cancel); a permanent
+    # one only to cancelled (a person closes it: ``resolve --cancel``), never retried
     S.FAILED: frozenset({S.UNKNOWN, S.CANCELLED}),
     # an operator decides a parked item (``resolve``): release it to be reconciled again,
     # cancel it, or accept a verified artifact (done, with path, size and sha256)
@@ -68,7 +69,7 @@ def why_illegal(frm, to, failure_before, after) -> str | None:
         if (frm, to) not in EDGES:
             return f"no edge {frm} -> {to}"
     # A State is a str: == "failed" holds for the member and for its value alike.
-    if frm == "failed" and failure_before != TRANSIENT:
+    if frm == "failed" and failure_before != TRANSIENT and to != "cancelled":
         return f"a {failure_before or 'unclassified'} failure was retried or released"
     if frm == "pending" and to == "failed" and after.get("failure") != PERMANENT:
         return "pending -> failed only as permanent (poison found before any submit)"
@@ -124,6 +125,7 @@ def describe() -> str:
     for frm, tos in TRANSITIONS.items():
         targets = ", ".join(to.value for to in State if to in tos) or "(final)"
         lines.append(f"{frm.value:>12} -> {targets}")
-    lines += ["", "failed leaves only as failed(transient); pending -> failed only as "
-              "failed(permanent); every move into done carries artifact path, size and sha256."]
+    lines += ["", "failed -> unknown only from failed(transient) (a permanent failure is only "
+              "cancelled); pending -> failed only as failed(permanent); every move into done "
+              "carries artifact path, size and sha256."]
     return "\n".join(lines)

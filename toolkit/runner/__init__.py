@@ -27,7 +27,7 @@ from toolkit.provider import JobStatus, ProviderConflict
 from toolkit.runner import artifacts
 from toolkit.runner.lease import Lease
 from toolkit.runner.ops import mark_unhealthy
-from toolkit.runner.pages import PageByPage
+from toolkit.runner.pages import LATER, PageByPage
 from toolkit.runner.reuse import Reuse
 from toolkit.runner.salvaged import UNANSWERED, Salvaged
 from toolkit.runner.pipeline import (HOOK_POINTS, Pipeline, RetryPolicy, Snapshot, _Budget,
@@ -169,9 +169,10 @@ class Runner(Salvaged, Reuse, PageByPage, Lease, Pipeline):
         ``fields`` go with the move the reply makes (``Salvaged._page_one``)."""
         if budget.submits >= self.policy.submits:
             return REST
-        why = self._unsendable(item)  # a page goes out only on an intact checkpoint
+        why = self._held_back(item)  # a page goes out only on an intact checkpoint
         if why is not None:
-            self._move(item, S.NEEDS_REVIEW, token, reason=why)
+            if why is not LATER:
+                self._move(item, S.NEEDS_REVIEW, token, reason=why)
             return REST
         budget.submits += 1
         self._stage = "submit"

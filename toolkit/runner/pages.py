@@ -15,8 +15,13 @@ Order, and why it is crash-safe:
     commit partial(n) pointing at checkpoint n    <- a crash before: checkpoint n-1 intact
     delete the other checkpoints of this key      <- a crash before: a stale file, no harm
 
-A page is sent only on an intact checkpoint of the pages before it; a
-damaged one parks the item (the finished pages are no longer proven).
+A page is sent only on an intact checkpoint of the pages before it. A damaged
+or missing one (``rm -rf out/.checkpoints``) is first rebuilt from the finished
+pages' jobs (``_restored``): each page fetched again, never executed again,
+joined as the checkpoints were, and kept only with the SHA-256 ``partial``
+recorded; the provider cannot answer now: the item rests as it is for a later
+run; it no longer holds a page, or they join to other bytes: the item is parked
+(the finished pages are no longer proven).
 """
 
 import os
@@ -32,6 +37,8 @@ from toolkit.runner.pipeline import PAGE_BY_PAGE
 
 S = State
 CONTINUE, REST = True, False
+DAMAGED = "checkpoint of the finished pages is damaged or missing"
+LATER = object()  # ``_restored``: the provider did not answer; the item rests as it is
 
 
 class PageByPage:
@@ -52,7 +59,7 @@ class PageByPage:
         if item.pages_done is None:
             return None  # a whole document
         if item.pages_done and not self._artifact_intact(item):
-            return "checkpoint of the finished pages is damaged or missing"
+            return DAMAGED
         if item.pages_done >= self._pages.get(item.key, 0):
             return "no page left to send: the pages are done, their assembly is not verified"
         return None
@@ -62,12 +69,48 @@ class PageByPage:
         return item.pages_done
 
     def _partial(self, item, token, budget):
-        """Resume a long document at its next page, from an intact checkpoint only."""
-        why = self._unsendable(item)
+        """Resume a long document at its next page, from an intact checkpoint only (rebuilt
+        from its pages' jobs if it was lost or damaged: ``_restored``)."""
+        why = self._held_back(item)
         if why is not None:
-            self._move(item, S.NEEDS_REVIEW, token, reason=why)
+            if why is not LATER:
+                self._move(item, S.NEEDS_REVIEW, token, reason=why)
             return REST
         return self._intent(item, token, budget, pages_done=self._resume_pages(item))
+
+    def _held_back(self, item):
+        """``_unsendable``, once a lost or damaged checkpoint was rebuilt if it could be:
+        None (send), ``LATER`` (the provider did not answer: rest as it is), or why not."""
+        why = self._unsendable(item)
+        if why != DAMAGED:
+            return why
+        restored = self._restored(item)
+        return restored if restored is None or restored is LATER else f"{why}: {restored}"
+
+    def _restored(self, item):
+        """Rebuild the checkpoint of pages 1..``pages_done`` at its recorded path from the
+        pages' finished jobs (fetched, never executed again; joined as the checkpoints were).
+        None once it is there with the recorded SHA-256; ``LATER`` when the provider did not
+        answer (nothing changed: a later run tries again); else why not (parks the item)."""
+        folder = self._checkpoint_dir()
+        folder.mkdir(parents=True, exist_ok=True)
+        joined = folder / f"{item.key}.joined.pdf"
+        try:
+            self._join_pages(item, folder, joined)
+        except (TransientError, TimeoutError):
+            Path(joined).unlink(missing_ok=True)
+            return LATER
+        except PermanentError as exc:
+            Path(joined).unlink(missing_ok=True)
+            return f"its pages could not be fetched again: {exc}"
+        if not documents.verify(joined, item.artifact_size, item.artifact_sha256):
+            Path(joined).unlink(missing_ok=True)
+            return "its pages fetched again join to other bytes"
+        target = self._artifact_file(item)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(joined, target)  # concat fsynced the file; now the name
+        documents.fsync_dir(target.parent)
+        return None
 
     def _checkpoint_dir(self) -> Path:
         return self.out_dir / ".checkpoints"
@@ -76,9 +119,15 @@ class PageByPage:
         """Append a verified page to the checkpoint; commit ``partial``, or ``done`` at the end."""
         page, total = item.pages_done + 1, self._pages[item.key]
         if item.pages_done and not self._artifact_intact(item):
-            self._move(item, S.NEEDS_REVIEW, token, reason="checkpoint damaged before page "
-                       f"{page}: the finished pages are not proven")
-            return REST
+            restored = self._restored(item)  # the page in hand waits: a later run fetches it
+            if restored is LATER:
+                part.unlink(missing_ok=True)
+                return REST
+            if restored is not None:
+                part.unlink(missing_ok=True)
+                self._move(item, S.NEEDS_REVIEW, token, reason="checkpoint damaged before page "
+                           f"{page}: the finished pages are not proven; {restored}")
+                return REST
         last = page == total
         target = self._output_path(item) if last else \
             self._checkpoint_dir() / f"{item.key}.{page:04d}.pdf"
@@ -114,17 +163,7 @@ class PageByPage:
         folder.mkdir(parents=True, exist_ok=True)
         joined = folder / f"{item.key}.joined.pdf"
         try:
-            for page in range(1, item.pages_done + 1):
-                job = self._finished_page(item, page)
-                if job is None:
-                    raise PermanentError(f"page {page} has no finished job to fetch")
-                part = folder / f"{item.key}.p{page:04d}.part"
-                self.provider.fetch(job.job_id, part)
-                if not documents.verify(part, job.artifact_size, job.artifact_sha256):
-                    raise PermanentError(f"page {page} fetched damaged")
-                # joined page after page, exactly as the checkpoints were: the same bytes
-                documents.concat([joined, part] if page > 1 else [part], joined)
-                part.unlink()
+            self._join_pages(item, folder, joined)
         except (TransientError, TimeoutError):
             return REST  # try again in a later run
         except PermanentError as exc:
@@ -140,6 +179,25 @@ class PageByPage:
         self._move(item, S.DONE, token, note="assembled again from its pages' jobs",
                    **stat_fields(final))
         return REST
+
+    def _join_pages(self, item, folder, joined) -> None:
+        """Fetch pages 1..``pages_done`` from their finished jobs and join them into
+        ``joined`` page after page, exactly as the checkpoints were (the same bytes).
+
+        Raises:
+            PermanentError: a page has no finished job, or came damaged.
+            TransientError, TimeoutError: the provider did not answer now.
+        """
+        for page in range(1, item.pages_done + 1):
+            job = self._finished_page(item, page)
+            if job is None:
+                raise PermanentError(f"page {page} has no finished job to fetch")
+            part = folder / f"{item.key}.p{page:04d}.part"
+            self.provider.fetch(job.job_id, part)
+            if not documents.verify(part, job.artifact_size, job.artifact_sha256):
+                raise PermanentError(f"page {page} fetched damaged")
+            documents.concat([joined, part] if page > 1 else [part], joined)
+            part.unlink()
 
     def _finished_page(self, item, page: int):
         """The succeeded job of one page: its key under the newest attempt that has one."""

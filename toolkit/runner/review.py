@@ -11,6 +11,16 @@ table (``ledger/transitions.py``), with the operator's note in the event:
   accept   needs_review -> done       only with a whole, readable PDF (the documents
                                        module's preflight), recorded by size and SHA-256
                                        relative to the batch's outputs root
+  resend   needs_review -> unknown    only for an item parked as ``NO_JOB_NO_RESEND`` (an
+                                       intent, no job found, keys not idempotent), with the
+                                       reason ``RESEND_DECIDED``: the next run looks it up
+                                       once more (found: adopted) and, not found, sends it
+                                       once (``Salvaged._released_unfound``)
+  cancel   failed(permanent) -> cancelled   a permanent failure closed by a person
+                                       (``audit`` plans review for it; ``parked`` lists it)
+
+A key may be given as a unique prefix of the task key (``unique_key``), as ``cancel``
+takes it.
 
 ``resolve_all`` records one decision for every parked item whose reason starts with a
 prefix (``salvaged``: what a salvage parked), item by item, each exactly as ``resolve``
@@ -31,11 +41,19 @@ from pathlib import Path
 
 from toolkit import documents, roots
 from toolkit.errors import LeaseHeldError, NotReadyError, StaleTokenError, ToolkitError
-from toolkit.ledger import State
+from toolkit.ledger import TRANSIENT, State
 
 S = State
-DECISIONS = {"release": S.UNKNOWN, "cancel": S.CANCELLED, "accept": S.DONE}
+DECISIONS = {"release": S.UNKNOWN, "cancel": S.CANCELLED, "accept": S.DONE,
+             "resend": S.UNKNOWN}
 REASONS = {"release": "released by operator", "cancel": "cancelled by operator"}
+SHOWN = 3  # keys named in an error, at most
+# Why the runner parks an intent whose lookups found no job where keys are not idempotent
+# (``Salvaged._released_unfound``); the one reason ``resend`` decides.
+NO_JOB_NO_RESEND = "intent recorded, provider has no job, contract forbids a resubmit"
+# The reason a ``resend`` records: the next run reads it (once) as the person's leave to send.
+RESEND_DECIDED = "resend decided by operator"
+RECORDED = {**REASONS, "resend": RESEND_DECIDED}  # the reason each decision's move records
 
 
 def _step(event) -> str:
@@ -64,6 +82,36 @@ def parked(ledger, out=None) -> list[dict]:
              "artifact_sha256": item.artifact_sha256, "outputs": outputs(item.key),
              "history": [_step(event) for event in history[item.key] if event.op in ("add", "move")]}
             for item in items]
+
+
+def failed_for_good(ledger) -> list[dict]:
+    """Every ``failed`` item no run retries (permanent, or unclassified), ordered by key:
+    ``audit`` plans review for them, and the one decision is ``resolve --cancel``."""
+    return [{"key": item.key, "source": item.source, "attempt": item.attempt,
+             "failure": item.failure, "reason": item.reason}
+            for item in ledger.items() if item.state is S.FAILED and item.failure != TRANSIENT]
+
+
+def unique_key(ledger, key: str) -> str:
+    """The task key ``key`` names: itself, or the one key it is a prefix of (``ledger``
+    prints 12 characters).
+
+    Raises:
+        ToolkitError: no item, or a prefix of several (one line naming them).
+    """
+    if ledger.get(key) is not None:
+        return key
+    matches = sorted(item.key for item in ledger.items() if item.key.startswith(key)) \
+        if key else []
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise ToolkitError(f"no item {key!r} in the ledger (a key or a unique prefix of one, "
+                           "as ledger and review print them)")
+    shown = ", ".join(matches[:SHOWN]) + (f" and {len(matches) - SHOWN} more"
+                                          if len(matches) > SHOWN else "")
+    raise ToolkitError(f"key {key!r} is a prefix of {len(matches)} items ({shown}): give "
+                       "more characters")
 
 
 def _outputs(out):
@@ -125,32 +173,54 @@ def _not_shared(ledger, key: str, stored: str) -> None:
                                f"{other.key!r}: give this item its own file")
 
 
-def _check(ledger, key: str, decision: str, artifact: dict | None):
-    """Raise ToolkitError (nothing written) unless ``key`` is a parked item ``decision`` fits."""
-    item = ledger.get(key)
-    if item is None:
-        raise ToolkitError(f"no item {key!r} in the ledger")
+def decidable(item, decision: str) -> str | None:
+    """Why ``decision`` does not fit ``item`` as it is, or None (it does). The one rule for
+    ``resolve`` (checked before, and again under the lease)."""
+    if item.state is S.FAILED and item.failure != TRANSIENT:
+        # a permanent failure a person closes (no run retries it, nothing to release)
+        return None if decision == "cancel" else (
+            f"item {item.key!r} is failed({item.failure}): no run retries it; --cancel "
+            "closes it (a fixed input is new work, its own item)")
     if item.state is not S.NEEDS_REVIEW:
-        raise ToolkitError(f"item {key!r} is {item.state.value}, not needs_review: "
-                           "nothing to resolve")
+        what = f"failed({item.failure})" if item.state is S.FAILED else item.state.value
+        return f"item {item.key!r} is {what}, not needs_review: nothing to resolve"
+    if decision == "resend" and item.reason != NO_JOB_NO_RESEND:
+        return (f"--resend decides only an item parked as {NO_JOB_NO_RESEND!r}; item "
+                f"{item.key!r} is parked as {item.reason!r}: --release, --cancel or "
+                "--accept-artifact decide it")
+    return None
+
+
+def _check(ledger, key: str, decision: str, artifact: dict | None):
+    """Raise ToolkitError (nothing written) unless ``key`` names an item ``decision`` fits."""
+    item = ledger.get(unique_key(ledger, key))
+    why = decidable(item, decision)
+    if why is not None:
+        raise ToolkitError(why)
     if decision == "accept":
-        _not_shared(ledger, key, artifact["artifact_path"])
+        _not_shared(ledger, item.key, artifact["artifact_path"])
     return item
 
 
 def resolve(ledger, key: str, decision: str, note: str, artifact: dict | None = None,
             worker: str = "operator", dry_run: bool = False):
-    """Record ``decision`` (``DECISIONS``) for the parked item ``key``; return the new item
-    (with ``dry_run``, the item as it is: nothing is claimed or written).
+    """Record ``decision`` (``DECISIONS``) for the parked item ``key`` (or a unique prefix
+    of it); return the new item (with ``dry_run``, the item as it is: nothing is claimed
+    or written).
 
     Raises:
-        ToolkitError: no such item, or not ``needs_review`` (nothing is written).
+        ToolkitError: no such item, or ``decidable`` refuses it (nothing is written).
         NotReadyError: a live worker holds its lease, or it moved meanwhile: run again.
     """
     item = _check(ledger, key, decision, artifact)
     if dry_run:
         return item
-    current, moved = _decided(ledger, key, decision, note, artifact, worker, _parked)
+    key, before = item.key, (item.state, item.reason)
+
+    def chosen(current) -> bool:  # as checked, and unchanged since
+        return (current.state, current.reason) == before
+
+    current, moved = _decided(ledger, key, decision, note, artifact, worker, chosen)
     if not moved:
         raise NotReadyError(f"item {key!r} moved to {current.state.value} meanwhile: "
                             "review it again")
@@ -187,8 +257,8 @@ def _move_held(ledger, key, decision, note, artifact, worker, chosen, token):
         if not chosen(current):
             return current, False
         fields = dict(artifact or {}) if decision == "accept" else {}
-        return ledger.move(key, S.NEEDS_REVIEW, DECISIONS[decision], token=token,
-                           worker=worker, note=note, reason=REASONS.get(decision),
+        return ledger.move(key, current.state, DECISIONS[decision], token=token,
+                           worker=worker, note=note, reason=RECORDED.get(decision),
                            **fields), True
     finally:
         try:
@@ -225,8 +295,11 @@ def check_bulk(reason: str | None, decision: str) -> None:
     """Raise ToolkitError unless a bulk decision can be made: release or cancel (an artifact
     is one item's own file), and a reason to select by (so an item parked for another
     cause is never decided in bulk by accident)."""
-    if decision not in REASONS:
+    if decision == "accept":
         raise ToolkitError("--accept-artifact decides one item (its own file): give --key")
+    if decision not in REASONS:
+        raise ToolkitError(f"--{decision} decides one item (a send a person vouches for): "
+                           "give --key")
     if not (reason or "").strip():
         raise ToolkitError("--all needs --reason PREFIX, the start of the reasons to decide "
                            "(review lists them): an item parked for another reason is never "

@@ -33,10 +33,10 @@ import dataclasses
 import os
 from pathlib import Path
 
-from toolkit.ledger import State
+from toolkit.ledger import TRANSIENT, State
 from toolkit.provider import JobStatus
 from toolkit.ledger.salvage import DECIDE, lost_lines
-from toolkit.runner.review import REASONS
+from toolkit.runner.review import NO_JOB_NO_RESEND, REASONS, RESEND_DECIDED
 
 RELEASED = REASONS["release"]  # the reason ``resolve --release`` records (needs_review -> unknown)
 
@@ -150,11 +150,22 @@ class Salvaged:
         reason ``--reason salvaged`` no longer matches.) An intent a run recorded on this
         ledger keeps the rule of any ledger (DESIGN: not idempotent -> ``needs_review``);
         ``Runner._intent`` clears a reason left from before, so RELEASED here means the
-        release is the item's last move."""
+        release is the item's last move.
+
+        An item a person decided to send again (``resolve --resend``: ``RESEND_DECIDED``,
+        only ever recorded on an item parked as ``NO_JOB_NO_RESEND``) whose lookups still
+        find no job is sent once: ``failed(transient)`` first, durable, which spends the
+        decision (its reason is no longer ``RESEND_DECIDED``), then ``_failed_transient``'s
+        retry: a new attempt's intent, then its send. A crash or a lost reply after that
+        intent leaves an ``unknown`` item the rule above parks again: one send per decision."""
         if marked(self.ledger) and item.reason == RELEASED:
             return self._unfound(item, token, budget, None, page)
-        self._move(item, S.NEEDS_REVIEW, token,
-                   reason="intent recorded, provider has no job, contract forbids a resubmit")
+        if item.reason == RESEND_DECIDED:
+            self._move(item, S.FAILED, token, failure=TRANSIENT, **page, reason=(
+                "sent again on an operator's decision (resolve --resend): the provider has "
+                f"no job for attempt {item.attempt}"))
+            return CONTINUE
+        self._move(item, S.NEEDS_REVIEW, token, reason=NO_JOB_NO_RESEND)
         return REST
 
     def _unfound(self, item, token, budget, job, page=None):
