@@ -12,10 +12,11 @@ points end. Printed, in ms per crash point (median over the repetitions):
 
 * parent: this process (corpus, input checks, ``prefile``, the rows), of which
   ``prefile`` (rendering the later documents while the recording runs);
-* recording: the uncrashed run that copies the batch folder at each step, of
-  which ``copy`` (``snapshot.copy_tree``) and ``render`` (``documents.process``
-  computed for real); and the baseline's supervisor beside it (its judge);
-* per point (the supervisors' processes): ``recovery`` (the run from the copy,
+* recording: the uncrashed run that copies the batch folder at each step (forked
+  from this process), of which ``copy`` (``snapshot.copy_tree``) and ``render``
+  (``documents.process`` computed for real);
+* per point (the supervisors' processes; the uncrashed run's judgement is one of
+  their calls): ``recovery`` (the run from the copy,
   ``run_here``), ``judge`` (``collect_history`` + ``check``, of which
   ``check``), ``remove`` (the point's folder), and ``rest``: the supervisor
   process's CPU outside these (its fork's copy-on-write faults, the restore's
@@ -43,6 +44,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import toolkit.explore as explore_module  # noqa: E402
+import toolkit.explore.point as point_module  # noqa: E402
 from toolkit import documents  # noqa: E402
 from toolkit.explore import Plan, explore, snapshot  # noqa: E402
 
@@ -67,7 +69,7 @@ def _report(kind: str) -> None:
 
 def _install(profile_dir) -> None:
     """Timers (and profilers) around each phase, in this process before any fork."""
-    run_batch, explore_point = explore_module.run_batch, explore_module._explore_point
+    run_batch, explore_point = point_module.run_batch, explore_module._explore_point
     # before the memo wraps it (in the forked supervisors): a render is a cache miss
     documents.process = _timed("render", documents.process)
 
@@ -81,12 +83,12 @@ def _install(profile_dir) -> None:
 
     def point(fd, *args, **kwargs):
         result = _profiled(profile_dir, "point", explore_point, fd, *args, **kwargs)
-        _report("baseline" if kwargs.get("record_first") else "supervisor")
+        _report("supervisor")  # the uncrashed run's judgement is one of their calls
         return result
 
-    explore_module.run_batch, explore_module._explore_point = recording, point
-    explore_module.run_here = _timed("recovery", explore_module.run_here)
-    explore_module._judge = _timed("judge", explore_module._judge)
+    point_module.run_batch, explore_module._explore_point = recording, point
+    point_module.run_here = _timed("recovery", point_module.run_here)
+    point_module._judge = _timed("judge", point_module._judge)
     explore_module.prefile = _timed("prefile", explore_module.prefile)
     snapshot.copy_tree = _timed("recording: copy", snapshot.copy_tree)
     import shutil
@@ -143,7 +145,6 @@ def one(plan, read_fd) -> dict:
         last[(report["kind"], report["pid"])] = report
     sups = [r for (kind, _), r in last.items() if kind == "supervisor"]
     rec = [r for (kind, _), r in last.items() if kind == "recording"]
-    base = [r for (kind, _), r in last.items() if kind == "baseline"]
 
     def per_point(reports, key):
         return 1000 * sum(r.get(key, 0.0) for r in reports) / points
@@ -151,7 +152,6 @@ def one(plan, read_fd) -> dict:
     row = {"parent": 1000 * own / points, "parent: prefile": 1000 * _SPENT["prefile"] / points,
            "recording": per_point(rec, "cpu"), "recording: copy": per_point(rec, "recording: copy"),
            "recording: render": per_point(rec, "render"),
-           "baseline supervisor": per_point(base, "cpu"),
            "points": per_point(sups, "cpu"), "points: recovery": per_point(sups, "recovery"),
            "points: judge": per_point(sups, "judge"),
            "points: judge: check": per_point(sups, "judge: check"),

@@ -13,7 +13,7 @@ import pytest
 
 from toolkit.explore import Plan, batch_inputs
 from toolkit.explore.child import Paths, fork, killed_by_sigkill, run_batch
-from toolkit.explore.judge import _ProviderLogs
+from toolkit.explore.judge import _ledger_records, _ProviderLogs
 from toolkit.provider import FakeProvider
 
 
@@ -55,3 +55,18 @@ def test_missing_provider_database_reads_as_the_provider_objects_empty_answer(tm
     logs = _ProviderLogs(paths, Plan().contract_object())
     assert (logs.calls(), logs.executions()) == ([], [])
     assert logs.counters["submit_calls"] == 0
+
+
+def test_closed_batch_judge_reads_leave_no_wal_or_shm_beside_the_databases(tmp_path):
+    """Fault: none; the batch ran to its end and closed both databases (no -wal, no -shm).
+    Property: the judge's reads of the ledger and of the provider leave the folder as they
+    found it: with no -wal they read the file as it is (``immutable=1``), where a
+    ``mode=ro`` reader made a -wal and a -shm beside each database and left them."""
+    plan, paths, _ = killed_batch(tmp_path, None)
+    names = sorted(path.name for path in paths.root.iterdir())
+    assert "provider.db" in names and not [name for name in names if name.endswith(("-wal",
+                                                                                    "-shm"))]
+    logs = _ProviderLogs(paths, plan.contract_object())
+    events, _ = _ledger_records(paths.ledger)
+    assert sorted(path.name for path in paths.root.iterdir()) == names
+    assert logs.calls() and events

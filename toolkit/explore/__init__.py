@@ -3,9 +3,10 @@
 "A resume path that was never killed does not exist." In the spirit of ALICE
 and CrashMonkey, at the level of this protocol:
 
-1. run the batch once, uncrashed, in a forked child that reports its ordered
-   list of durable steps (``child.Tracer``: ledger commits, provider calls
-   and phases, artifact downloads and renames, naive state-file rewrites);
+1. run the batch once, uncrashed, in a child forked by this process that
+   reports its ordered list of durable steps (``child.Tracer``: ledger commits,
+   provider calls and phases, artifact downloads and renames, naive state-file
+   rewrites); it is judged beside the crash points (``point``);
 2. for every step k: fork a fresh child that runs the same batch and sends
    itself SIGKILL when it reaches step k (``tear+kill``: a download cut
    halfway, then the kill; power-loss mode: the ledger cut back to its last
@@ -49,11 +50,11 @@ from pathlib import Path
 from toolkit import pool
 from toolkit.errors import StorageError, ToolkitError
 from toolkit.explore.child import (KILL, TEAR, Paths, fork, fork_many, fork_meanwhile,
-                                   fork_shared, run_batch, run_here)
-from toolkit.explore.judge import VERDICTS, _judge, _note_kill, _rested
-from toolkit.explore.memo import input_checks, install, prefile
-from toolkit.explore.powerloss import (LEDGERS, drop_unsynced, lost_acknowledged, lost_deferred,
-                                       synced_size)
+                                   fork_shared)
+from toolkit.explore.judge import VERDICTS, _judge, _rested  # noqa: F401 - _judge: widgets
+from toolkit.explore.memo import input_checks, prefile
+from toolkit.explore.point import _explore_point, _record
+from toolkit.explore.powerloss import LEDGERS
 from toolkit.explore import scratch
 from toolkit.explore.snapshot import folder, refusal
 
@@ -205,24 +206,32 @@ def explore(plan: Plan, workdir=None, progress=None) -> Exploration:
 
     snapshots = root / "snapshots" if plan.mode == "snapshot" else None
     memo = None if snapshots is None else (root / "provider-work", input_checks(inputs))
-    body, args, kwargs = _call(plan, root, inputs, names, "baseline", Point(None),
-                               record_first=True)
+    # The uncrashed run, forked from here (``_record``); it is judged (and, if it did not
+    # rest, rerun) by ``_explore_point`` from its messages: beside the points when it rested,
+    # else before them, to refuse the exploration. No supervisor of its own waits for it.
     def meanwhile():  # the recording is serial: render the later documents beside it
         if memo is not None:
             prefile(memo[0], inputs, memo[1], plan.page_by_page_from)
-    baseline = _result(*fork_meanwhile(meanwhile, body, *args, snapshots=snapshots, memo=memo,
-                                       **kwargs))
-    steps = baseline["first_steps"]
-    if snapshots is not None and baseline["row"]["errors"]:
-        raise ToolkitError(f"the recording failed: {baseline['row']['errors'][0]}")
-    if baseline["row"]["verdict"] == "not-reached" or "not_at_rest" in baseline["row"]["anomalies"]:
+    work = root / "points" / "baseline"
+    recorded = fork_meanwhile(meanwhile, _record, plan, Paths(work, work / plan.ledger_file()),
+                              inputs, names, snapshots=snapshots, memo=memo, temp=root / "tmp")
+    body, args, kwargs = _call(plan, root, inputs, names, "baseline", Point(None))
+    kwargs.update(ran=recorded, memo=memo)
+    errors = [m["error"] for m in recorded[0] if m["t"] == "error"]
+    if snapshots is not None and errors:
+        raise ToolkitError(f"the recording failed: {errors[0]}")
+    steps = [m for m in recorded[0] if m["t"] == "step"]
+    baseline = None if _rested(recorded[0]) else _result(*fork(body, *args, **kwargs))
+    if baseline is not None and (baseline["row"]["verdict"] == "not-reached"
+                                 or "not_at_rest" in baseline["row"]["anomalies"]):
         _refuse_baseline(baseline, root)
-    note = baseline["position"]  # a copy names the recording's folder (``Recorder``)
+    note = next((m["position"] for m in recorded[0] if m["t"] == "end"), None)  # ``Recorder``
     if note:  # the copies cannot be moved: every point replays and dies for real
         import shutil
 
         shutil.rmtree(snapshots)
         snapshots = memo = None
+        kwargs.update(memo=None)
 
     singles = [Point(s["n"], how) for s in steps if (s["n"] - 1) % plan.every == 0
                for how in (KILL, TEAR) if how == KILL or s["tearable"]]
@@ -235,7 +244,10 @@ def explore(plan: Plan, workdir=None, progress=None) -> Exploration:
             progress(done[0], expected[0])
 
     results = _explore_points(plan, root, inputs, names, singles, jobs, tick, record=plan.pairs,
-                              snapshots=snapshots, steps=steps, memo=memo)
+                              snapshots=snapshots, steps=steps, memo=memo,
+                              baseline=(body, args, kwargs) if baseline is None else None)
+    if baseline is None:
+        baseline = results.pop()
     # The label each crash point must die at: the baseline's, and for pairs the first rerun's.
     expect = {(point.k, point.how, None): steps[point.k - 1]["label"] for point in singles}
     if plan.pairs:
@@ -287,19 +299,25 @@ def _call(plan, root, inputs, names, label, point, record_first=False, record=Fa
 
 
 def _explore_points(plan, root, inputs, names, points, jobs, tick, record=False, snapshots=None,
-                    steps=(), memo=None):
+                    steps=(), memo=None, baseline=None):
+    """Each point's result, in order; and last, if ``baseline`` (a ``_call``), its result."""
     calls = [_call(plan, root, inputs, names, f"{point.k}-{point.how}-{point.j}", point,
                    record=record) for point in points]
-    if snapshots is None:
-        return [_result(*result) for result in fork_many(calls, jobs, tick)]
-    for (_, _, kwargs), point in zip(calls, points):  # each starts from its step's copy
+    for (_, _, kwargs), point in zip(calls if snapshots else (), points):  # from its copy
         kwargs.update(start=folder(snapshots, point.k, point.how == TEAR),
                       start_step=steps[point.k - 1], memo=memo)
+    calls += [baseline] if baseline else []
+
+    def done(index, result):  # the baseline's judgement is no crash point
+        if index < len(points):
+            tick(index, result)
+    if snapshots is None:
+        return [_result(*result) for result in fork_many(calls, jobs, done)]
     # A few supervisors (one per job, at most SHARED points each) run the points one after
     # another: a fork per point, its copy-on-write faults and cold caches were over half of
     # a point's CPU. Each point still recovers in its own folder (``_explore_point``).
     size = min(SHARED, -(-len(calls) // max(1, jobs)))
-    return [_result(*result) for result in fork_shared(calls, jobs, size, tick)]
+    return [_result(*result) for result in fork_shared(calls, jobs, size, done)]
 
 
 def _refuse_baseline(baseline: dict, root: Path):
@@ -320,83 +338,6 @@ def _result(messages, status) -> dict:
         error = next((m for m in messages if m["t"] == "error"), {"traceback": f"status {status}"})
         raise ToolkitError(f"crash-point supervisor failed: {error['traceback']}")
     return end
-
-
-def _explore_point(fd, plan: Plan, work: Path, inputs, names, point: Point,
-                   record_first=False, record_recovery=False, snapshots=None, start=None,
-                   start_step=None, memo=None, temp=None) -> dict:
-    """One crash point, in a (forked) supervisor process: crash, rerun, judge.
-
-    ``start`` (snapshot mode): the copy of the batch folder taken at step
-    ``start_step``; the reruns start from it instead of a replay killed there.
-    The supervisor may have run other points before (``fork_shared``), each in
-    its own folder. ``memo`` (snapshot mode): the provider's work cache and the
-    inputs' checks. ``temp``: the temporary folder of this process and the runs it
-    forks (None: the system's).
-    """
-    import shutil
-
-    if memo is not None:  # this process and the runs it forks, once: see ``memo``
-        install(memo)
-    if temp is not None:
-        # The runs' private input copies (the runner's ``toolkit-inputs-*``, one folder per
-        # run) go inside the exploration's folder: in RAM when that is /dev/shm, removed with
-        # it once every process is gone (``scratch``). In a /tmp on disk, making and removing
-        # them cost ~0.25 ms of CPU and ~2.5 ms of wall time per run. No run reads another's.
-        os.makedirs(temp, exist_ok=True)
-        tempfile.tempdir = os.fspath(temp)
-
-    shutil.rmtree(work, ignore_errors=True)  # a leftover of an interrupted exploration
-    work.parent.mkdir(parents=True, exist_ok=True)
-    if start is None:
-        work.mkdir()
-    paths = Paths(work, work / plan.ledger_file())
-    row = {"point": point.k, "how": point.how, "step": None, "kind": None,
-           "recovery_point": point.j, "recovery_step": None, "runs": 0}
-    errors, lost, acked, deferred, reached = [], [], 0, 0, True
-
-    if start is None:
-        messages, status = fork(run_batch, plan, paths, inputs, names, run=0, kill_at=point.k,
-                                how=point.how, record=record_first, snapshots=snapshots)
-        reached &= _note_kill(row, "step", messages, status, point.k)
-    else:  # same depth as the real mode's folder: the roots, relative to it, resolve alike
-        os.rename(start, work)  # each copy serves one point: no second copy
-        messages, status = [], 0
-        row.update(step=start_step["label"], kind=start_step["kind"])
-    first_steps = [m for m in messages if m["t"] == "step"]
-    position = next((m["position"] for m in messages if m["t"] == "end"), None)
-    errors += [m["error"] for m in messages if m["t"] == "error"]
-    if plan.power_loss and point.k is not None:  # the uncrashed baseline keeps its power
-        drop_unsynced(paths.ledger, synced_size(messages) or 0)
-        lost = lost_acknowledged(paths.ledger, messages)
-        deferred = lost_deferred(paths.ledger, messages)  # not acked as durable: allowed
-        acked = sum(m["t"] == "ack" for m in messages)
-    rested, recovery_steps = _rested(messages), []
-    while not rested and row["runs"] < plan.runs:
-        kill_at = point.j if row["runs"] == 0 else None
-        # From a copy, the first rerun runs here, in this supervisor: a fork of the exploring
-        # parent that may have recovered and judged other points (other folders) before;
-        # what a run keeps of its process is its identity (pid and start, new for the copy:
-        # the recording's owner is gone) and caches of pure functions. One fork per point
-        # saved, and the copy-on-write faults of a fresh one.
-        run = run_here if start is not None and row["runs"] == 0 else fork
-        messages, status = run(run_batch, plan, paths, inputs, names, run=row["runs"] + 1,
-                                kill_at=kill_at, record=record_recovery and row["runs"] == 0)
-        if row["runs"] == 0:
-            recovery_steps = [m for m in messages if m["t"] == "step"]
-            reached &= _note_kill(row, "recovery_step", messages, status, kill_at)
-        row["runs"] += 1
-        errors += [m["error"] for m in messages if m["t"] == "error"]
-        rested = _rested(messages)
-
-    row.update(_judge(plan, paths, inputs, rested, lost, reached))
-    row["errors"] = errors
-    if plan.power_loss:
-        row.update(acked=acked, lost_acked=len(lost), lost_deferred=deferred)
-    shutil.rmtree(work, ignore_errors=True)
-    halted = [m["halted"] for m in messages if m["t"] == "end" and m["halted"]]
-    return {"row": row, "first_steps": first_steps, "recovery_steps": recovery_steps,
-            "position": position, "pid": os.getpid(), "halted": halted[-1] if halted else None}
 
 
 __all__ = ["KILL", "LEDGERS", "TEAR", "VERDICTS", "Exploration", "Plan", "Point", "explore"]

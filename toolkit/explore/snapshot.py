@@ -103,24 +103,37 @@ def _copy_dir(src: str, dst: str, needle, prefix: str):
         elif not entry.is_file():  # a FIFO would block the read: no batch folder has one
             raise OSError(f"{entry.path}: not a regular file, folder or symlink")
         else:
-            st = entry.stat()
-            with open(entry.path, "rb") as source:
-                data = source.read()
+            st, data = _read_whole(entry.path)
             fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             try:
                 view = memoryview(data)
                 while view:
                     view = view[os.write(fd, view):]
                 os.fchmod(fd, st.st_mode & 0o7777)
+                os.utime(fd, ns=(st.st_atime_ns, st.st_mtime_ns))
             finally:
                 os.close(fd)
-            os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
             if found is None and needle is not None and needle in data:
                 found = f"{prefix}{entry.name}"
     st = os.stat(src)  # the folder's own times last: creating its entries changed them
     os.chmod(dst, st.st_mode & 0o7777)
     os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
     return found
+
+
+def _read_whole(path: str) -> tuple[os.stat_result, bytes]:
+    """The file's stat (taken before the read moves its access time) and all its bytes,
+    through its descriptor: ``open()``'s buffered file asked the terminal (``isatty``) and
+    the position (``lseek``) of every file, and ``utime`` by name looked the path up again."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        st = os.fstat(fd)
+        chunks = [os.read(fd, st.st_size + 1)]
+        while chunks[-1]:  # to the end, whatever the stat said
+            chunks.append(os.read(fd, 1 << 16))
+        return st, b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def folder(snapshots: Path, n: int, torn: bool) -> Path:
