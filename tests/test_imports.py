@@ -9,6 +9,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "toolkit"
 # A module may import only from strictly lower ranks (STYLE.md, "Import ranks").
 RANKS = {
     "errors": 0, "pool": 0,  # the one process pool (explore's crash points, parallel drills)
+    "advice": 0,  # the command lines messages print (every rank's refusals build them)
     "identity": 1, "documents": 1, "storage": 1, "liveness": 1,
     "ledger": 2, "provider": 2, "roots": 2,
     "runner": 3, "faults": 3, "checker": 3, "forensics": 3,

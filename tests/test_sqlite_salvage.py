@@ -86,8 +86,8 @@ def test_older_sqlite_copy_put_back_is_salvaged_and_runs_no_document_twice(tmp_p
     executed = provider_stats(tmp_path / "p.db")["executions"]
 
     refused = run_cli(*_run_args(tmp_path, ledger))
-    _one_line_refusal(refused, "older copy", f"ledger {str(ledger)!r} --salvage NEW.sqlite",
-                      "--out")
+    _one_line_refusal(refused, "older copy", f"python -m toolkit ledger {ledger} --salvage "
+                      f"{tmp_path / 'L.salvaged.sqlite'} --out")  # shlex.quote: plain paths
     assert provider_stats(tmp_path / "p.db")["executions"] == executed
 
     new = tmp_path / new_name
@@ -122,7 +122,7 @@ def test_deleted_sqlite_ledger_is_salvaged_from_nothing_and_runs_no_document_twi
         (tmp_path / f"L.sqlite{suffix}").unlink(missing_ok=True)
 
     refused = run_cli(*_run_args(tmp_path, ledger))
-    _one_line_refusal(refused, "missing", "--salvage NEW.sqlite")
+    _one_line_refusal(refused, "missing", f"--salvage {tmp_path / 'L.salvaged.sqlite'} --out")
     assert not ledger.exists()
 
     new = ledger if in_place else tmp_path / "S.sqlite"

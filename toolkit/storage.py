@@ -57,7 +57,7 @@ def storage_error(what: str, exc: sqlite3.Error, path=None) -> LedgerError:
         return StorageError(f"{what}: {exc}; {READ_ONLY}")
     if full is not None:  # the folder answers ENOSPC (no inode) or EDQUOT: the storage's
         return StorageError(f"{what}: {exc} (a new file there: {full.strerror})")
-    if name == "SQLITE_READONLY" and path is not None and read_only(path):
+    if name.startswith("SQLITE_READONLY") and path is not None and read_only(path):
         return StorageError(f"{what}: {exc}; {READ_ONLY}")
     return (LedgerError if name in NOT_A_DATABASE else StorageError)(f"{what}: {exc}")
 
@@ -135,14 +135,25 @@ class sqlite_txn:  # noqa: N801 -- used as a function: ``with sqlite_txn(db, wha
         if kind is not None:
             rollback(self.db)
             if issubclass(kind, sqlite3.Error):
-                raise storage_error(self.what, exc) from exc
+                raise storage_error(self.what, exc, _read_only_file(self.db, exc)) from exc
             return False
         try:
             self.db.execute("COMMIT")
         except sqlite3.Error as error:
             rollback(self.db)
-            raise storage_error(self.what, error) from error
+            raise storage_error(self.what, error, _read_only_file(self.db, error)) from error
         return False
+
+
+def _read_only_file(db: sqlite3.Connection, exc: sqlite3.Error) -> str | None:
+    """``db``'s file when ``exc`` says it cannot be written (``SQLITE_READONLY*``), so that
+    ``storage_error`` asks its file system and gives the read-only advice: a write refused
+    inside a transaction (a ledger with a ``-wal`` left by a kill, on a file system since
+    remounted read-only: the open succeeds, the first write does not). Only on this error
+    path: a transaction that succeeds never asks."""
+    if getattr(exc, "sqlite_errorname", "").startswith("SQLITE_READONLY"):
+        return _main_file(db)
+    return None
 
 
 def _main_file(db: sqlite3.Connection) -> str | None:

@@ -5,7 +5,7 @@ import os
 import sys
 
 from toolkit.cli import command, emit, finite
-from toolkit.errors import StorageError, ToolkitError
+from toolkit.errors import LedgerError, StorageError, ToolkitError
 
 
 @command("fixtures", "Write a seeded corpus of healthy and poison PDFs (byte-identical per seed).")
@@ -173,6 +173,8 @@ def _run(parser):
                                                        runner.worker)
                     witness.record_end(args.out, seen, runner.ledger)
                 finally:
+                    if runner.halted:  # read while the ledger is open (_ledger_counts)
+                        counts = _ledger_counts(runner.ledger)
                     runner.close()
         provider.close()
         if stopped is not None:
@@ -181,13 +183,9 @@ def _run(parser):
             return 1
         # Strays (items of the ledger whose input is gone) are counted too, so the summary
         # matches `ledger`: a `pending=1` there is never missing here.
-        for item in runner.strays:
+        for item in runner.strays if counts is not None else ():
             counts[item.state.value] += 1
-        items = sum(counts.values())
-        strays = f", strays={len(runner.strays)}" if runner.strays else ""
-        text = "  ".join(f"{state}={n}" for state, n in counts.items() if n) + \
-            f"  (items={items}{strays})"
-        emit({"items": items, "by_state": counts, "strays": len(runner.strays)}, args.json, text)
+        _emit_counts(counts, runner.strays, args.json)
         if runner.halted:
             print(f"halted, no new work taken: {runner.halted}", file=sys.stderr)
             if runner.health_recorded is False:
@@ -208,7 +206,9 @@ def _run(parser):
             more = f" and {len(runner.strays) - 5} more" if len(runner.strays) > 5 else ""
             print(f"{len(runner.strays)} item(s) not at rest whose content is no longer among "
                   f"the inputs (changed or removed): {shown}{more}; put the input back and run "
-                  "again, or cancel them (toolkit cancel --key K)", file=sys.stderr)
+                  "again, or cancel each:", file=sys.stderr)
+            for item in runner.strays:
+                print(f"  {_cancel_command(args, item.key)}", file=sys.stderr)
             return 1
         if runner.local_errors:  # done items whose artifact is not under --out yet
             print("some artifacts are not in --out: clear the way and run again",
@@ -216,6 +216,42 @@ def _run(parser):
             return 1
         return 0
     return run
+
+
+def _ledger_counts(ledger) -> dict | None:
+    """A halted run's counts: the ledger's, read after the halt. The run's own tally stops
+    where the halt did (a halt inside the first chunk's enqueue counts none of the items
+    that chunk recorded), and a script reading ``"items": 0`` would see an empty batch
+    that is not. None when the ledger cannot be read either: the counts are unknown."""
+    try:
+        return ledger.counts()
+    except (LedgerError, OSError):
+        return None
+
+
+def _emit_counts(counts, strays, as_json) -> None:
+    """The run's summary line (or JSON document); unknown counts are said to be unknown."""
+    if counts is None:
+        emit({"items": None, "by_state": None, "strays": None, "counts": "unknown"}, as_json,
+             "(items unknown: the ledger could not be read after the halt; `ledger` counts "
+             "them once it can)")
+        return
+    items = sum(counts.values())
+    more = f", strays={len(strays)}" if strays else ""
+    text = "  ".join(f"{state}={n}" for state, n in counts.items() if n) + \
+        f"  (items={items}{more})"
+    emit({"items": items, "by_state": counts, "strays": len(strays)}, as_json, text)
+
+
+def _cancel_command(args, key) -> str:
+    """``cancel`` for one item with this run's own --ledger and provider database. Cancel
+    reads the provider's database: with --provider-url it is the file the service was
+    started with (its --db), which this run never saw, so the line says so."""
+    from toolkit.advice import toolkit_command
+
+    command = toolkit_command("cancel", "--ledger", args.ledger, "--provider-db",
+                              args.provider_db or "DB", "--key", key)
+    return command if args.provider_db else f"{command}   (DB: the service's --db file)"
 
 
 @contextlib.contextmanager

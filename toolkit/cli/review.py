@@ -79,9 +79,8 @@ def _review(parser):
                       for path in item["outputs"]]
             lines += [f"  history   {_one_line(step)}" for step in item["history"]]
         if items:
-            lines += ["decide with: python -m toolkit resolve --ledger PATH --key KEY "
-                      "(--release | --cancel | --accept-artifact FILE | --resend) --note TEXT",
-                      "  its output exists (an 'output' above, or one you fetched into the "
+            lines += _decide_commands(args.ledger, items)
+            lines += ["  its output exists (an 'output' above, or one you fetched into the "
                       "outputs root): --accept-artifact FILE records it as done; a release is "
                       "looked up again, and where keys are not idempotent an item the "
                       "provider has no job for is parked again",
@@ -102,6 +101,18 @@ def _review(parser):
         emit({"needs_review": items, "failed_permanent": failed}, args.json, "\n".join(lines))
         return 0
     return run
+
+
+def _decide_commands(ledger, items) -> list[str]:
+    """The decisions as command lines with this ledger (and the key, for one item):
+    what is left to fill in is named in capitals."""
+    from toolkit.advice import toolkit_command
+
+    key = items[0]["key"] if len(items) == 1 else "KEY"
+    fill = "" if len(items) == 1 else "; KEY: a key above"
+    return [f"decide with one of (WHY: your reason, recorded{fill}):"] + [
+        "  " + toolkit_command("resolve", "--ledger", ledger, "--key", key, *what, "--note", "WHY")
+        for what in (["--release"], ["--cancel"], ["--accept-artifact", "FILE"], ["--resend"])]
 
 
 @command("resolve", "Record an operator's decision on a needs_review item (--key) or on every "

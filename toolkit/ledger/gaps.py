@@ -26,6 +26,8 @@ counted in the header above them (``snapshot_damage``): one deleted or copied, o
 header deleted (with it a salvage's mark, the only record that keys were lost), shows.
 """
 
+from toolkit.advice import salvaged_name, toolkit_command
+
 SHOWN = 5  # ranges named in a message; the rest are counted
 # The longest line the ledger's replay and the audit read (bytes, newline excluded): both
 # read every line up to it (a long note: a few MiB), both call a longer one corrupt in the
@@ -184,5 +186,6 @@ def damage_words(ledger, refusing: str) -> str | None:
     if ledger.snapshot_damage:
         damage.append(ledger.snapshot_damage[1])
     return (f"JSONL ledger {str(ledger.path)!r} {' and '.join(damage)}; refusing {refusing}: "
-            f"run 'python -m toolkit audit {ledger.path}', then 'python -m toolkit "
-            f"ledger {ledger.path} --salvage NEW.jsonl'") if damage else None
+            f"run {toolkit_command('audit', ledger.path)}, then "
+            f"{toolkit_command('ledger', ledger.path, '--salvage', salvaged_name(ledger.path))}"
+            ) if damage else None

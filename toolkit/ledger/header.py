@@ -15,6 +15,8 @@ import json
 import os
 from pathlib import Path
 
+from toolkit.advice import salvaged_name, toolkit_command
+
 # Line 1 of every ledger this toolkit writes; a file without it whose lines are all
 # toolkit events (every ledger written before the header existed) is upgraded by the
 # next writer, in one atomic rewrite. A newer version is refused.
@@ -75,9 +77,9 @@ def header_problem(where: str, header: dict | None) -> str | None:
     if version > VERSION:
         return newer_version(where, version)
     return (f"{where!r} names format version {version} in line 1, and versions start at 1: "
-            f"line 1 was edited; set \"version\": {VERSION} in line 1 and run 'python -m "
-            f"toolkit audit {where}', then 'python -m toolkit ledger {where} --salvage "
-            "NEW.jsonl'")
+            f"line 1 was edited; set \"version\": {VERSION} in line 1 and run "
+            f"{toolkit_command('audit', where)}, then "
+            f"{toolkit_command('ledger', where, '--salvage', salvaged_name(where))}")
 
 
 # A file holding only the start of a header line. No writer of this toolkit leaves one (the
@@ -98,9 +100,9 @@ def newer_version(where: str, version: int) -> str:
     ``--salvage``; the audit notes it): what to do, whichever way it came to be."""
     return (f"{where!r} is a JSONL ledger of format version {version}; this toolkit reads "
             f"version {VERSION}: open it with the newer toolkit that wrote it; if none did "
-            f"(line 1 edited), set \"version\": {VERSION} in line 1 and run 'python -m "
-            f"toolkit audit {where}', then 'python -m toolkit ledger {where} --salvage "
-            "NEW.jsonl'")
+            f"(line 1 edited), set \"version\": {VERSION} in line 1 and run "
+            f"{toolkit_command('audit', where)}, then "
+            f"{toolkit_command('ledger', where, '--salvage', salvaged_name(where))}")
 
 
 def no_history(ledger_path) -> bool:

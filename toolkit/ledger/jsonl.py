@@ -19,6 +19,7 @@ import dataclasses
 import json
 import os
 
+from toolkit.advice import salvaged_name, toolkit_command
 from toolkit.documents import fsync_dir
 from toolkit.errors import LedgerBusyError, LedgerError, StorageError
 from toolkit.ledger import Event, Item, Ledger
@@ -179,13 +180,20 @@ class JsonlLedger(Ledger):
                     view = view[os.write(self._fd, view):]
             if self.durable and self._group is None:
                 os.fsync(self._fd)
-        except OSError as exc:
-            # Leave no half line behind: the next append would glue onto it.
+            self._end = start + len(line)  # inside: an interrupt before it is cut below
+        except BaseException as exc:
+            # Leave no line behind that the caller was not told of: half a line (the next
+            # append would glue onto it), or a whole one an interrupt (a second Ctrl-C's
+            # KeyboardInterrupt, raised from the signal handler between any two bytecodes)
+            # cut off from its bookkeeping: kept, it would be bytes past ``_end`` (a false
+            # "written by another program" at close) and a seq memory never took.
             self._end = None
             with contextlib.suppress(OSError):
                 os.ftruncate(self._fd, start)
-            raise StorageError(f"cannot append to {str(self.path)!r}: {exc}") from exc
-        self._end = start + len(line)
+                self._end = start
+            if isinstance(exc, OSError):
+                raise StorageError(f"cannot append to {str(self.path)!r}: {exc}") from exc
+            raise
         # After the line is on disk (fsynced) and before this returns, so before any side
         # effect the event permits: the path must still name the file we hold. A cp+mv (how
         # editors and sync tools save) or an rm would leave our appends in an unnamed inode
@@ -236,8 +244,9 @@ class JsonlLedger(Ledger):
             raise StorageError(
                 f"JSONL ledger {str(self.path)!r} is {named.st_size} bytes where this run's "
                 f"appends end at {self._end} (seen at {when}): truncated or written by another "
-                "program while this run wrote it; the run stopped; run 'python -m toolkit "
-                f"ledger {self.path} --salvage NEW.jsonl' and run on NEW")
+                "program while this run wrote it; the run stopped; run "
+                f"{toolkit_command('ledger', self.path, '--salvage', salvaged_name(self.path))}"
+                " and run on that new ledger")
 
     def _write(self, old, new, parts):
         if self.view:

@@ -6,6 +6,7 @@ The functions of ``toolkit.runner.ops`` (``health``, ``mark_unhealthy``,
 mark written by one machine stops the workers of every machine.
 """
 
+from toolkit.advice import toolkit_command
 from toolkit.errors import LedgerError, NotReadyError, ToolkitError
 from toolkit.ledger.postgres import PostgresLedger, _first_line, postgres_url, redact
 
@@ -76,7 +77,7 @@ def require_healthy(url) -> None:
         return
     if reason is not None:
         raise NotReadyError(f"ledger not ready ({reason}); fix the cause, then run "
-                           f"'python -m toolkit health --ledger {redact(str(url))} --clear'")
+                           f"{toolkit_command('health', '--ledger', redact(str(url)), '--clear')}")
 
 
 def _open(url) -> PostgresLedger:

@@ -10,6 +10,7 @@ import json
 import os
 import sqlite3
 
+from toolkit.advice import shell_words, toolkit_command
 from toolkit.documents import fsync_dir
 from toolkit.errors import LedgerError, StateConflictError, StorageError, ToolkitError
 from toolkit.ledger import PERMANENT, TERMINAL, Event, Item, Ledger, State
@@ -117,13 +118,14 @@ def damaged(path, why: str, new=None, out=None) -> DamagedLedgerError:
             recover = handle.read(16) == b"SQLite format 3\x00"
     except OSError:
         recover = False
-    recover = f"`sqlite3 {path} .recover` shows the rows still readable; " if recover else ""
+    recover = f"`{shell_words('sqlite3', path, '.recover')}` shows the rows still readable; " \
+        if recover else ""
     return DamagedLedgerError(
         f"SQLite ledger {str(path)!r} is damaged ({why}): no run, view or salvage reads it, "
-        f"and running again repeats this; {recover}move it aside (`mv {path} "
-        f"{path}.damaged`), salvage from nothing (`python -m toolkit ledger {path} --salvage "
-        f"{new} --out {out}`: the witness there says what was lost), then run with --ledger "
-        f"{new}")
+        f"and running again repeats this; {recover}move it aside "
+        f"(`{shell_words('mv', path, f'{path}.damaged')}`), salvage from nothing "
+        f"(`{toolkit_command('ledger', path, '--salvage', new, '--out', out)}`: the witness "
+        f"there says what was lost), then run with --ledger {shell_words(new)}")
 
 
 class NotOursError(ToolkitError, ValueError):

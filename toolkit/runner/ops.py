@@ -12,6 +12,7 @@ import os
 import sqlite3
 from pathlib import Path
 
+from toolkit.advice import toolkit_command
 from toolkit.documents import fsync_dir
 from toolkit.errors import (LeaseHeldError, LedgerError, NotReadyError, StaleTokenError,
                             StorageError, ToolkitError)
@@ -329,7 +330,7 @@ def require_healthy(ledger_path) -> None:
     reason = _marker_reason(ledger_path)
     if reason is not None:
         raise NotReadyError(f"ledger not ready ({reason}); fix the cause, then run "
-                           f"'python -m toolkit health --ledger {ledger_path} --clear'")
+                           f"{toolkit_command('health', '--ledger', ledger_path, '--clear')}")
 
 
 def recover_abandoned(ledger, worker: str) -> list[str]:

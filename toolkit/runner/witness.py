@@ -306,10 +306,7 @@ def replace_missing(out, ledger_path) -> None:
                 "from": f"{real.name} (no rows)", "lost": f"all of it ({gone})"}):
             return
         raise LedgerError(f"ledger {str(ledger_path)!r} lost its history: {gone}; put it back, "
-                          f"or salvage it: toolkit ledger {str(ledger_path)!r} --salvage "
-                          f"NEW.sqlite --out {str(out)!r} (the new ledger is marked: every "
-                          "request is looked up before it is sent), then run with --ledger "
-                          "NEW.sqlite")
+                          f"or {salvage_advice(ledger_path, 'sqlite', out)}")
     mark = {"from": f"{real.name} (missing)", "lost": f"all of it ({gone})"}
     tmp = real.with_name(f".{real.name}.witness-{os.getpid()}")
     lock = os.open(f"{real}{LOCK}", os.O_RDWR | os.O_CREAT, 0o644)

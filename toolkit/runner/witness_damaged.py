@@ -22,6 +22,7 @@ import os
 from pathlib import Path
 
 from toolkit import roots
+from toolkit.advice import salvaged_name, shell_words, toolkit_command
 from toolkit.errors import LedgerError
 
 NAME = ".witness.json"
@@ -30,10 +31,10 @@ ASIDE = NAME + ".damaged"  # a moved-aside witness: the advice's names, and the 
 
 def salvage_advice(ledger_path, kind: str, out) -> str:
     """The one way on for a ledger whose history the witnesses cannot vouch for."""
-    new = "NEW.jsonl" if kind == "jsonl" else "NEW.sqlite"
-    return (f"salvage it: toolkit ledger {str(ledger_path)!r} --salvage {new} --out "
-            f"{str(out)!r} (the new ledger is marked: every request it never recorded is "
-            f"looked up before it is sent), then run with --ledger {new}")
+    new = salvaged_name(ledger_path, ".jsonl" if kind == "jsonl" else ".sqlite")
+    return (f"salvage it: {toolkit_command('ledger', ledger_path, '--salvage', new, '--out', out)}"
+            " (the new ledger is marked: every request it never recorded is looked up before "
+            f"it is sent), then run with --ledger {shell_words(new)}")
 
 
 def aside_name(where: Path) -> Path:
@@ -52,10 +53,11 @@ def damaged(where: Path, what: str) -> LedgerError:
     aside = aside_name(where)
     return LedgerError(
         f"the witness {str(where)!r} is damaged ({what}); move it aside, keeping it in this "
-        f"folder (mv -n {str(where)!r} {str(aside)!r}), and run again: a ledger it recorded "
-        "is then refused until it is salvaged (toolkit ledger L --salvage NEW --out "
-        f"{str(where.parent)!r}), since the damaged file may have held the only record of "
-        "how far it went")
+        f"folder ({shell_words('mv', '-n', where, aside)}), and run again: a ledger it "
+        "recorded is then refused until it is salvaged "
+        f"({toolkit_command('ledger', 'L', '--salvage', 'NEW', '--out', where.parent)}, L "
+        "the ledger it names), since the damaged file may have held the only record of how "
+        "far it went")
 
 
 def moved_aside(folder) -> list[str]:
