@@ -131,12 +131,15 @@ def test_resolve_on_an_empty_ledger_file_is_exit_2_and_writes_nothing(tmp_path, 
 
 # -- 3: a decision recorded during a live run with another --out -------------------------------
 
-def test_accept_during_a_live_run_with_another_out_makes_that_run_say_run_again(
+def test_accept_during_a_live_run_with_another_out_is_copied_verified_before_out_is_recorded(
         parked, tmp_path, capsys):
     """What breaks: while a run writes to out2/ (the ledger records out/), the operator
     accepts out/acc.pdf for the parked item: recorded relative to out/, after the run's scan.
-    Must hold: the run does not claim rest (a local error: exit 1, "run again"), the roots
-    still name out/ (where the accepted file is), and the audit finds every artifact."""
+    Must hold: at its end the run copies the accepted file into out2/ verified (size and
+    SHA-256, from the recorded root) before it names out2/ the recorded root, so it claims
+    rest with every done artifact in out2/ (no "run again"), and the audit finds every
+    artifact; a rerun changes nothing. (Before o36 finding 2 the run said "run again" and
+    only the rerun copied it.)"""
     from toolkit import roots
     from toolkit.forensics import audit
     from toolkit.runner import RetryPolicy, Runner
@@ -154,27 +157,26 @@ def test_accept_during_a_live_run_with_another_out_makes_that_run_say_run_again(
             said.append(cli(capsys, "resolve", "--ledger", path, "--key", key,
                             "--accept-artifact", accepted, "--note", "by hand")[0])
 
-    runner = Runner(open_ledger(path), provider, tmp_path / "out2",
-                    policy=RetryPolicy(base_delay=0.0), hook=resolve_meanwhile,
-                    sleep=lambda seconds: None)
-    try:
-        counts = runner.run(inputs)
-    finally:
-        runner.close()
+    def run_out2(hook=None):
+        runner = Runner(open_ledger(path), provider, tmp_path / "out2", hook=hook,
+                        policy=RetryPolicy(base_delay=0.0), sleep=lambda seconds: None)
+        try:
+            return runner, runner.run(inputs)
+        finally:
+            runner.close()
+
+    runner, counts = run_out2(resolve_meanwhile)
     assert said == [0] and counts["done"] >= 4
     with open_ledger(path) as ledger:
-        assert ledger.get(key).state is S.DONE
-    assert any(key[:12] in error for error in runner.local_errors)  # the CLI: exit 1
-    assert roots.recorded(path)["out"].name == "out"  # out2 lacks acc.pdf: not recorded
-    runner = Runner(open_ledger(path), provider, tmp_path / "out2",  # the same command again
-                    policy=RetryPolicy(base_delay=0.0), sleep=lambda seconds: None)
-    try:
-        runner.run(inputs)
-    finally:
-        runner.close()
-    assert runner.local_errors == [] and roots.recorded(path)["out"].name == "out2"
+        item = ledger.get(key)
+    assert item.state is S.DONE and item.artifact_path == "acc.pdf"
+    assert runner.local_errors == [] and runner.unsettled == 0  # the CLI: exit 0
+    assert roots.recorded(path)["out"].name == "out2"
+    assert (tmp_path / "out2" / "acc.pdf").read_bytes() == accepted.read_bytes()
     report = audit(path, artifacts=tmp_path / "out2")
     assert not [a for a in report.anomalies if a.kind.startswith("artifact")]
+    runner, _ = run_out2()  # the same command again
+    assert runner.local_errors == [] and roots.recorded(path)["out"].name == "out2"
 
 
 # -- 8: a resolve that fails on a full disk leaves a JSONL ledger as it was --------------------

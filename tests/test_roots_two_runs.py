@@ -145,3 +145,94 @@ def test_concurrent_runs_with_different_out_never_claim_done_without_artifact_in
             assert "run again" in results[out][1] or "not at rest" in results[out][1]
     assert holds(roots.recorded(ledger)["out"].name), "the recorded out lacks an artifact"
     assert any(code == 0 for code in codes.values())
+
+
+def _stop_where(child, want, files, flocks, ledger) -> bool:
+    """SIGSTOP ``child``; True (it stays stopped) if it holds neither a write lock of
+    ``files`` (SQLite) nor a lock of ``flocks`` and ``want(items by source)`` holds of the
+    ledger now, else SIGCONT and False."""
+    os.kill(child.pid, signal.SIGSTOP)
+    if all(map(_free, files)) and all(map(_flock_free, flocks)):
+        with open_ledger(ledger) as opened:
+            if want({item.source: item for item in opened.items()}):
+                return True
+    os.kill(child.pid, signal.SIGCONT)
+    time.sleep(0.005)
+    return False
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("o2", ["recorded", "unrecorded"])
+def test_item_done_by_other_run_after_this_run_let_it_go_is_copied_into_own_out(tmp_path, o2):
+    """Fault (outsider o36, finding 2): run A (``--out o1``, the recorded root) meets item X
+    leased by run B (``--out o2``) and goes on; B turns X done in o2 and ends before A's
+    chunk ends, so A's end reads X done though A never placed it (A exited 0 with X missing
+    in o1, the recorded root lacking it). B names o2 the root at its end, or cannot (a
+    directory in o2 where an artifact of A's goes: B exits 1). Property: a run that exits
+    0 holds every done item verified in its own --out: A copies X verified from o2 (the
+    recorded root, or a folder its witness names) and exits 0; once both end, the recorded
+    root holds every done artifact; every document executed once."""
+    from toolkit.documents import make_corpus
+
+    docs = make_corpus(tmp_path / "corpus", docs=32, poison=0, seed=7)
+    prior, x, v, rest = docs[0], docs[1], docs[2], docs[3:]
+    ours, theirs = tmp_path / "in", tmp_path / "in-b"
+    for folder, names in ((ours, {x: "a-x.pdf", **{doc: doc.name for doc in rest}}),
+                          (theirs, {x: "a-x.pdf"}), (tmp_path / "in-0", {prior: "prior.pdf"})):
+        folder.mkdir()
+        for doc, name in names.items():
+            shutil.copyfile(doc, folder / name)
+    ledger, db, outs = tmp_path / "b.sqlite", tmp_path / "p.sqlite", (tmp_path / "o1",
+                                                                      tmp_path / "o2")
+
+    def start(inputs, out):
+        return subprocess.Popen(
+            [sys.executable, "-m", "toolkit", "run", "--inputs", inputs, "--ledger", ledger,
+             "--provider-db", db, "--out", out, "--no-progress"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    first = start(tmp_path / "in-0", outs[0])  # the batch's first run: o1 is the root
+    assert first.wait(timeout=180) == 0, first.communicate()
+    if o2 == "unrecorded":  # B cannot copy prior's artifact into o2: it keeps o1 the root
+        with open_ledger(ledger) as opened:
+            (outs[1] / opened.items()[0].artifact_path).mkdir(parents=True)
+    files, flocks = (ledger, db), [o / ".witness.json.lock" for o in outs]
+    leased = lambda item: item is not None and item.state is not State.DONE and \
+        item.lease_owner is not None  # noqa: E731
+    b = start(theirs, outs[1])
+    _until(lambda: b.poll() is not None or _stop_where(
+        b, lambda by: leased(by.get("a-x.pdf")), files, flocks, ledger), "B holding X")
+    assert b.poll() is None, "B finished before it could be stopped: the race is not set up"
+    a = start(ours, outs[0])
+
+    def passed_x(by):  # A went on past X (leased by B), and its chunk has not ended
+        mine = [by.get(doc.name) for doc in rest]
+        return leased(by.get("a-x.pdf")) and any(
+            item is not None and (item.lease_owner or item.state is not State.PENDING)
+            for item in mine) and any(item is not None and item.state is State.PENDING
+                                      and item.lease_owner is None for item in mine)
+    _until(lambda: a.poll() is not None or _stop_where(a, passed_x, files, flocks, ledger),
+           "A past X with its chunk under way")
+    assert a.poll() is None, "A finished before it could be stopped: the race is not set up"
+    os.kill(b.pid, signal.SIGCONT)  # B turns X done in o2 and ends while A is stopped
+    results = {"o2": b.communicate(timeout=180)}
+    root_after_b = roots.recorded(ledger)["out"]
+    os.kill(a.pid, signal.SIGCONT)
+    results["o1"] = a.communicate(timeout=180)
+    codes = {"o1": a.returncode, "o2": b.returncode}
+    with open_ledger(ledger) as opened:
+        done = [item for item in opened.items() if item.state is State.DONE]
+    assert len(done) == len(rest) + 2
+
+    def holds(out):
+        return all(documents.verify(out / item.artifact_path, item.artifact_size,
+                                    item.artifact_sha256) for item in done)
+    for out, code in codes.items():
+        assert code in (0, 1), results[out]
+        if code == 0:
+            assert holds(tmp_path / out), f"run --out {out} exited 0 without every artifact"
+    assert codes["o1"] == 0, results["o1"]  # X verified in o2: copied, not "run again"
+    assert holds(roots.recorded(ledger)["out"]), "the recorded out lacks an artifact"
+    assert _executions(db) == len(done)  # copies only: nothing executed twice
+    # B filled o2 from the recorded root before naming it so (when nothing was in the way)
+    assert (root_after_b == outs[1]) is (o2 == "recorded"), results["o2"]

@@ -186,7 +186,8 @@ class Pipeline(Intake):
         self.halted, bar, chunk = None, None, []
         self._seen = {}
         counts = {state.value: 0 for state in State}
-        restless: set[str] = set()  # keys of this batch not at rest when their chunk ended
+        restless: set[str] = set()  # keys of this batch not at rest when their chunk ended,
+        # or done there by another run after this one let them go (read again at the end)
         if self.page_by_page_from is None:  # page-by-page keying reads every input anyway
             self._index = InputIndex(getattr(self.ledger, "path", None), trust=not self.verify_all)
         try:
@@ -229,14 +230,18 @@ class Pipeline(Intake):
             bar.close()
         self._current = self._stage = None
         self._drop_snapshots()
-        if not self.halted:  # another run may have done some of ours, into its --out
-            self.local_errors += outroot.settle(self.ledger, self.out_dir, restless,
-                                                self.verify_all, replace=not self.local_errors)
         self.unsettled = 0  # items a later run must pick up again
+        # Counted first, then settled: one another run turns done after this read is not
+        # called done here (it is not at rest: "run again"); one counted done is still
+        # done when ``settle`` checks it in --out (counted after, it could be neither).
         with contextlib.suppress(LedgerError, OSError) if self.halted else contextlib.nullcontext():
             for item in self.ledger.get_many(restless).values():
                 counts[item.state.value] += 1
                 self.unsettled += not item.resting
+        if not self.halted:  # another run may have done some of ours, into its --out
+            self.local_errors += outroot.settle(self.ledger, self.out_dir,
+                                                restless.union(self.lost_leases),
+                                                self.verify_all, replace=not self.local_errors)
         if not self.halted:
             self.strays = self._strays()
         return counts
@@ -272,10 +277,10 @@ class Pipeline(Intake):
                 again.append(key)
         counts[_VALUE[done]] += dones
         for key, item in self.ledger.get_many(again).items() if again else ():
-            if item.resting:
+            if item.resting and item.state is not done:
                 counts[_VALUE[item.state]] += 1
-            else:
-                restless.add(key)
+            else:  # not at rest, or done since process let it go (by another run, maybe
+                restless.add(key)  # into its --out): counted at the end, after ``settle``
 
     def _let_go(self) -> list:
         """Forget the chunk in hand: its paths, items, page counts and input snapshots."""
