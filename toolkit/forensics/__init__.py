@@ -45,6 +45,7 @@ this package, and ``audit --json``, stay cheap.
 
 import array
 import collections
+import itertools
 import operator
 import os
 import sqlite3
@@ -58,7 +59,7 @@ from toolkit.forensics import jsonl as _jsonl  # noqa: F401  (registers its adap
 # task_items table" ones (a litequeue named "jobs" is litequeue)
 from toolkit.forensics import queues as _queues  # noqa: F401  (registers its adapters)
 from toolkit.forensics import sqlite as _sqlite
-from toolkit.forensics.checks import LOOKUP_FORMATS, Planner, check_items
+from toolkit.forensics.checks import LOOKUP_FORMATS, WORDS_READ, Planner, check_items
 from toolkit.forensics.lines import MAX_LINE
 from toolkit.ledger.header import HEADER_LINE, cut_header, no_history
 from toolkit.forensics.private import CopyError, ScratchFull
@@ -71,6 +72,7 @@ from toolkit.forensics.model import (
     Raw,
     Report,
     Rows,
+    Worded,
     gc_paused,
     supported,
 )
@@ -280,42 +282,51 @@ def _damage(raw) -> str | None:
 
 def _report(path, name, raw, anomalies) -> Report:
     """``anomalies`` in ``_ordered``'s order: a key's findings are next to each other, and
-    the keys in the order ``sorted`` gives the items'. So one walk down both finds each
-    item's findings (no {key: {kind: detail}} of a quarter-million dicts: ~40 MB)."""
+    the keys in the order ``sorted`` gives the items'. So where each item's findings begin
+    and how many there are is two dicts built in C loops (no {key: {kind: detail}} of a
+    quarter-million dicts: ~40 MB), and items planned alike share one answer."""
     # without a lookup, a done with no artifact is "verify"; items alike share one answer
     plan = Planner(name in LOOKUP_FORMATS).plan
     damaged = _damage(raw) if name == "toolkit-jsonl" else None  # the ledger salvage reads
     parked = ("review", damaged, None)  # what salvage parks: never run on a guess
     items = raw.items
+    keys = sorted(items)
+    records = list(map(items.__getitem__, keys))
     at, end = 0, len(anomalies)
     while at < end and anomalies[at].key is None:  # the line findings come first
         at += 1
-    keys = sorted(items)
-    records = [items[key] for key in keys]
-    plans, first, counts = [], array.array("q"), array.array("i")
-    for key, item in zip(keys, records):
-        while at < end and anomalies[at].key not in items:  # a key no item has
-            at += 1
-        first.append(at)
-        found = None
-        if at < end and (anomaly := anomalies[at]).key == key:  # its findings, in report order
-            found, start = {anomaly.kind: anomaly}, at
-            at += 1
-            while at < end and (anomaly := anomalies[at]).key == key:
-                found.setdefault(anomaly.kind, anomaly)  # plan_item reads the first of a kind
-                at += 1
-            counts.append(at - start)
+    named = list(map(operator.attrgetter("key"), itertools.islice(anomalies, at, None)))
+    begins = dict(zip(reversed(named), range(end - 1, at - 1, -1)))  # a key's first finding
+    first = array.array("q", map(begins.get, keys, itertools.repeat(at)))
+    counts = array.array("i", map(collections.Counter(named).get, keys, itertools.repeat(0)))
+    del named, begins
+    plans, alike = [], {}  # alike: (state, failure, the finding's kind and words) -> answer
+    for item, start, count in zip(records, first, counts):
+        failure = item.failure
+        if failure.__class__ is not str:
+            failure = None  # (as Planner.plan reads it)
+        if count == 0:
+            alike_key = (item.state, failure)
+        elif count == 1 and (anomaly := anomalies[start]).__class__ is Worded \
+                and anomaly.kind not in WORDS_READ:
+            alike_key = (item.state, failure, anomaly.kind, anomaly.words)
         else:
-            counts.append(0)
-        answer = plan(item, found)
+            found = {}  # its findings, in report order: plan_item reads the first of a kind
+            for anomaly in anomalies[start:start + count]:
+                found.setdefault(anomaly.kind, anomaly)
+            alike_key = None
+        if alike_key is None:
+            answer = plan(item, found)
+        elif (answer := alike.get(alike_key)) is None:
+            answer = alike[alike_key] = plan(item, {anomaly.kind: anomaly} if count else None)
         if damaged and item.state in UNSETTLED and not (item.state == "failed"
                                                          and item.failure == "permanent"):
             answer = parked
         plans.append(answer)
     plan, by_state = dict.fromkeys(ACTIONS, 0), dict.fromkeys(STATES, 0)
-    for action, count in collections.Counter(answer[0] for answer in plans).items():
+    for action, count in collections.Counter(map(operator.itemgetter(0), plans)).items():
         plan[action] += count
-    for state, count in collections.Counter(item.state for item in records).items():
+    for state, count in collections.Counter(map(operator.attrgetter("state"), records)).items():
         by_state[state] += count  # a state outside STATES fails here, as it always did
     del keys
     return Report(path, name, Rows(records, plans, first, counts, anomalies), raw.events,

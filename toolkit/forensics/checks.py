@@ -180,6 +180,8 @@ def check_items(items: dict, artifacts: str | None, inputs: str | None, now: flo
     # inputs imports this module's file helpers: imported here, when both are loaded
     from toolkit.forensics.inputs import Folder, unchecked
 
+    if artifacts is None and inputs is None:
+        return _unlooked(items.values(), now, lookup)
     found = []
     folder = Folder(inputs, items, lookup) if inputs is not None else None
     for item in items.values():
@@ -195,6 +197,31 @@ def check_items(items: dict, artifacts: str | None, inputs: str | None, now: flo
     if folder is not None:
         found += unchecked(items, lookup)
     return found
+
+
+def _unlooked(items, now: float, lookup: bool) -> list:
+    """``check_items`` with no folder to look in (a ledger audited without its outputs and
+    inputs). A done item whose artifact path cannot escape (text, no NUL, no "..") is
+    then always the one ``Worded`` finding ``check_artifact`` gives, made for all of them
+    at once (``Worded.many``); every other item is checked as ``check_items`` does. The
+    findings come in another order than item by item: ``forensics._ordered`` sorts them
+    (each item has at most one of a kind here)."""
+    found, keys, paths = [], [], []
+    for item in items:
+        state = item.state
+        if state == "done":
+            path = item.artifact_path
+            if path.__class__ is str and path and "\0" not in path and ".." not in path:
+                keys.append(item.key)
+                paths.append(path)
+            else:
+                found += check_artifact(item, None, None, lookup)
+        elif state == "partial":  # a partial item's artifact is its checkpoint
+            found += check_artifact(item, None)
+        elif state == "unknown":
+            found += check_stuck(item, now)
+    return found + Worded.many(keys, "done_without_artifact", _no_root if lookup else _no_folder,
+                               paths)
 
 
 # Findings that leave an item undecidable for automation, whatever its state.
@@ -305,6 +332,12 @@ def plan_item(item, kinds, lookup: bool = True) -> tuple[str, str]:
     if failure == "permanent":
         return "review", "permanent failure"
     return "review", "failed without a transient/permanent class"
+
+
+# The kinds whose details ``plan_item`` reads beyond the kind (quoted, or searched for
+# SUPERSEDED); a done_without_artifact one's says NOT_CHECKED, or not, by its words alone
+# when it is ``Worded`` (``_not_checked``), quoted through the marker.
+WORDS_READ = frozenset({"missing_history", "stale_input"})
 
 
 class Planner:

@@ -9,6 +9,7 @@ read from a private copy (``private.py``): ``mode=ro`` would create or rebuild
 its ``-shm``. Only real tables are read, never views.
 """
 
+import itertools
 import operator
 import os
 import shutil
@@ -221,7 +222,7 @@ def read_toolkit_sqlite(db, schema) -> Raw:
     slow = sqlfold.SLOW
     if lines.FAST and sqlfold.usable(db):
         # one lean pass folds every key; the replay reads again only the keys it doubts
-        folds, state, digests = sqlfold.scan(db, detail_of)
+        folds, state, digests = sqlfold.scan(db, detail_of, detail_of.many)
         dropped = _replay(raw, history, sqlfold.slow_rows(db, folds, state, EVENT_FIELDS),
                           detail_of)
         raw.events = sqlfold.without(folds, dropped)
@@ -230,12 +231,62 @@ def read_toolkit_sqlite(db, schema) -> Raw:
                 detail_of)
         raw.events = history.finish()
         state, digests = dict.fromkeys(history.raw.items, slow), {}
-    # state: key -> (state, failure) its events fold to, or SLOW: then the replay's item
+    # state: key -> the state its events fold to, or SLOW: then the replay's item
     # holds it (a key the replay ended without an item has no fold at all)
     replayed = history.raw.items
     raw.anomalies.extend(history.raw.anomalies)
     quoted = ", ".join(f'"{name}"' for name in ITEM_FIELDS)
-    for row in _item_rows(db, quoted):
+    rows = _item_rows(db, quoted)
+    if not _fold_items(raw, rows, state, digests, replayed):
+        _items_one_by_one(raw, rows, state, digests, replayed)
+    for key in state.keys() - raw.items.keys():
+        if state[key] is not slow or key in replayed:
+            raw.finding(key, "history_mismatch", "events for a key with no valid item row")
+    return raw
+
+
+# each state's one string: the items rows' words, shared (and checked: KeyError)
+_WORD = {state: state for state in STATE_SET}
+
+
+def _fold_items(raw, rows, state, digests, replayed) -> bool:
+    """``_items_one_by_one`` in a few C loops (one Record call per row), when every items
+    row has a text key and one of our states: else False, nothing done. Only the rows
+    whose state is not the one their events fold to (the fold's states are ``_WORD``'s
+    strings: ``is not`` finds them) are looked at one by one."""
+    if not rows:
+        return True
+    columns = tuple(zip(*rows))
+    keys = columns[0]
+    if set(map(type, keys)) != {str}:
+        return False
+    try:
+        states = list(map(_WORD.__getitem__, columns[1]))
+    except (KeyError, TypeError):  # a state not ours (or no text): said row by row
+        return False
+    lasts = list(map(state.get, keys))
+    records = list(map(Record, keys, states, states, columns[2], map(digests.get, keys),
+                       *columns[3:]))
+    finding, slow = raw.finding, sqlfold.SLOW
+    for at in itertools.compress(range(len(keys)), map(operator.is_not, lasts, states)):
+        key, now, last = keys[at], states[at], lasts[at]
+        if last is slow:
+            item = replayed.get(key)
+            last, records[at].input_digest = (None, None) if item is None else \
+                (item.state, item.input_digest)
+        if last is None:
+            finding(key, "history_mismatch", "item row has no add event")
+        elif last != now:
+            finding(key, "history_mismatch", f"items table says {now}, its events end in {last}")
+    raw.items.update(zip(keys, records))
+    return True
+
+
+def _items_one_by_one(raw, rows, state, digests, replayed):
+    """One Record per items row, each checked against the state its events fold to
+    (``state``: the fold's, SLOW for a key the replay holds in ``replayed``)."""
+    slow = sqlfold.SLOW
+    for row in rows:
         key, now = row[0], row[1]
         if type(key) is not str:
             raw.finding(None, "corrupt_record", f"items row with key {key!r}: not a string")
@@ -248,7 +299,7 @@ def read_toolkit_sqlite(db, schema) -> Raw:
             item = replayed.get(key)
             last, digest = (None, None) if item is None else (item.state, item.input_digest)
         elif last is not None:
-            last, digest = last[0], digests.get(key)
+            digest = digests.get(key)
         # Record's fields in order: key, state, raw_state, source, input_digest, then the
         # rest of ITEM_FIELDS (attempt ... updated) as they stand
         raw.items[key] = Record(key, now, now, row[2], digest, *row[3:])
@@ -257,10 +308,6 @@ def read_toolkit_sqlite(db, schema) -> Raw:
         elif last != now:
             raw.finding(key, "history_mismatch",
                         f"items table says {now}, its events end in {last}")
-    for key in state.keys() - raw.items.keys():
-        if state[key] is not slow or key in replayed:
-            raw.finding(key, "history_mismatch", "events for a key with no valid item row")
-    return raw
 
 
 def _replay(raw, history, rows, detail_of) -> set:
@@ -311,6 +358,27 @@ def _detail_reader():
                     return obj, None
         return parse_json_column(text)
 
+    one_by_one = sqlfold.one_by_one(detail_of)
+    repeat = itertools.repeat
+
+    def many(texts: list) -> list:
+        """``detail_of`` of each text, as ``sqlfold.scan`` takes them (a dict each,
+        ``sqlfold.BROKEN`` for a problem): one C loop of msgspec calls when every text is
+        shallow text that decodes to an object (then each is what ``detail_of`` gives),
+        else text by text."""
+        if texts and set(map(type, texts)) == {_str} and \
+                max(map(_str.count, texts, repeat("{"))) + \
+                max(map(_str.count, texts, repeat("["))) <= SHALLOW:
+            try:
+                objs = list(map(decode, texts))
+            except failed:
+                pass
+            else:
+                if set(map(type, objs)) == {_dict}:
+                    return objs
+        return one_by_one(texts)
+
+    detail_of.many = many
     return detail_of
 
 
