@@ -45,7 +45,6 @@ this package, and ``audit --json``, stay cheap.
 
 import array
 import collections
-import itertools
 import operator
 import os
 import sqlite3
@@ -59,8 +58,9 @@ from toolkit.forensics import jsonl as _jsonl  # noqa: F401  (registers its adap
 # task_items table" ones (a litequeue named "jobs" is litequeue)
 from toolkit.forensics import queues as _queues  # noqa: F401  (registers its adapters)
 from toolkit.forensics import sqlite as _sqlite
-from toolkit.forensics.checks import LOOKUP_FORMATS, WORDS_READ, Planner, check_items
+from toolkit.forensics.checks import LOOKUP_FORMATS, check_items
 from toolkit.forensics.lines import MAX_LINE
+from toolkit.forensics.planner import WORDS_READ, Planner
 from toolkit.ledger.header import HEADER_LINE, cut_header, no_history
 from toolkit.forensics.private import CopyError, ScratchFull
 from toolkit.forensics.model import (
@@ -282,24 +282,28 @@ def _damage(raw) -> str | None:
 
 def _report(path, name, raw, anomalies) -> Report:
     """``anomalies`` in ``_ordered``'s order: a key's findings are next to each other, and
-    the keys in the order ``sorted`` gives the items'. So where each item's findings begin
-    and how many there are is two dicts built in C loops (no {key: {kind: detail}} of a
-    quarter-million dicts: ~40 MB), and items planned alike share one answer."""
+    the keys in the order ``sorted`` gives the items'. So one walk down both finds each
+    item's findings (no {key: {kind: detail}} of a quarter-million dicts: ~40 MB; no
+    lookup by key at all), and items planned alike share one answer."""
     # without a lookup, a done with no artifact is "verify"; items alike share one answer
     plan = Planner(name in LOOKUP_FORMATS).plan
     damaged = _damage(raw) if name == "toolkit-jsonl" else None  # the ledger salvage reads
     parked = ("review", damaged, None)  # what salvage parks: never run on a guess
-    items = raw.items
-    keys = sorted(items)
-    records = list(map(items.__getitem__, keys))
+    records = sorted(raw.items.values(), key=operator.attrgetter("key"))
     at, end = 0, len(anomalies)
     while at < end and anomalies[at].key is None:  # the line findings come first
         at += 1
-    named = list(map(operator.attrgetter("key"), itertools.islice(anomalies, at, None)))
-    begins = dict(zip(reversed(named), range(end - 1, at - 1, -1)))  # a key's first finding
-    first = array.array("q", map(begins.get, keys, itertools.repeat(at)))
-    counts = array.array("i", map(collections.Counter(named).get, keys, itertools.repeat(0)))
-    del named, begins
+    named = list(map(operator.attrgetter("key"), anomalies))
+    first, counts = array.array("q"), array.array("i")
+    for key in map(operator.attrgetter("key"), records):
+        while at < end and named[at] < key:  # a key no item has (sorted: before this one)
+            at += 1
+        first.append(at)
+        start = at
+        while at < end and named[at] == key:
+            at += 1
+        counts.append(at - start)
+    del named
     plans, alike = [], {}  # alike: (state, failure, the finding's kind and words) -> answer
     for item, start, count in zip(records, first, counts):
         failure = item.failure
@@ -328,7 +332,6 @@ def _report(path, name, raw, anomalies) -> Report:
         plan[action] += count
     for state, count in collections.Counter(map(operator.attrgetter("state"), records)).items():
         by_state[state] += count  # a state outside STATES fails here, as it always did
-    del keys
     return Report(path, name, Rows(records, plans, first, counts, anomalies), raw.events,
                   sorted(raw.corrupt_lines), anomalies, plan, by_state, list(raw.notes))
 

@@ -143,7 +143,7 @@ _WORDS = Worded.__dict__["words"]
 class Rows(collections.abc.Sequence):
     """``Report.rows``: (Record, action, why) per item, ordered by key, each tuple made
     when it is read. Kept as parallel columns: the records; each one's plan, an (action,
-    why, marker) answer shared by every item planned alike (``checks.Planner``: ``marker``
+    why, marker) answer shared by every item planned alike (``planner.Planner``: ``marker``
     in the why stands for the detail of the item's ``done_without_artifact`` finding, put
     back when read, a ``Worded`` finding worded only then); and where the item's findings
     begin in the report's ``anomalies`` and how many there are, a key's findings being

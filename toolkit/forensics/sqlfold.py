@@ -28,6 +28,7 @@ as ``history.PLAIN_MOVES`` is, and every other move is judged by calling it (onc
 distinct (move, failure before, failure after)).
 """
 
+import collections.abc
 import itertools
 import json
 import operator
@@ -208,7 +209,8 @@ def one_by_one(decode):
 
 def scan(db, decode, many=None):
     """One pass over the events → (columns {name: values}, state {key: the state its events
-    fold to, or SLOW}, digest {key: its add's digest}); ``decode`` reads a detail as
+    fold to, or SLOW} (a ``Folded``), and each key's add digest or None, by first row);
+    ``decode`` reads a detail as
     ``parse_json_column`` (the replay's reader), ``many`` (optional) a list of them at once:
     a dict each, ``BROKEN`` where ``decode`` finds a problem.
 
@@ -257,12 +259,51 @@ def scan(db, decode, many=None):
     starts = np.fromiter(order.values(), np.int64, len(order))
     slot = np.minimum(np.searchsorted(written_at, starts), max(len(written_at) - 1, 0))
     has = (written_at[slot] == starts) if len(written_at) else np.zeros(len(starts), bool)
-    found = {key: digest for key, digest in zip(compress(order, has.tolist()),
-                                                map(digests.__getitem__, slot[has].tolist()))
-             if digest.__class__ is str}
+    found = [None] * len(starts)
+    for at, digest in zip(np.flatnonzero(has).tolist(),
+                          map(digests.__getitem__, slot[has].tolist())):
+        if digest.__class__ is str:
+            found[at] = digest
     for part, name in enumerate(("op", "frm", "to")):
         columns[name] = Words(code, part)
-    return {name: columns[name] for name in COLUMNS}, dict(zip(order, state)), found
+    return {name: columns[name] for name in COLUMNS}, Folded(order, starts, state, found), found
+
+
+class Folded(collections.abc.Mapping):
+    """``scan``'s state, {key: the state its events fold to, or SLOW}, as the scan holds it:
+    {key: its first row} and, per key in order of first rows, its state and its add's
+    digest. ``lookup`` answers a list of keys with one dict lookup each (a dict of a
+    quarter-million 64-character keys costs a cache miss or two per lookup)."""
+
+    def __init__(self, first: dict, starts, states: list, digests: list):
+        self.first, self.starts, self.states, self.digests = first, starts, states, digests
+
+    def __getitem__(self, key):
+        return self.states[self._index(self.first[key])]
+
+    def _index(self, row: int) -> int:
+        return int(self.starts.searchsorted(row))
+
+    def __iter__(self):
+        return iter(self.first)
+
+    def __len__(self):
+        return len(self.first)
+
+    def digest_map(self) -> dict:
+        """{key: its add's digest} of the keys that have one."""
+        return {key: digest for key, digest in zip(self.first, self.digests)
+                if digest is not None}
+
+    def lookup(self, keys) -> tuple[list, list]:
+        """(state or SLOW, digest) of each of ``keys``, None and None for a key with no
+        event."""
+        import numpy as np
+
+        rows = np.fromiter(map(self.first.get, keys, itertools.repeat(-1)), np.int64, len(keys))
+        index = np.where(rows < 0, len(self.states), self.starts.searchsorted(rows)).tolist()
+        states, digests = [*self.states, None], [*self.digests, None]
+        return list(map(states.__getitem__, index)), list(map(digests.__getitem__, index))
 
 
 class Words:
@@ -355,7 +396,8 @@ def _refused(case: int, width: int, values: list) -> bool:
 
 def slow_rows(db, columns, state, fields):
     """Every event row (``fields``) of the slow keys, in seq order."""
-    slow = {key for key, last in state.items() if last is SLOW}
+    pairs = zip(state.first, state.states) if isinstance(state, Folded) else state.items()
+    slow = {key for key, last in pairs if last is SLOW}
     if not slow:
         return []
     seqs = [seq for seq, key in zip(columns["seq"], columns["key"]) if key in slow]
