@@ -209,10 +209,10 @@ def one_by_one(decode):
 
 def scan(db, decode, many=None):
     """One pass over the events → (columns {name: values}, state {key: the state its events
-    fold to, or SLOW} (a ``Folded``), and each key's add digest or None, by first row);
-    ``decode`` reads a detail as
-    ``parse_json_column`` (the replay's reader), ``many`` (optional) a list of them at once:
-    a dict each, ``BROKEN`` where ``decode`` finds a problem.
+    fold to, or SLOW} (a ``Folded``), each key's add digest or None in order of first
+    rows). ``decode`` reads a detail as ``parse_json_column`` does (the replay's reader),
+    ``many`` (optional) a list of them at once: a dict each, ``BROKEN`` where ``decode``
+    finds a problem.
 
     ``state`` holds every key of a row, ``SLOW`` for each key with a row the replay
     must see; the columns hold every row in seq order, the slow keys' too (the caller
