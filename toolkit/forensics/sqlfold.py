@@ -14,14 +14,17 @@ event before its add, a damaged row, a move whose verdict needs more than the fa
 are read again in full and replayed by ``history.History`` itself, so every finding keeps
 its exact words.
 
-Measured at 1,000,000 events (CPU, a fresh process per sample, interleaved with a bare
-``SELECT * FROM events`` fetchall: see the commit that brought this): the earlier row
-loop (one memo lookup of the verdict per row) cost about 2.2 s beyond fetching the rows;
-this pass about 1.0 s. What stays is what the rows cost as Python objects. Not done in
-SQL: the chain check (``LAG(to) OVER (PARTITION BY key ORDER BY seq)`` sorts every row,
-no index on key, about 1.0 s), the column types (``typeof`` of six columns per row cost
-more in SQLite's VM than sets of types over the fetched values) and the details (SQLite
-reads JSON otherwise than the replay: a duplicate name's first value, NaN refused).
+Measured at 1,000,000 events (248,225 keys; in-process CPU, a fresh process per sample,
+interleaved with a bare ``SELECT * FROM events`` fetchall, on a machine loaded by others):
+the whole SQLite audit took 7.9-8.8 s with the earlier row loop (one memo lookup of the
+verdict per row), 5.9-6.8 s with this pass, against 1.9-2.5 s for the SELECT (ratio 3.5-4.2x
+before, 2.7-3.2x now). What stays is what the rows cost as Python objects (the fetch is
+about the SELECT itself) and memory-bound lookups by key (each a cache miss or two: the
+items table's rows are matched to the fold with one lookup each, ``Folded``). Not done in
+SQL: the chain check (``LAG(to) OVER (PARTITION BY key ORDER BY seq)`` sorts every row, no
+index on key, about 1.0 s), the column types (``typeof`` of six columns per row cost more
+in SQLite's VM, about 0.5 s, than sets of types over the fetched values) and the details
+(SQLite reads JSON otherwise than the replay: a duplicate name's first value, NaN refused).
 
 The policy stays in ``transitions.why_illegal``: ``QUIET_MOVES`` is derived by asking it,
 as ``history.PLAIN_MOVES`` is, and every other move is judged by calling it (once per
