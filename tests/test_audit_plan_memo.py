@@ -1,4 +1,4 @@
-"""The audit's plan answered from a memo (``checks.Planner``) against ``plan_item`` asked
+"""The audit's plan answered from a memo (``planner.Planner``) against ``plan_item`` asked
 item by item, and the GC pause that leaves no walk over the audit's objects behind."""
 
 import gc

@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from toolkit.forensics import audit, lines, sqlfold
+from toolkit.forensics.sqlrows import detail_reader
 from toolkit.ledger.sqlite import SCHEMA
 from toolkit.ledger.transitions import TRANSITIONS
 
@@ -266,3 +267,81 @@ def test_a_failure_set_by_a_claim_or_a_release_decides_the_retry(tmp_path):
     with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
         _, state, _ = sqlfold.scan(db, lambda text: (json.loads(text), None))
     assert {key for key, last in state.items() if last is sqlfold.SLOW} == set(illegal)
+
+
+def test_sql_move_code_is_the_vocabulary_lookup_of_the_values_python_reads():
+    """Fault: an events table whose op/frm/to columns are declared NOCASE or without a type,
+    holding words in other cases, BLOBs, numbers, NULLs, unknown words and words with a
+    NUL or a space. Property: the code SQLite computes for each row (``sqlfold.CODE``) is
+    exactly ``CODES.get((op, frm, to), -1)`` of the values sqlite3 hands Python."""
+    from toolkit.forensics.history import CODES
+
+    db = sqlite3.connect(":memory:")
+    db.execute('CREATE TABLE events (op TEXT COLLATE NOCASE, frm, "to" TEXT COLLATE NOCASE)')
+    words = ["add", "move", "claim", "release", "ADD", "Move", "bogus", "move\x00", "move ",
+             b"move", 1, 2.5, None, "pending", "PENDING", "done", b"done", "unknown", "paused",
+             "needs_review", "partial", "cancelled", "failed", "submitted"]
+    rng = random.Random(5)
+    rows = [(rng.choice(words), rng.choice(words), rng.choice(words)) for _ in range(3000)]
+    rows += [(op, frm, to) for op, frm, to in CODES]  # every known move at least once
+    db.executemany('INSERT INTO events VALUES (?, ?, ?)', rows)
+    read = db.execute(f'SELECT op, frm, "to", {sqlfold.CODE} FROM events').fetchall()
+    assert len(read) == len(rows)
+    for op, frm, to, code in read:
+        assert code == CODES.get((op, frm, to), -1), (op, frm, to)
+    assert {code for *_, code in read} >= set(CODES.values())
+
+
+def _odd_ledger(path, op_type: str):
+    """A ledger whose events table declares op, frm and to ``op_type`` (a collation or no
+    type), with clean histories, one written in capitals, one with a BLOB op, and details
+    with brackets inside strings, nested past SHALLOW, and nested past any parser."""
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("BEGIN")
+    for statement in SCHEMA.strip().split(";"):
+        if statement.strip() and "CREATE TABLE IF NOT EXISTS events" not in statement:
+            db.execute(statement)
+    db.execute(f'CREATE TABLE events (seq INTEGER PRIMARY KEY, ts REAL NOT NULL, op {op_type}, '
+               f'key TEXT NOT NULL, frm {op_type}, "to" {op_type}, attempt INTEGER NOT NULL, '
+               "worker TEXT, token INTEGER NOT NULL, detail TEXT NOT NULL)")
+    done = json.dumps({"artifact_path": "out/a.pdf", "artifact_size": 3,
+                       "artifact_sha256": "0" * 64})
+    details = {"plain": "{}", "brackets": json.dumps({"reason": "[{" * 80}),
+               "nested": json.dumps({"reason": [[[[[[1]]]]]] * 20}),
+               "deep": '{"d": ' + "[" * 70 + "]" * 70 + "}",
+               "deeper": '{"d": ' + "[" * 5000 + "]" * 5000 + "}"}
+    for n, (name, text) in enumerate(details.items()):
+        for key, ops in ((f"{name}", ("add", "move", "move", "move")),
+                         (f"{name}-caps", ("ADD", "MOVE", "move", "move")),
+                         (f"{name}-blob", ("add", b"move", "move", "move"))):
+            events = [(ops[0], None, "pending", json.dumps({"digest": f"d-{key}"})),
+                      (ops[1], "pending", "unknown", text),
+                      (ops[2], "unknown", "submitted", "{}"),
+                      (ops[3], "submitted", "done", done)]
+            for op, frm, to, detail in events:
+                db.execute('INSERT INTO events (ts, op, key, frm, "to", attempt, worker, '
+                           "token, detail) VALUES (1.0, ?, ?, ?, ?, 1, NULL, 0, ?)",
+                           (op, key, frm, to, detail))
+            db.execute("INSERT INTO items (key, state, attempt, token, updated) "
+                       "VALUES (?, 'done', 1, 0, 1.0)", (key,))
+    db.execute("COMMIT")
+    db.close()
+
+
+def test_odd_column_declarations_and_bracketed_details_audit_as_the_python_replay(tmp_path):
+    """Fault: events columns declared NOCASE (or with no type) holding "ADD"/"MOVE" and a
+    BLOB op, and details with 160 brackets inside a string, nested lists, nesting past
+    SHALLOW and nesting no parser takes. Property: the report of the lean fold (SQL's move
+    codes, the details decoded a batch at a time) is exactly the full Python replay's;
+    the keys with capitals, a BLOB op or the unparseable detail are the ones replayed."""
+    for op_type in ("TEXT COLLATE NOCASE", ""):
+        path = tmp_path / f"odd-{len(op_type)}.sqlite"
+        _odd_ledger(path, op_type)
+        fast, reference = _both(path)
+        _same(fast, reference)
+        reader = detail_reader()
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+            _, state, _ = sqlfold.scan(db, reader, reader.many)
+        slow = {key for key, last in state.items() if last is sqlfold.SLOW}
+        assert {key for key in slow if not key.endswith(("-caps", "-blob"))} == {"deeper"}
+        assert {key for key in state if key.endswith(("-caps", "-blob"))} <= slow

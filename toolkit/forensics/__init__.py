@@ -58,8 +58,9 @@ from toolkit.forensics import jsonl as _jsonl  # noqa: F401  (registers its adap
 # task_items table" ones (a litequeue named "jobs" is litequeue)
 from toolkit.forensics import queues as _queues  # noqa: F401  (registers its adapters)
 from toolkit.forensics import sqlite as _sqlite
-from toolkit.forensics.checks import LOOKUP_FORMATS, Planner, check_items
+from toolkit.forensics.checks import LOOKUP_FORMATS, check_items
 from toolkit.forensics.lines import MAX_LINE
+from toolkit.forensics.planner import WORDS_READ, Planner
 from toolkit.ledger.header import HEADER_LINE, cut_header, no_history
 from toolkit.forensics.private import CopyError, ScratchFull
 from toolkit.forensics.model import (
@@ -71,6 +72,7 @@ from toolkit.forensics.model import (
     Raw,
     Report,
     Rows,
+    Worded,
     gc_paused,
     supported,
 )
@@ -281,43 +283,55 @@ def _damage(raw) -> str | None:
 def _report(path, name, raw, anomalies) -> Report:
     """``anomalies`` in ``_ordered``'s order: a key's findings are next to each other, and
     the keys in the order ``sorted`` gives the items'. So one walk down both finds each
-    item's findings (no {key: {kind: detail}} of a quarter-million dicts: ~40 MB)."""
+    item's findings (no {key: {kind: detail}} of a quarter-million dicts: ~40 MB; no
+    lookup by key at all), and items planned alike share one answer."""
     # without a lookup, a done with no artifact is "verify"; items alike share one answer
     plan = Planner(name in LOOKUP_FORMATS).plan
     damaged = _damage(raw) if name == "toolkit-jsonl" else None  # the ledger salvage reads
     parked = ("review", damaged, None)  # what salvage parks: never run on a guess
-    items = raw.items
+    records = sorted(raw.items.values(), key=operator.attrgetter("key"))
     at, end = 0, len(anomalies)
     while at < end and anomalies[at].key is None:  # the line findings come first
         at += 1
-    keys = sorted(items)
-    records = [items[key] for key in keys]
-    plans, first, counts = [], array.array("q"), array.array("i")
-    for key, item in zip(keys, records):
-        while at < end and anomalies[at].key not in items:  # a key no item has
+    named = list(map(operator.attrgetter("key"), anomalies))
+    first, counts = array.array("q"), array.array("i")
+    for key in map(operator.attrgetter("key"), records):
+        while at < end and named[at] < key:  # a key no item has (sorted: before this one)
             at += 1
         first.append(at)
-        found = None
-        if at < end and (anomaly := anomalies[at]).key == key:  # its findings, in report order
-            found, start = {anomaly.kind: anomaly}, at
+        start = at
+        while at < end and named[at] == key:
             at += 1
-            while at < end and (anomaly := anomalies[at]).key == key:
-                found.setdefault(anomaly.kind, anomaly)  # plan_item reads the first of a kind
-                at += 1
-            counts.append(at - start)
+        counts.append(at - start)
+    del named
+    plans, alike = [], {}  # alike: (state, failure, the finding's kind and words) -> answer
+    for item, start, count in zip(records, first, counts):
+        failure = item.failure
+        if failure.__class__ is not str:
+            failure = None  # (as Planner.plan reads it)
+        if count == 0:
+            alike_key = (item.state, failure)
+        elif count == 1 and (anomaly := anomalies[start]).__class__ is Worded \
+                and anomaly.kind not in WORDS_READ:
+            alike_key = (item.state, failure, anomaly.kind, anomaly.words)
         else:
-            counts.append(0)
-        answer = plan(item, found)
+            found = {}  # its findings, in report order: plan_item reads the first of a kind
+            for anomaly in anomalies[start:start + count]:
+                found.setdefault(anomaly.kind, anomaly)
+            alike_key = None
+        if alike_key is None:
+            answer = plan(item, found)
+        elif (answer := alike.get(alike_key)) is None:
+            answer = alike[alike_key] = plan(item, {anomaly.kind: anomaly} if count else None)
         if damaged and item.state in UNSETTLED and not (item.state == "failed"
                                                          and item.failure == "permanent"):
             answer = parked
         plans.append(answer)
     plan, by_state = dict.fromkeys(ACTIONS, 0), dict.fromkeys(STATES, 0)
-    for action, count in collections.Counter(answer[0] for answer in plans).items():
+    for action, count in collections.Counter(map(operator.itemgetter(0), plans)).items():
         plan[action] += count
-    for state, count in collections.Counter(item.state for item in records).items():
+    for state, count in collections.Counter(map(operator.attrgetter("state"), records)).items():
         by_state[state] += count  # a state outside STATES fails here, as it always did
-    del keys
     return Report(path, name, Rows(records, plans, first, counts, anomalies), raw.events,
                   sorted(raw.corrupt_lines), anomalies, plan, by_state, list(raw.notes))
 

@@ -111,6 +111,10 @@ def _no_root(path) -> str:
             f"<ledger>{roots.SUFFIX}; give --artifacts to verify its size and SHA-256)")
 
 
+# The words that say NOT_CHECKED of a path (``Worded``): no need to word them to know it.
+UNCHECKED_WORDS = frozenset({_no_folder, _no_root})
+
+
 def check_artifact(item, root: str | None, output_name: str | None = None,
                    lookup: bool = True) -> list[Anomaly]:
     """``output_name`` (a rule for ``output_path``) turns on the check by content: an item
@@ -180,6 +184,8 @@ def check_items(items: dict, artifacts: str | None, inputs: str | None, now: flo
     # inputs imports this module's file helpers: imported here, when both are loaded
     from toolkit.forensics.inputs import Folder, unchecked
 
+    if artifacts is None and inputs is None:
+        return _unlooked(items.values(), now, lookup)
     found = []
     folder = Folder(inputs, items, lookup) if inputs is not None else None
     for item in items.values():
@@ -195,6 +201,31 @@ def check_items(items: dict, artifacts: str | None, inputs: str | None, now: flo
     if folder is not None:
         found += unchecked(items, lookup)
     return found
+
+
+def _unlooked(items, now: float, lookup: bool) -> list:
+    """``check_items`` with no folder to look in (a ledger audited without its outputs and
+    inputs). A done item whose artifact path cannot escape (text, no NUL, no "..") is
+    then always the one ``Worded`` finding ``check_artifact`` gives, made for all of them
+    at once (``Worded.many``); every other item is checked as ``check_items`` does. The
+    findings come in another order than item by item: ``forensics._ordered`` sorts them
+    (each item has at most one of a kind here)."""
+    found, keys, paths = [], [], []
+    for item in items:
+        state = item.state
+        if state == "done":
+            path = item.artifact_path
+            if path.__class__ is str and path and "\0" not in path and ".." not in path:
+                keys.append(item.key)
+                paths.append(path)
+            else:
+                found += check_artifact(item, None, None, lookup)
+        elif state == "partial":  # a partial item's artifact is its checkpoint
+            found += check_artifact(item, None)
+        elif state == "unknown":
+            found += check_stuck(item, now)
+    return found + Worded.many(keys, "done_without_artifact", _no_root if lookup else _no_folder,
+                               paths)
 
 
 # Findings that leave an item undecidable for automation, whatever its state.
@@ -306,83 +337,3 @@ def plan_item(item, kinds, lookup: bool = True) -> tuple[str, str]:
     if failure == "permanent":
         return "review", "permanent failure"
     return "review", "failed without a transient/permanent class"
-
-
-class Planner:
-    """``plan_item`` for many items, answered from a memo: ``plan_item``'s answer depends
-    on the item's state, its failure (when text), the kinds found on it and, of their
-    details, on three facts only: the ``missing_history`` detail (quoted), whether the
-    ``stale_input`` one names ``SUPERSEDED``, and the ``done_without_artifact`` one
-    (whether it says ``NOT_CHECKED``, and quoted whole in a ``verify`` why). That last
-    one is planned with a marker in its place, so a million done items whose artifacts
-    were not checked cost one ``plan_item`` call, not a million, and share one answer.
-
-    ``planner.plan(item, found)``, ``found`` a {kind: its first Anomaly} mapping or None
-    (no findings), returns (action, why, marker): ``marker`` None, or the text in ``why``
-    that stands for the detail of ``found["done_without_artifact"]`` (``model.Rows`` puts
-    it back when the row is read)."""
-
-    def __init__(self, lookup: bool = True):
-        self.lookup, self.memo = lookup, {}
-
-    def plan(self, item, found=None) -> tuple[str, str, str | None]:
-        failure = item.failure
-        if failure.__class__ is not str:
-            failure = None
-        if not found:
-            memo_key = (item.state, failure)
-            answer = self.memo.get(memo_key)
-            if answer is None:
-                answer = self.memo[memo_key] = (*plan_item(item, set(), self.lookup), None)
-            return answer
-        unchecked = found.get("done_without_artifact")
-        history = found.get("missing_history")
-        stale = found.get("stale_input")
-        history = history if history is None else history.detail
-        stale = stale if stale is None else stale.detail
-        for text in (history, stale, unchecked and _words_of(unchecked)):
-            if text is not None and text.__class__ is not str:
-                return (*plan_item(item, {kind: anomaly.detail for kind, anomaly
-                                          in found.items()}, self.lookup), None)
-        # the kinds in the order found (a fixed order per set: a miss at worst, never wrong)
-        not_checked = unchecked is not None and _not_checked(unchecked)
-        memo_key = (item.state, failure, tuple(found), history,
-                    stale is not None and SUPERSEDED in stale, not_checked)
-        answer = self.memo.get(memo_key)
-        if answer is None:
-            standing = dict.fromkeys(found, "")  # each detail by the facts plan_item reads
-            if history is not None:
-                standing["missing_history"] = history
-            if memo_key[4]:
-                standing["stale_input"] = SUPERSEDED
-            marker = None
-            if unchecked is not None:
-                marker = standing["done_without_artifact"] = _marker(not_checked)
-            action, why = plan_item(item, standing, self.lookup)
-            answer = self.memo[memo_key] = (action, why, marker if marker and marker in why
-                                            else None)
-        return answer
-
-
-# The words that say NOT_CHECKED of a path (``Worded``): no need to word them to know it.
-_UNCHECKED_WORDS = frozenset({_no_folder, _no_root})
-
-
-def _words_of(anomaly):
-    """The detail's type without wording it: a ``Worded`` one is always text."""
-    return "" if type(anomaly) is Worded else anomaly.detail
-
-
-def _not_checked(anomaly) -> bool:
-    if type(anomaly) is Worded:
-        return anomaly.words in _UNCHECKED_WORDS
-    return NOT_CHECKED in anomaly.detail
-
-
-_MARKERS = ("\0\0", f"\0{NOT_CHECKED}\0")
-
-
-def _marker(not_checked: bool) -> str:
-    """A stand-in ``done_without_artifact`` detail no plan's words contain (NULs) that
-    says ``NOT_CHECKED`` or not, as the detail it stands for."""
-    return _MARKERS[not_checked]

@@ -1,35 +1,40 @@
 """The toolkit SQLite ledger's events, folded in one lean pass; only doubtful keys replayed.
 
-One ``SELECT`` of the events in seq order, fetched in batches. Per batch, a set of types
-per column (C loops) vouches for the columns' types; per row, the detail is read by the
-replay's own reader (``decode``: ``{}`` costs a comparison) and the key's fold state
-(its ``to`` and its ``failure``) advances by one dict lookup in a memo of verdicts
-(``_step``), keyed by (state before, op, from, to, the failure the detail sets). A key
-all of whose events the replay would apply without a word folds to the ``to`` of its
-last event and its add's digest; the other keys (an illegal move, an event before its
-add, a damaged row, a move whose verdict needs more than the failure) are read again in
-full and replayed by ``history.History`` itself, so every finding keeps its exact words.
+One ``SELECT`` of the events in seq order, fetched in batches, SQLite naming each row's
+(op, from, to) by its vocabulary code (``CODE``: a ``CASE`` over the words, compared as
+bytes, so a code is exactly ``CODES.get`` of the row's values) and handing an empty
+detail as NULL. No Python statement runs per row: per batch, C loops (``map``, sets of
+types per column) turn the rows into three numbers each (the code, the failure its detail
+sets, whether a column holds a type the replay refuses), the written details decoded in
+one call by the replay's own reader (``many``); then numpy orders the rows by key (a
+stable sort: a key's rows stay in seq order) and checks every key's chain at once
+(``_verdicts``). A key all of whose events the replay would apply without a word folds to
+the ``to`` of its last event and its add's digest; the other keys (an illegal move, an
+event before its add, a damaged row, a move whose verdict needs more than the failure)
+are read again in full and replayed by ``history.History`` itself, so every finding keeps
+its exact words.
 
-Why not SQL (``json_valid``, ``typeof``, ``LAG(to) OVER (PARTITION BY key ORDER BY
-seq)``): measured on a 200,000-event ledger (CPU, interleaved), evaluating such
-expressions in SQLite's VM costs about as much as handing Python the values themselves
-(the detail checks alone 0.5 s, the whole ``SELECT *`` 1.2 s); the window function sorts
-every row first (no index on key), about 1.0 s; the earlier pass (SQL's checks, a set
-lookup per row) took 2.2-2.8 s and left 16% of the keys to a second read and a replay,
-this one 1.8-2.4 s and none of a batch's usual keys (retries of transient failures
-included). Nor per batch column by column (move codes by ``map(CODES.get, zip(...))``,
-the details decoded by msgspec in one ``map``, the failures scattered by numpy, then a
-loop of one memo lookup per row): at 1,000,000 events it folded the same in 4.6-5.8 s
-CPU against this loop's 4.3-5.7 s (interleaved, loaded machine), next to 2.1-3.0 s for
-the bare ``SELECT *``: what the rows cost as Python objects is most of it either way.
+Measured at 1,000,000 events (248,225 keys; in-process CPU, a fresh process per sample,
+interleaved with a bare ``SELECT * FROM events`` fetchall, on a machine loaded by others):
+the whole SQLite audit took 7.9-8.8 s with the earlier row loop (one memo lookup of the
+verdict per row), 5.9-6.8 s with this pass, against 1.9-2.5 s for the SELECT (ratio 3.5-4.2x
+before, 2.7-3.2x now). What stays is what the rows cost as Python objects (the fetch is
+about the SELECT itself) and memory-bound lookups by key (each a cache miss or two: the
+items table's rows are matched to the fold with one lookup each, ``Folded``). Not done in
+SQL: the chain check (``LAG(to) OVER (PARTITION BY key ORDER BY seq)`` sorts every row, no
+index on key, about 1.0 s), the column types (``typeof`` of six columns per row cost more
+in SQLite's VM, about 0.5 s, than sets of types over the fetched values) and the details
+(SQLite reads JSON otherwise than the replay: a duplicate name's first value, NaN refused).
 
 The policy stays in ``transitions.why_illegal``: ``QUIET_MOVES`` is derived by asking it,
 as ``history.PLAIN_MOVES`` is, and every other move is judged by calling it (once per
-distinct (from, to, failure before, failure after): the memo).
+distinct (move, failure before, failure after)).
 """
 
+import collections.abc
 import itertools
 import json
+import operator
 import sqlite3
 
 from toolkit.forensics.history import CODES, DETAIL_FIELDS, PLAIN_MOVES, VOCABULARY
@@ -86,7 +91,6 @@ def _quiet_moves() -> frozenset:
     return frozenset(quiet)
 
 
-
 class _Failure:
     """The item after a judged move, as ``why_illegal`` reads it: its failure alone. Any
     other field asked for (the artifact's) is a verdict the fold cannot give: the key is
@@ -105,41 +109,42 @@ class _Failure:
 
 QUIET_MOVES = _quiet_moves()
 SLOW = object()  # the fold state of a key that is replayed
-ABSENT = object()  # the failure of a detail that sets none
+class _Absent:
+    """The type of ``ABSENT`` alone (a failure of type ``object`` is ``BROKEN``'s)."""
+
+
+ABSENT = _Absent()  # the failure of a detail that sets none
 _PLAIN = type(None), str  # the failure values the fold judges (others: replayed)
 COLUMNS = ("seq", "ts", "op", "key", "frm", "to", "attempt", "worker", "token")
-SELECT = f"SELECT {', '.join(map(json.dumps, COLUMNS))}, detail FROM events ORDER BY seq"
 BATCH = 1 << 16  # rows per fetch: the row tuples of one batch at a time, then columns
-# The types History.check accepts, per column (what sqlite3 hands out: int, float, str,
-# bytes, None); the detail is judged by ``decode``, the replay's own reader.
-TYPES = {"seq": {int}, "ts": {int, float}, "op": {str}, "key": {str}, "frm": {str, type(None)},
-         "to": {str}, "attempt": {int}, "worker": {str, type(None)}, "token": {int}}
-_CHECKED = tuple((index, frozenset(TYPES[name])) for index, name in enumerate(COLUMNS))
 
 
-def _step(before, op, frm, to, failure):
-    """The fold state after one event whose fields have the replay's types: (to, failure)
-    when the replay applies it without a word, else SLOW. ``before``: the key's state
-    (None before its first event); ``failure``: what the detail sets (ABSENT: nothing)."""
-    code = CODES.get((op, frm, to))
-    if before is SLOW or code is None or failure.__class__ not in _PLAIN and failure is not ABSENT:
-        return SLOW
-    if op == "add":  # a key's first event, None -> pending; a second add is a finding
-        return ("pending", None) if before is None and frm is None and to == "pending" else SLOW
-    if before is None:  # an event before its add
-        return SLOW
-    state, held = before
-    after = held if failure is ABSENT else failure
-    if frm != state or (op != "move" and to != frm):
-        return SLOW
-    if op == "move" and code not in PLAIN_MOVES and code not in QUIET_MOVES:
-        try:
-            why = why_illegal(frm, to, held, _Failure(after))
-        except LookupError:
-            return SLOW
-        if why is not None and why != DONE_WITHOUT_ARTIFACT:  # the replay's own test
-            return SLOW
-    return (to, after)
+def _code_sql() -> str:
+    """SQL for a row's vocabulary code, ``CODES[(op, frm, to)]``, or -1 when a word is none
+    of the vocabulary's or no text (a BLOB, a number: NULL through the sum). Compared as
+    bytes (``COLLATE BINARY``: a column declared NOCASE would match "ADD"); a NULL from
+    only as None."""
+    ops, frms, tos = sorted({op for op, _, _ in VOCABULARY}), (None, *STATES), STATES
+    assert all(code == (ops.index(op) * len(frms) + frms.index(frm)) * len(tos) + tos.index(to)
+               for code, (op, frm, to) in enumerate(VOCABULARY))  # VOCABULARY's own order
+
+    def case(column, words, shift=0):
+        whens = " ".join(f"WHEN '{word}' THEN {index + shift}" for index, word in enumerate(words))
+        return f"CASE {column} COLLATE BINARY {whens} END"
+
+    return (f"coalesce((({case('op', ops)}) * {len(frms)} + (CASE WHEN frm IS NULL THEN 0 "
+            f"ELSE {case('frm', STATES, 1)} END)) * {len(tos)} + {case(chr(34) + 'to' + chr(34), tos)}, -1)")
+
+
+CODE = _code_sql()
+SELECT = (f"SELECT seq, ts, key, attempt, worker, token, {CODE}, "
+          "CASE WHEN detail = '{}' COLLATE BINARY THEN NULL ELSE detail END "
+          "FROM events ORDER BY seq")
+# The types History.check accepts for the columns fetched as they are (what sqlite3 hands
+# out: int, float, str, bytes, None); op, from and to are the code's, the detail is judged
+# by ``decode``, the replay's own reader.
+TYPES = ({int}, {int, float}, {str}, {int}, {str, type(None)}, {int})  # seq ... token
+_CHECKED = tuple(enumerate(map(frozenset, TYPES)))
 
 
 def usable(db) -> bool:
@@ -159,69 +164,243 @@ def usable(db) -> bool:
     return True
 
 
-def _typed(batch: tuple) -> tuple:
-    """Per row, whether every column holds a type the replay accepts: a set of types per
-    column, row by row only for a batch where one is off."""
+def _typed(batch: tuple):
+    """Per row, whether every column holds a type the replay accepts: None when every row
+    does (a set of types per column: C loops), else a bool per row."""
     if all(set(map(type, batch[index])) <= kinds for index, kinds in _CHECKED):
-        return itertools.repeat(True, len(batch[0]))
-    return tuple(all(type(batch[index][row]) in kinds for index, kinds in _CHECKED)
-                 for row in range(len(batch[0])))
+        return None
+    return [all(type(batch[index][row]) in kinds for index, kinds in _CHECKED)
+            for row in range(len(batch[0]))]
 
 
-def scan(db, decode):
-    """One pass over the events → (columns {name: list}, state {key: (to, failure) or
-    SLOW}, digest {key: add's digest}); ``decode`` reads a detail as
-    ``parse_json_column`` (the replay's reader).
+# The fold's numbers: a state's index in STATES (``NO_STATE``: a from of None); per
+# vocabulary code, its op's kind and its from and to.
+ADD, MOVE, OTHER = 0, 1, 2
+NO_STATE = len(STATES)
+_OP_KIND = [ADD if op == "add" else MOVE if op == "move" else OTHER for op, _, _ in VOCABULARY]
+_FROM = [NO_STATE if frm is None else STATES.index(frm) for _, frm, _ in VOCABULARY]
+_TO = [STATES.index(to) for _, _, to in VOCABULARY]
+FIRST = CODES[("add", None, "pending")]  # the one first event a key folds from
+_PASSED = sorted(PLAIN_MOVES | QUIET_MOVES)  # the moves no failure can make illegal
+_NAMES = [*STATES, SLOW]  # a key's fold: the state it ends in, or SLOW
+# A detail read broken (not JSON, not an object): a failure no fold judges, so its key is
+# replayed, where the replay's reader says what is wrong with it.
+BROKEN = {"failure": object()}
+BAD, UNSET, NO_FAILURE = -1, 0, 1  # failure ids: a value the fold does not judge; none set;
+# null; then each text the details set, in order of first sight (``values``)
+
+
+def _failure_ids(failures: list, ids: dict) -> list:
+    """The id of each detail's failure (``ABSENT``: none set) in ``ids``, new texts added;
+    ``BAD`` for a value of another type (a number, a list: the replay judges those)."""
+    if set(map(type, failures)) <= {str, type(None), _Absent}:  # hashable, and no
+        for value in set(failures) - ids.keys():  # 1 == True == 1.0 among them
+            ids[value] = len(ids)
+        return list(map(ids.__getitem__, failures))
+    return [ids.setdefault(value, len(ids)) if value.__class__ in _PLAIN or value is ABSENT
+            else BAD for value in failures]
+
+
+def one_by_one(decode):
+    """``many`` from ``decode`` alone: each text read by itself."""
+    def many(texts):
+        return [BROKEN if problem is not None or obj.__class__ is not dict else obj
+                for obj, problem in map(decode, texts)]
+
+    return many
+
+
+def scan(db, decode, many=None):
+    """One pass over the events → (columns {name: values}, state {key: the state its events
+    fold to, or SLOW} (a ``Folded``), each key's add digest or None in order of first
+    rows). ``decode`` reads a detail as ``parse_json_column`` does (the replay's reader),
+    ``many`` (optional) a list of them at once: a dict each, ``BROKEN`` where ``decode``
+    finds a problem.
 
     ``state`` holds every key of a row, ``SLOW`` for each key with a row the replay
     must see; the columns hold every row in seq order, the slow keys' too (the caller
     drops the rows the replay does not apply)."""
-    columns = {name: [] for name in COLUMNS}
-    extends = [columns[name].extend for name in COLUMNS]
-    state: dict = {}
-    digests: dict = {}
-    memo: dict = {}  # (state before, op, from, to, failure set) -> state after
-    get, remember, step = state.get, memo.get, _step
-    slow, absent, _str, _dict, empty = SLOW, ABSENT, str, dict, "{}"
-    cursor = db.execute(SELECT)
+    import numpy as np
+
+    many = many or one_by_one(decode)
+    fetched = ("seq", "ts", "key", "attempt", "worker", "token", "code")
+    columns = {name: [] for name in fetched}
+    extends = [columns[name].extend for name in fetched]
+    off, failures, written_at, digests = [], [], [], []
+    order: dict = {}  # key -> the index of its first row, in order of first rows
+    ids = {ABSENT: UNSET, None: NO_FAILURE}  # failure -> id; the texts from 2 on
+    get, repeat, compress, is_not = dict.get, itertools.repeat, itertools.compress, \
+        operator.is_not
+    cursor, at = db.execute(SELECT), 0
     while rows := cursor.fetchmany(BATCH):
         batch = tuple(zip(*rows))
         del rows
-        _, _, ops, keys, frms, tos, _, _, _, texts = batch
-        for key, op, frm, to, text, ok in zip(keys, ops, frms, tos, texts, _typed(batch)):
-            before = get(key)
-            if not ok or before is slow:
-                state[key] = slow
-                continue
-            if text == empty:
-                failure = absent
-            else:
-                detail, problem = decode(text)
-                if problem is not None or detail.__class__ is not _dict:
-                    state[key] = slow
-                    continue
-                failure = detail.get("failure", absent)
-                if op == "add":  # its digest (a fine add is its key's first row)
-                    digest = detail.get("digest")
-                    if digest.__class__ is _str:
-                        digests[key] = digest
-            try:
-                after = remember((before, op, frm, to, failure))
-            except TypeError:  # a failure json made a list or a dict: the replay judges
-                after = slow
-            else:
-                if after is None:
-                    after = memo[(before, op, frm, to, failure)] = step(before, op, frm, to,
-                                                                        failure)
-            state[key] = after
+        keys, texts, size = batch[2], batch[7], len(batch[0])
         for extend, values in zip(extends, batch):
             extend(values)
-    return columns, state, digests
+        typed = _typed(batch)
+        off.append(np.zeros(size, bool) if typed is None else ~np.array(typed, bool))
+        written = list(map(is_not, texts, repeat(None)))  # NULL: "{}", which sets nothing
+        details = many(list(compress(texts, written)))
+        where = np.flatnonzero(np.array(written, bool))
+        fid = np.zeros(size, np.int32)  # UNSET
+        fid[where] = _failure_ids(list(map(get, details, repeat("failure"), repeat(ABSENT))),
+                                  ids)
+        failures.append(fid)
+        written_at.append(where + at)
+        digests += map(get, details, repeat("digest"))
+        at += size
+    keys = columns["key"]
+    # each row's key named by the index of the key's first row (setdefault keeps it)
+    first = np.fromiter(map(order.setdefault, keys, itertools.count()), np.int64, len(keys))
+    code = np.array(columns.pop("code"), np.int32)
+    state = _verdicts(np, first, code, _concat(np, failures, np.int32), _concat(np, off, bool),
+                      list(ids))
+    # each key's add is its first row (a key whose first row is anything else is SLOW):
+    # its digest, when its detail was written and sets a text
+    written_at = _concat(np, written_at, np.int64)
+    starts = np.fromiter(order.values(), np.int64, len(order))
+    slot = np.minimum(np.searchsorted(written_at, starts), max(len(written_at) - 1, 0))
+    has = (written_at[slot] == starts) if len(written_at) else np.zeros(len(starts), bool)
+    found = [None] * len(starts)
+    for at, digest in zip(np.flatnonzero(has).tolist(),
+                          map(digests.__getitem__, slot[has].tolist())):
+        if digest.__class__ is str:
+            found[at] = digest
+    for part, name in enumerate(("op", "frm", "to")):
+        columns[name] = Words(code, part)
+    return {name: columns[name] for name in COLUMNS}, Folded(order, starts, state, found), found
+
+
+class Folded(collections.abc.Mapping):
+    """``scan``'s state, {key: the state its events fold to, or SLOW}, as the scan holds it:
+    {key: its first row} and, per key in order of first rows, its state and its add's
+    digest. ``lookup`` answers a list of keys with one dict lookup each (a dict of a
+    quarter-million 64-character keys costs a cache miss or two per lookup)."""
+
+    def __init__(self, first: dict, starts, states: list, digests: list):
+        self.first, self.starts, self.states, self.digests = first, starts, states, digests
+
+    def __getitem__(self, key):
+        return self.states[self._index(self.first[key])]
+
+    def _index(self, row: int) -> int:
+        return int(self.starts.searchsorted(row))
+
+    def __iter__(self):
+        return iter(self.first)
+
+    def __len__(self):
+        return len(self.first)
+
+    def digest_map(self) -> dict:
+        """{key: its add's digest} of the keys that have one."""
+        return {key: digest for key, digest in zip(self.first, self.digests)
+                if digest is not None}
+
+    def lookup(self, keys) -> tuple[list, list]:
+        """(state or SLOW, digest) of each of ``keys``, None and None for a key with no
+        event."""
+        import numpy as np
+
+        rows = np.fromiter(map(self.first.get, keys, itertools.repeat(-1)), np.int64, len(keys))
+        index = np.where(rows < 0, len(self.states), self.starts.searchsorted(rows)).tolist()
+        states, digests = [*self.states, None], [*self.digests, None]
+        return list(map(states.__getitem__, index)), list(map(digests.__getitem__, index))
+
+
+class Words:
+    """The op, from or to column (``part`` 0, 1, 2) of the rows' vocabulary codes: the
+    words by iteration, a numpy object array when a frame asks. Code -1 (words none of the
+    vocabulary's) is None: such a row is never applied, so ``without`` drops it."""
+
+    def __init__(self, code, part: int):
+        self.code, self.part = code, part
+
+    def __len__(self):
+        return len(self.code)
+
+    def __iter__(self):
+        table = _WORDS[self.part]
+        return map(table.__getitem__, self.code.tolist())
+
+    def __array__(self, dtype=None, copy=None):
+        import numpy as np
+
+        return np.array(_WORDS[self.part], dtype=object)[self.code]
+
+
+_WORDS = [[triple[part] for triple in VOCABULARY] + [None] for part in range(3)]  # [-1]: None
+
+
+def _concat(np, parts, dtype):
+    return np.concatenate(parts) if parts else np.zeros(0, dtype)
+
+
+def _verdicts(np, first, code, fid, off, values) -> list:
+    """Per key (in order of its first row, ``first`` naming it per row), the state its rows
+    fold to, or SLOW.
+
+    A key folds when its first row is an add (None -> pending), each later row is no add
+    and starts from the state the row before it left (a claim or release keeps it), every
+    row has the replay's types, a detail that is an object and a failure of None or text,
+    and every move the policy judges gets None or ``DONE_WITHOUT_ARTIFACT`` from
+    ``why_illegal`` (asked once per distinct move, failure before and failure after)."""
+    rows = len(first)
+    if not rows:
+        return []
+    order = np.argsort(first, kind="stable")  # by key, each key's rows in seq order
+    key, code, fid, bad = first[order], code[order], fid[order], off[order]
+    bad |= (code < 0) | (fid == BAD)
+    code = np.where(code < 0, FIRST, code)  # (off already) any code, to index the tables
+    kind, frm, to = (np.array(table, np.int8)[code] for table in (_OP_KIND, _FROM, _TO))
+    starts = np.ones(rows, bool)
+    starts[1:] = key[1:] != key[:-1]
+    bad |= starts & (code != FIRST)  # an event before its add
+    # a second add; a row that does not start where the one before it left the key
+    later = ~starts
+    bad[1:] |= later[1:] & ((kind[1:] == ADD) | (frm[1:] != to[:-1]))
+    bad |= (kind == OTHER) & (to != frm)  # a claim or release that changes the state
+    # the failure the key holds after each row: the last one a detail set, the add's
+    # None whatever its detail says (forward-filled; each key starts at its add)
+    fid = np.where(starts, NO_FAILURE, fid)
+    held = np.where(fid != UNSET, np.arange(rows), 0)
+    np.maximum.accumulate(held, out=held)
+    held = fid[held]
+    judged = np.flatnonzero(later & (kind == MOVE) & ~np.isin(code, _PASSED))
+    if len(judged):
+        width = len(values) + 1  # ids + 1: BAD is 0
+        cases = (code[judged].astype(np.int64) * width + held[judged - 1] + 1) * width \
+            + held[judged] + 1
+        distinct, index = np.unique(cases, return_inverse=True)
+        refused = np.array([_refused(case, width, values) for case in distinct.tolist()],
+                           bool)
+        bad[judged] |= refused[index]
+    keys = np.flatnonzero(starts)  # the sorted rows where each key begins
+    slow = np.logical_or.reduceat(bad, keys)
+    ends = np.append(keys[1:], rows) - 1
+    return list(map(_NAMES.__getitem__, np.where(slow, len(STATES), to[ends]).tolist()))
+
+
+def _refused(case: int, width: int, values: list) -> bool:
+    """Whether the replay reports a move: its code and the failure ids before and after
+    (each plus one) packed in ``case``."""
+    case, after = divmod(case, width)
+    code, before = divmod(case, width)
+    if before == 0 or after == 0:  # BAD: the key is replayed anyway
+        return True
+    _, frm, to = VOCABULARY[code]
+    try:
+        why = why_illegal(frm, to, values[before - 1], _Failure(values[after - 1]))
+    except LookupError:
+        return True
+    return why is not None and why != DONE_WITHOUT_ARTIFACT
 
 
 def slow_rows(db, columns, state, fields):
     """Every event row (``fields``) of the slow keys, in seq order."""
-    slow = {key for key, last in state.items() if last is SLOW}
+    pairs = zip(state.first, state.states) if isinstance(state, Folded) else state.items()
+    slow = {key for key, last in pairs if last is SLOW}
     if not slow:
         return []
     seqs = [seq for seq, key in zip(columns["seq"], columns["key"]) if key in slow]

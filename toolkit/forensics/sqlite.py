@@ -9,7 +9,6 @@ read from a private copy (``private.py``): ``mode=ro`` would create or rebuild
 its ``-shm``. Only real tables are read, never views.
 """
 
-import operator
 import os
 import shutil
 import sqlite3
@@ -24,11 +23,11 @@ from toolkit.forensics.foreign import (
     foreign_item,
     parse_json_column,
 )
-from toolkit.forensics.history import STATE_SET, History
+from toolkit.forensics.history import History
 from toolkit.forensics import lines, sqlfold
-from toolkit.forensics.lines import SHALLOW
 from toolkit.forensics.private import live_wal_connection, private_copy
-from toolkit.forensics.model import Raw, Record, register
+from toolkit.forensics.sqlrows import detail_reader, fold_items, item_rows, items_one_by_one
+from toolkit.forensics.model import Raw, register
 
 TOOLKIT_FORMAT = "resume-toolkit-ledger/1"  # toolkit.ledger.sqlite.FORMAT
 ITEM_FIELDS = ("key", "state", "source", "attempt", "job_id", "failure", "reason", "artifact_path",
@@ -216,12 +215,12 @@ def read_toolkit_sqlite(db, schema) -> Raw:
     _require(schema, "events", EVENT_FIELDS, "toolkit-sqlite")
     raw = Raw()
     history = History(Raw(), numbered=False)  # the fold, kept apart from the items table
-    detail_of = _detail_reader() if lines.FAST else parse_json_column
+    detail_of = detail_reader() if lines.FAST else parse_json_column
     quoted = ", ".join(f'"{name}"' for name in EVENT_FIELDS)
     slow = sqlfold.SLOW
     if lines.FAST and sqlfold.usable(db):
         # one lean pass folds every key; the replay reads again only the keys it doubts
-        folds, state, digests = sqlfold.scan(db, detail_of)
+        folds, state, digests = sqlfold.scan(db, detail_of, detail_of.many)
         dropped = _replay(raw, history, sqlfold.slow_rows(db, folds, state, EVENT_FIELDS),
                           detail_of)
         raw.events = sqlfold.without(folds, dropped)
@@ -230,33 +229,16 @@ def read_toolkit_sqlite(db, schema) -> Raw:
                 detail_of)
         raw.events = history.finish()
         state, digests = dict.fromkeys(history.raw.items, slow), {}
-    # state: key -> (state, failure) its events fold to, or SLOW: then the replay's item
+    # state: key -> the state its events fold to, or SLOW: then the replay's item
     # holds it (a key the replay ended without an item has no fold at all)
     replayed = history.raw.items
     raw.anomalies.extend(history.raw.anomalies)
     quoted = ", ".join(f'"{name}"' for name in ITEM_FIELDS)
-    for row in _item_rows(db, quoted):
-        key, now = row[0], row[1]
-        if type(key) is not str:
-            raw.finding(None, "corrupt_record", f"items row with key {key!r}: not a string")
-            continue
-        if type(now) is not str or now not in STATE_SET:
-            raw.finding(key, "corrupt_record", f"items row {key!r}: state {now!r} is not ours")
-            continue
-        last, digest = state.get(key), None
-        if last is slow:
-            item = replayed.get(key)
-            last, digest = (None, None) if item is None else (item.state, item.input_digest)
-        elif last is not None:
-            last, digest = last[0], digests.get(key)
-        # Record's fields in order: key, state, raw_state, source, input_digest, then the
-        # rest of ITEM_FIELDS (attempt ... updated) as they stand
-        raw.items[key] = Record(key, now, now, row[2], digest, *row[3:])
-        if last is None:
-            raw.finding(key, "history_mismatch", "item row has no add event")
-        elif last != now:
-            raw.finding(key, "history_mismatch",
-                        f"items table says {now}, its events end in {last}")
+    rows = item_rows(db, quoted)
+    if not fold_items(raw, rows, state, digests, replayed):
+        if isinstance(state, sqlfold.Folded):
+            digests = state.digest_map()
+        items_one_by_one(raw, rows, state, digests, replayed)
     for key in state.keys() - raw.items.keys():
         if state[key] is not slow or key in replayed:
             raw.finding(key, "history_mismatch", "events for a key with no valid item row")
@@ -275,43 +257,6 @@ def _replay(raw, history, rows, detail_of) -> set:
             finding(key if type(key) is str else None, "corrupt_record", f"event seq={seq}: {why}")
             dropped.add(seq)
     return dropped
-
-
-def _item_rows(db, quoted):
-    """The items rows ordered by key as SQLite orders them: read in table order (a walk
-    of the key index would seek for every row) and sorted here; Python orders strings,
-    bytes or numbers as SQLite's BINARY collation does, anything mixed goes to SQLite."""
-    rows = db.execute(f"SELECT {quoted} FROM items").fetchall()
-    try:
-        rows.sort(key=operator.itemgetter(0))
-    except TypeError:
-        rows = db.execute(f"SELECT {quoted} FROM items ORDER BY key").fetchall()
-    return rows
-
-
-def _detail_reader():
-    """``parse_json_column`` for the detail column, fast on what a ledger holds: ``{}``
-    (most events), else msgspec's decoder when it accepts the text as an object; the
-    rest (and every complaint) goes the reference way. Nothing folds into a detail, so
-    the empty ones can share one dict."""
-    import msgspec
-
-    decode, failed, empty, _str, _dict = msgspec.json.decode, msgspec.DecodeError, {}, str, dict
-
-    def detail_of(text):
-        if text == "{}":
-            return empty, None
-        if type(text) is _str and text.count("{") + text.count("[") <= SHALLOW:
-            try:
-                obj = decode(text)
-            except failed:
-                pass
-            else:
-                if type(obj) is _dict:
-                    return obj, None
-        return parse_json_column(text)
-
-    return detail_of
 
 
 def _read_foreign(raw, rows, states, name):
