@@ -86,7 +86,7 @@ def peak_bytes_opening_index(ledger) -> int:
     tracemalloc.start()
     try:
         index = inputindex.InputIndex(ledger, record=False)
-        for _ in index._blocks:  # every recorded line, read through block by block
+        for _ in index._entries:  # every recorded entry after the first, read through
             pass
         return tracemalloc.get_traced_memory()[1]
     finally:

@@ -1,7 +1,7 @@
-"""Resume by one read of the ledger: ``Ledger.rows_by_key`` joined with the batch's candidate keys.
+"""Resume by one pass over the ledger: ``Ledger.scan`` merged with the batch's candidate keys.
 
 A rerun whose batch is a large share of the ledger reads the ledger once
-(``Ledger.rows_by_key``, joined with their keys) instead of looking each input's candidate
+(``keying.merged`` over ``Ledger.scan``) instead of looking each input's candidate
 keys up; a small batch on a large ledger still looks its keys up
 (``keying.use_scan``). Both paths must make the same decision for every input:
 exactly one candidate key at rest vouches for it, anything else is keyed in full.
@@ -55,23 +55,17 @@ def test_scan_yields_every_item_as_its_light_row_in_key_order(ledger):
     assert ledger.item_count() == len(keys)
 
 
-def test_rows_by_key_holds_every_item_once_as_its_light_row(ledger):
-    """Each backend: ``rows_by_key()`` (the one read a rerun's ordered pass joins with its
-    inputs' keys) holds every item once, by its key, each row equal to ``scan``'s; an empty
-    ledger gives an empty dict."""
-    assert ledger.rows_by_key() == {}
+def test_merge_keeps_exactly_the_wanted_keys_that_exist(ledger):
+    """Wanted keys absent from the ledger, repeated, or none at all: the merge returns the
+    rows of the wanted keys that exist, nothing else."""
     keys = [f"{n:02x}" * 32 for n in range(6)]
     for key in keys:
         ledger.add(key)
-    settle(ledger, keys[1], S.DONE, artifact_path="a.pdf", artifact_size=3,
-           artifact_sha256="ab" * 32, artifact_mtime_ns=5, artifact_ctime_ns=6, artifact_ino=-7)
-    settle(ledger, keys[4], S.FAILED)
-    rows = ledger.rows_by_key()
-    assert sorted(rows) == keys
-    assert all(type(row) is Light and row.key == key for key, row in rows.items())
-    assert sorted(rows.values()) == list(ledger.scan())
-    assert rows[keys[1]].state is S.DONE and rows[keys[1]].artifact_ino == -7
-    assert rows[keys[4]].resting and not rows[keys[0]].resting
+    wanted = [keys[1], keys[4], keys[4], "ff" * 32, "00" * 31]
+    found = keying.merged(ledger, wanted)
+    assert sorted(found) == [keys[1], keys[4]]
+    assert all(found[key].key == key for key in found)
+    assert keying.merged(ledger, []) == {}
 
 
 @pytest.fixture
@@ -137,12 +131,12 @@ def run(ledger_path, provider, out, paths):
 def spied(monkeypatch):
     """Which path each rerun took: the scans and the look-ups of candidate keys."""
     calls = {"scan": 0, "get_many": 0}
-    real_joined = keying._joined
+    real_merged = keying.merged
 
-    def joined(ledger, digests, keyers_, scan):
-        calls["scan"] += scan
-        return real_joined(ledger, digests, keyers_, scan)
-    monkeypatch.setattr(keying, "_joined", joined)
+    def merged(ledger, keys):
+        calls["scan"] += 1
+        return real_merged(ledger, keys)
+    monkeypatch.setattr(keying, "merged", merged)
     real_vouched = keying.vouched
 
     def vouched(ledger, paths, keyers_, index=None, scan=False):

@@ -358,12 +358,6 @@ class Ledger:
             rows.sort()  # keys are unique: ordered by key
         yield from rows
 
-    def rows_by_key(self) -> dict:
-        """Every item's ``records.Light`` row, by key, read in one go: what a rerun joins
-        with its inputs' candidate keys (``runner.keying``). A backend may build the dict
-        without a Python frame per row (SQLite); this default takes ``scan``'s rows."""
-        return {row[0]: row for row in self.scan(ordered=False)}
-
 
 __all__ = ["canonical_path", "State", "TRANSITIONS", "TERMINAL", "TRANSIENT", "PERMANENT", "ARTIFACT_FIELDS",
            "Item", "Event", "Ledger", "apply_event", "open_ledger", "why_illegal", "with_seq",

@@ -368,16 +368,6 @@ class SqliteLedger(Ledger):
     def _item_count(self):
         return self._query("SELECT COUNT(*) FROM items")[0][0]
 
-    def rows_by_key(self) -> dict:
-        """``Ledger.rows_by_key``: one ``SELECT`` under the lock (one snapshot), its rows made
-        ``Light`` by one comprehension (no generator frame per row, as ``scan``'s reader pays)."""
-        from toolkit.ledger.records import LIGHT_FIELDS, Light
-
-        with self._lock:
-            rows = self._query(f"SELECT {', '.join(LIGHT_FIELDS)} FROM items")
-        return {row[0]: _ROW(Light, (row[0], _STATE_OF.get(row[1]) or _not_ours(*row[:2]),
-                                     *row[2:])) for row in rows}
-
     def scan(self, ordered: bool = True, batch: int = 4096):
         """``Ledger.scan``: one ``SELECT`` (``ORDER BY key``: the primary key's index, else
         the table in storage order, about half the cost), read ``batch`` rows at a time.

@@ -51,16 +51,14 @@ def unchanged(path, item) -> bool:
     return unchanged_all((path,), (item,))[0]
 
 
-def unchanged_all(paths, items, dir_fd=None) -> list:
+def unchanged_all(paths, items) -> list:
     """``unchanged(path, item)`` of each pair, in order: the one rule, in one frame for a
     chunk of done items (a rerun of a large, nearly done batch is mostly these, and a
-    Python call per artifact was a fifth of its cost). One ``stat`` per artifact; with
-    ``dir_fd`` (a folder's descriptor: ``inputindex.Folders``) a relative path is taken in
-    that folder (the kernel walks the path's own names only), an absolute one as it is."""
+    Python call per artifact was a fifth of its cost). One ``stat`` per artifact."""
     stat, wrap, half, found = os.stat, _INO_WRAP, _INO_HALF, []
     for path, item in zip(paths, items, strict=True):
         try:
-            info = stat(path, dir_fd=dir_fd)
+            info = stat(path)
         except OSError:
             found.append(False)
             continue

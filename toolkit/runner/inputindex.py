@@ -110,22 +110,9 @@ def _line(name: str, stamp_: tuple, digest: str) -> str:
 
 
 def _parse(line: str):
-    """``(name, stamp text, digest, line)`` of one line (with its newline); None if it is not
-    one (``_entry`` holds the rule)."""
-    entry = _entry(line[:-1]) if line.endswith("\n") else None
-    return None if entry is None else (*entry, line)
-
-
-def _entry(line: str):
-    """``(name, stamp text, digest)`` of one recorded line (without its newline); None if it
-    is not one: five stamp fields, a 64-character digest, a name. The stamp stays text: a stat
-    is compared with it as ``_line`` writes it (``_STAMP_TEXT``), so a stamp that is not five
-    decimal numbers never matches (the file is read). ``InputIndex.vouch`` inlines this."""
-    parts = line.split(" ", 6)
-    if len(parts) != 7 or len(parts[5]) != 64:
-        return None
-    name = parts[6]
-    return _unescape(name), line[:-66 - len(name)], parts[5]
+    """``(name, stamp text, digest, line)`` of one line; None if it is not one (``_recorded``
+    holds the rule)."""
+    return next(_recorded(io.StringIO(line, newline="\n")), None)
 
 
 def _bounded_line(lines) -> str:
@@ -140,63 +127,28 @@ def _bounded_line(lines) -> str:
     return line
 
 
-BLOCK = 1 << 16  # characters of the recorded index read at a time
-
-
-def _blocks(handle):
-    """The recorded index after its header, as lists of its lines (without their newline),
-    about ``BLOCK`` characters at a time: a run holds one block of it, never the whole file,
-    and takes each line from a list, not from a generator per line. A line over ``MAX_LINE``
-    (no newline within it: damage) is read through in bounded pieces and yields as "" (never
-    an entry); a last line without its newline (torn) is dropped; a failed read ends it."""
-    carry, damaged = "", False
+def _recorded(lines):
+    """The entries ``(name, stamp text, digest, line)`` of the recorded index after its
+    header, in its order; a line that is not one (damaged, foreign, torn: no newline) is
+    skipped, a read that fails ends it. The stamp stays text: a stat is compared with it
+    as ``_line`` writes it (``_STAMP_TEXT``), so a stamp that is not five decimal numbers never
+    matches (the file is read). The parse is inline: it runs once per input of a rerun."""
+    readline = lines.readline
     try:
-        while data := handle.read(BLOCK):
-            lines = data.split("\n")
-            if len(lines) == 1:  # no newline in this piece: the line goes on
-                if not damaged:
-                    carry += data
-                    damaged = len(carry) > MAX_LINE
-                    carry = "" if damaged else carry
+        while line := readline(MAX_LINE):
+            if line[-1] != "\n":
+                if len(line) == MAX_LINE:  # damage: read around, skipped
+                    while (rest := readline(MAX_LINE)) and not rest.endswith("\n"):
+                        pass
                 continue
-            lines[0] = "" if damaged else carry + lines[0]
-            carry = lines.pop()
-            damaged = len(carry) > MAX_LINE
-            carry = "" if damaged else carry
-            yield lines
+            parts = line.split(" ", 6)  # five stamp numbers, the digest, the name
+            if len(parts) != 7 or len(digest := parts[5]) != 64:
+                continue
+            name = parts[6]
+            yield ((_unescape(name[:-1]) if "\\" in name else name[:-1]),
+                   line[:-66 - len(name)], digest, line)
     except (OSError, UnicodeError):
         return
-
-
-class Folders:
-    """Descriptors of folders (``O_PATH``: no read permission needed), opened once each while
-    a pass stats the files in them: ``os.stat(name, dir_fd=fd)`` makes the kernel walk one
-    name instead of the whole path (a third of a ``stat`` on a deep path). The same file as
-    ``os.stat(folder/name)`` for as long as the folder is not renamed meanwhile (the pass is
-    one moment of a run, like a stat of each path). ``fd`` is None where one cannot be opened
-    (then ``stat`` takes the name relative to the working folder: give it a full one)."""
-
-    FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | getattr(os, "O_DIRECTORY", 0) | \
-        getattr(os, "O_CLOEXEC", 0)
-
-    def __init__(self):
-        self._folder, self._fd, self._opened = None, None, []
-
-    def fd(self, folder: str):
-        """A descriptor of ``folder`` ("" or unopenable: None)."""
-        if folder != self._folder:
-            self._folder, self._fd = folder, None
-            if folder and os.stat in os.supports_dir_fd:
-                with contextlib.suppress(OSError):
-                    self._fd = os.open(folder, self.FLAGS)
-                    self._opened.append(self._fd)
-        return self._fd
-
-    def close(self) -> None:
-        for fd in self._opened:
-            os.close(fd)
-        self._opened.clear()
-        self._folder = self._fd = None
 
 
 def _open_regular(path: Path):
@@ -241,8 +193,8 @@ class InputIndex:
         """``trust=False`` (``--verify``): vouch for nothing, record what is read;
         ``record=False``: read the recorded index only (a count after the run)."""
         self.path = index_file(ledger_path)
-        self._old = self._new = None
-        self._blocks, self._block, self._at = iter(()), [], 0  # the recorded lines, a cursor
+        self._old = self._new = self._next = None
+        self._entries = iter(())
         self.vouched = 0  # inputs taken on their stat
         if self.path is None:
             return
@@ -250,9 +202,10 @@ class InputIndex:
             with contextlib.suppress(OSError, UnicodeError):
                 self._old = _open_regular(self.path)
                 if _bounded_line(self._old) == HEADER:
-                    self._blocks = _blocks(self._old)
+                    self._entries = _recorded(self._old)
                 else:
                     self._close_old()
+        self._next = next(self._entries, None)
         if not record:
             return
         with contextlib.suppress(OSError):  # a read-only folder: nothing is recorded
@@ -267,75 +220,44 @@ class InputIndex:
         """For each of ``paths``, in order, its recorded digest and line when its stat is the
         one recorded (one ``stat``, no read); else None and None: read it. Two lists aligned
         with ``paths``. Paths come in ascending ``order``, call after call (the recorded
-        lines are in it: a merge, a cursor in the block in hand). What is kept goes to
-        ``keep``, in the inputs' order.
+        lines are in it: a merge, one line ahead). What is kept goes to ``keep``, in the
+        inputs' order.
 
-        One frame for a whole chunk of inputs, each recorded line parsed inline where it is
-        met (``_entry``'s rule): a rerun's cost is per item, and a call or a generator step
-        per input (and per recorded line) was a third of it."""
+        One frame for a whole chunk of inputs: a rerun's cost is per item, and a method
+        call per input (and per recorded line) was a third of it."""
         digests, lines = [None] * len(paths), [None] * len(paths)
-        folders = Folders()
-        try:
-            block, at_line, found = self._merge(paths, digests, lines, folders)
-        finally:
-            folders.close()
-        self._block, self._at = block, at_line
-        self.vouched += found
-        return digests, lines
-
-    def _merge(self, paths, digests, lines, folders) -> tuple:
-        """``vouch``'s pass: fills ``digests`` and ``lines``; returns where the recorded lines
-        stand (block, position) and how many inputs it vouched for."""
-        block, at_line, blocks = self._block, self._at, self._blocks
-        stat, text, fields, unescape = os.stat, _STAMP_TEXT, stamp, _unescape
-        found, folder, fd = 0, None, None
+        entry, entries, stat, text, fields = self._next, self._entries, os.stat, _STAMP_TEXT, stamp
         for at, path in enumerate(paths):
             name = order(path)
-            while True:  # to the first recorded entry not before ``name``
-                if at_line == len(block):
-                    block, at_line = next(blocks, None), 0
-                    if block is None:
-                        break
-                line = block[at_line]
-                parts = line.split(" ", 6)
-                recorded = parts[-1] if "\\" not in parts[-1] else unescape(parts[-1])
-                if len(parts) != 7 or len(parts[5]) != 64 or recorded < name:
-                    at_line += 1  # not an entry, or one of a path no input of ours has
-                    continue
-                break
-            if block is None:
-                block = []
+            while entry is not None and entry[0] < name:
+                entry = next(entries, None)
+            if entry is None:
                 break  # nothing recorded from here on: every other input is read
-            if recorded != name:
-                continue  # not recorded: read (the line is a later input's)
-            at_line += 1
-            head, slash, base = name.rpartition("/")
-            if (head or slash) != folder:  # a sorted batch is mostly one folder
-                folder = head or slash
-                fd = folders.fd(folder)
-            try:  # in the folder opened once (``Folders``): the kernel walks one name, not all
-                info = stat(name) if fd is None else stat(base, dir_fd=fd)
+            if entry[0] != name:
+                continue
+            recorded, entry = entry, next(entries, None)
+            try:
+                info = stat(name)
             except OSError:
                 continue
-            if text % fields(info) == line[:-66 - len(parts[6])]:
-                digests[at], lines[at] = parts[5], line
-                found += 1
-        return block, at_line, found
+            if text % fields(info) == recorded[1]:
+                digests[at], lines[at] = recorded[2], recorded[3]
+        self._next = entry
+        self.vouched += len(digests) - digests.count(None)
+        return digests, lines
 
     def digest(self, path) -> str | None:
         """``vouch`` for one path: its recorded digest (its line kept), else None."""
-        (digest,), lines = self.vouch((path,))
+        (digest,), (line,) = self.vouch((path,))
         if digest is not None:
-            self.keep(lines)  # the recorded line, as it was
+            self._put(line)  # the recorded line, as it was
         return digest
 
     def line(self, path, info: os.stat_result, started_ns: int, digest: str) -> str | None:
-        """The line (without its newline, as ``vouch`` gives recorded ones) recording that
-        ``path``, with the stat ``info`` taken before its bytes were read (a read that began
-        at ``started_ns``), holds content ``digest``; None for a stat that a write could
-        still keep (``settled``): not recorded."""
-        return _line(order(path), stamp(info), digest)[:-1] if settled(info, started_ns) \
-            else None
+        """The line recording that ``path``, with the stat ``info`` taken before its bytes
+        were read (a read that began at ``started_ns``), holds content ``digest``; None for
+        a stat that a write could still keep (``settled``): not recorded."""
+        return _line(order(path), stamp(info), digest) if settled(info, started_ns) else None
 
     def note(self, path, info: os.stat_result, started_ns: int, digest: str) -> None:
         """Record ``line(path, info, started_ns, digest)``, if any."""
@@ -344,9 +266,10 @@ class InputIndex:
     def keep(self, lines) -> None:
         """Write ``lines`` (recorded ones, as they were, and new ones from ``line``; None
         skipped) to the new index, in the inputs' order: the next run merges them."""
-        text = "\n".join(filter(None, lines))
-        if text:
-            self._put(text + "\n")
+        self._put("".join(filter(None, lines)))
+
+    def _write(self, name, stamp_, digest) -> None:
+        self._put(_line(name, stamp_, digest))
 
     def _put(self, line: str) -> None:
         """Write one line of the new index; a failed write (a full disk) drops the new
@@ -390,4 +313,4 @@ class InputIndex:
     def _close_old(self) -> None:
         if self._old is not None:
             self._old.close()
-        self._old, self._blocks, self._block = None, iter(()), []
+        self._old, self._entries = None, iter(())

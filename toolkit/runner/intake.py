@@ -73,24 +73,14 @@ class Intake:
         Poison becomes ``failed(permanent, reason)`` before anything is
         submitted, and never blocks the rest of the queue. An input whose bytes the
         ledger already keyed into an item at rest (done, parked, poison) is taken by that
-        key from its digest alone (``keying``): no MuPDF, no snapshot, no write. One the
-        run's ordered pass already settled (done, its artifact's stat the recorded one:
-        ``Reuse._vouched_ahead``) is noted and counted, not returned: ``process`` never sees it.
+        key from its digest alone (``keying``): no MuPDF, no snapshot, no write.
         """
         paths = inputs if type(inputs) is InOrder else \
             sorted((p if isinstance(p, Path) else Path(p) for p in inputs), key=order)
         keys, seen, where, known, failed = [], self._seen, self._paths, self._known, S.FAILED
-        settled = 0
         for path, item in zip(paths, self._vouched(paths)):
             if item is None:
                 self._enqueue_one(path, keys)  # reads it again: the bytes keyed are the bytes sent
-                continue
-            if type(item) is str:  # the key of a done item reused by the ordered pass (Reuse)
-                if item in seen:
-                    self._admit(path, item, keys)  # an alias, said
-                else:
-                    seen[item] = path  # nothing else is held of it: it is settled
-                    settled += 1
                 continue
             key = item.key
             if key in seen:  # an alias: ``_admit`` says it (most of a rerun: no call per item)
@@ -101,8 +91,6 @@ class Intake:
             keys.append(key)
             if item.state is failed:  # poison an earlier run found (``_note_quarantined``)
                 self._note_quarantined(key, item)
-        self.reused += settled
-        self._settled += settled  # counted done by ``_tally``
         return keys
 
     def _vouched(self, paths) -> list:
@@ -116,8 +104,8 @@ class Intake:
         return keying.vouched(self.ledger, paths, self._keyers(), self._index)
 
     def _vouched_ahead(self, paths) -> list | None:
-        """The whole batch's ``_vouched``, from one read of the ledger joined with the batch's
-        candidate keys (``keying``: ``Ledger.rows_by_key``), when the batch is a large
+        """The whole batch's ``_vouched``, from one ordered pass over the ledger merged with
+        the batch's sorted candidate keys (``keying.merged``), when the batch is a large
         share of the ledger (``keying.use_scan``); else None: each chunk looks its keys up."""
         if self.page_by_page_from is not None or not keying.use_scan(self.ledger, len(paths)):
             return None

@@ -28,9 +28,9 @@ def keyers(options: dict) -> list:
 def vouched(ledger, paths, keyers_, index=None, scan=False) -> list:
     """For each of ``paths``, in order, the item at rest that the ledger keyed its bytes into,
     else None (one ``stat`` of each input the ``index`` vouches for, one read of each other
-    input; one ledger query for them all, or with ``scan`` one read of the whole ledger by
-    key: ``Ledger.rows_by_key``). ``paths`` come in ``inputindex.order``. An item is an
-    Item, or with ``scan`` a ``Light`` row: the fields the skip decision reads, no Item built.
+    input; one ledger query for them all, or with ``scan`` one ordered pass over the whole
+    ledger: ``merged``). ``paths`` come in ``inputindex.order``. An item is an Item, or with
+    ``scan`` a ``Light`` row: the fields the skip decision reads, no Item built.
 
     A list aligned with ``paths``, not a dict by path: a ``Path``'s hash is Python code, and
     a rerun of n inputs would pay it 3n times. Each step runs over the whole list (the
@@ -59,18 +59,19 @@ def _joined(ledger, digests, keyers_, scan) -> list:
     route) that the ledger holds, else None: no key, two (the bytes keyed under both
     routes: the full keying decides), or one not at rest.
 
-    With ``scan``, the ledger's rows are read once, by key (``Ledger.rows_by_key``), and
-    the first route's keys looked up in them; the other routes' keys are computed (one
-    SHA-256 per input and route) only when the ledger holds items that no first key named
-    (no other key of any input can be there otherwise). A rerun of text documents pays one
-    key per input, not two."""
+    With ``scan``, the first route's keys are merged first; the others are computed (one
+    SHA-256 per input and route) and merged only when the ledger holds items that no first
+    key named (``item_count`` counted after the pass: items are never deleted, so a count
+    equal to the matches proves the pass saw no other row, and no other key of any input
+    can be there). A rerun of text documents pays one key per input, not two."""
     whole = None not in digests  # most of a rerun: every input has its digest
     present = digests if whole else [digest for digest in digests if digest is not None]
     if scan:
-        known = ledger.rows_by_key()
         routes = [keyers_[0].many(present)]
-        if len(keyers_) > 1 and len(known) > len(known.keys() & set(routes[0])):
+        known = merged(ledger, routes[0])
+        if len(keyers_) > 1 and ledger.item_count() > len(known):  # a second pass
             routes += [keyer.many(present) for keyer in keyers_[1:]]
+            known.update(merged(ledger, [key for keys in routes[1:] for key in keys]))
     else:
         routes = [keyer.many(present) for keyer in keyers_]  # identity.TaskKeyer
         known = ledger.get_many([key for keys in routes for key in keys])
@@ -106,3 +107,13 @@ def use_scan(ledger, inputs: int) -> bool:
 
 
 SCAN_SHARE = 3  # the scan pays when rows <= SCAN_SHARE * inputs (``use_scan``)
+
+
+def merged(ledger, keys) -> dict:
+    """The rows of ``keys`` that exist, by key: one pass over ``ledger.scan()``, each row
+    kept when its key is wanted (a hash join: a set look-up per row, in C; no order needed,
+    so the scan reads the table as stored, about half the cost of reading it by key)."""
+    wanted = set(keys)
+    if not wanted:
+        return {}
+    return {row[0]: row for row in ledger.scan(ordered=False) if row[0] in wanted}

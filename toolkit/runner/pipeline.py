@@ -141,7 +141,6 @@ class Pipeline(Intake):
         self._pages: dict[str, int] = {}  # page count of each document routed page by page
         self._known: dict[str, Item] = {}  # items read by enqueue, for process's first look
         self._ahead: list | None = None  # the chunk's slice of the run's ordered pass, if any
-        self._settled = 0  # of the chunk's done items, those enqueue took as reused, untallied
         self._seen: dict[str, Path] = {}  # every key of this run -> its first input
         self._index: InputIndex | None = None  # the inputs' stat index, during run()
         self._routes = None  # digest -> key, per option set an input can have (``keying``)
@@ -184,7 +183,7 @@ class Pipeline(Intake):
             ToolkitError: an earlier run failed closed and nobody cleared the ledger's health.
         """
         require_healthy(self.ledger.path)
-        self.halted, bar, chunk, self._settled = None, None, [], 0
+        self.halted, bar, chunk = None, None, []
         self._seen = {}
         counts = {state.value: 0 for state in State}
         restless: set[str] = set()  # keys of this batch not at rest when their chunk ended
@@ -272,8 +271,7 @@ class Pipeline(Intake):
                 counts[_VALUE[item.state]] += 1
             else:
                 again.append(key)
-        counts[_VALUE[done]] += dones + self._settled
-        self._settled = 0
+        counts[_VALUE[done]] += dones
         for key, item in self.ledger.get_many(again).items() if again else ():
             if item.resting:
                 counts[_VALUE[item.state]] += 1

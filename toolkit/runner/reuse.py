@@ -16,7 +16,6 @@ from pathlib import Path
 from toolkit import documents, roots
 from toolkit.ledger import State
 from toolkit.runner import artifacts
-from toolkit.runner.inputindex import Folders
 
 S = State
 
@@ -26,38 +25,6 @@ class Reuse:
 
     _own_process = None  # the safe runner's ``process`` (set beside it): ``_reused`` runs
     # only while that is the one in force (a strategy or a test that replaces it decides)
-
-    def _vouched_ahead(self, paths) -> list | None:
-        """``Intake._vouched_ahead``, each done row among it whose artifact has the stat
-        recorded at done (``artifacts.unchanged_all``) replaced by its key: that item is
-        settled by this one pass, reused exactly as ``process`` reuses it, and ``enqueue``
-        counts it with no object or call per item (a rerun of a large, nearly done batch
-        is mostly these). Not with ``--verify``, nor for a strategy's own ``process``."""
-        ahead = super()._vouched_ahead(paths)
-        if ahead is None or not self._reuses_by_stat():
-            return ahead
-        done = S.DONE
-        at = [i for i, row in enumerate(ahead)
-              if row is not None and row.state is done and row.artifact_path]
-        rows = [ahead[i] for i in at]
-        out = Folders()
-        try:  # recorded paths taken in --out's folder, opened once (``_artifact_texts``'s rule)
-            fd = out.fd(self._out_text)
-            same = artifacts.unchanged_all(
-                self._artifact_texts(rows) if fd is None else [row.artifact_path for row in rows],
-                rows, fd)
-        finally:
-            out.close()
-        for i, row, vouched in zip(at, rows, same):
-            if vouched:
-                ahead[i] = row.key
-        return ahead
-
-    def _reuses_by_stat(self) -> bool:
-        """Whether done items may be reused on their stat before ``process``: not with
-        ``--verify``, nor when a strategy or a test replaced ``process`` (that decides)."""
-        cls = type(self)
-        return not self.verify_all and cls.process is cls._own_process
 
     def _process_chunk(self, keys, ended=None) -> dict:
         """``Pipeline._process_chunk``, the chunk's reusable done items first (``_reused``)."""
@@ -69,7 +36,8 @@ class Reuse:
         ``process`` reuses them, in one pass with no call of it per item (a rerun of a
         large, nearly done batch is mostly these). Any other item, and every item of a
         strategy with its own ``process``, goes to ``process``; none with ``--verify``."""
-        if not self._reuses_by_stat():
+        cls = type(self)
+        if self.verify_all or cls.process is not cls._own_process:  # replaced: that decides
             return {}
         known, done = self._known, S.DONE
         items = [item for key in keys if (item := known.get(key)) is not None
