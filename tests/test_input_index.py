@@ -236,3 +236,38 @@ def test_new_index_left_by_a_killed_run_is_removed_by_the_next(batch, tmp_path):
     batch()
     assert not dead.exists() and live.exists() and batch.index.is_file()
     assert sorted(p.name for p in tmp_path.glob("ledger.sqlite.inputs.*")) == [live.name]
+
+
+KILLED_RUN = """
+import os, signal, sys
+from pathlib import Path
+from toolkit.ledger import open_ledger
+from toolkit.provider import FakeProvider
+from toolkit.runner import Runner
+
+folder, *inputs = sys.argv[1:]
+def hook(point, key, **context):  # the run's new index is open now: die as kill -9 does
+    if point == "before_intent":
+        os.kill(os.getpid(), signal.SIGKILL)
+Runner(open_ledger(Path(folder) / "ledger.sqlite"), FakeProvider(Path(folder) / "provider.db",
+       Path(folder) / "jobs"), Path(folder) / "out", hook=hook).run(inputs)
+"""
+
+
+def test_index_temp_of_a_run_killed_by_sigkill_is_removed_by_a_page_by_page_rerun(
+        batch, tmp_path, inputs):
+    """Fault (outsider o35 S3): a run's process really killed by SIGKILL while its new index
+    (``<ledger>.inputs.<pid>-<start>.*.tmp``) is open; the next run routes page by page (it
+    keeps no index). Property: the killed run's temp is there after the kill (SIGKILL runs no
+    cleanup) and the next run removes it all the same; a live process's temp stays."""
+    batch(inputs=inputs[:1])  # a ledger with an index; the other inputs are new work
+    killed = subprocess.Popen([sys.executable, "-c", KILLED_RUN, str(tmp_path),
+                               *map(str, inputs)], stderr=subprocess.PIPE)
+    _, stderr = killed.communicate(timeout=120)
+    assert killed.returncode == -9, stderr.decode()[-2000:]
+    left = [p.name for p in tmp_path.glob("ledger.sqlite.inputs.*.tmp")]
+    assert len(left) == 1 and left[0].startswith(f"ledger.sqlite.inputs.{killed.pid}-")
+    live = tmp_path / f"ledger.sqlite.inputs.{inputindex._owner()}.abc.tmp"
+    live.write_text(inputindex.HEADER)
+    batch(inputs=inputs, page_by_page_from=100)
+    assert sorted(p.name for p in tmp_path.glob("ledger.sqlite.inputs.*.tmp")) == [live.name]

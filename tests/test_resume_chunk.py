@@ -117,3 +117,40 @@ def test_enqueue_sorts_a_plain_list_and_takes_an_in_order_chunk_as_given(batch):
         runner.provider.close()
         runner.close()
     assert in_path_order == list(reversed(as_given)) and len(set(in_path_order)) == 5
+
+
+def test_ordered_pass_settles_only_untouched_artifacts_and_hands_changed_ones_to_process(
+        batch, hashes, monkeypatch):
+    """Fault: a rerun of the whole batch (one read of the ledger: the ordered pass settles
+    done items in bulk) where one artifact was rewritten in place, same size, its mtime set
+    back (only ctime moved) and another replaced by a copy of itself (new inode, same
+    bytes). Property: the pass settles exactly the two untouched items (no ``process`` call,
+    no hash); the two changed ones reach ``process`` and are hashed: the rewritten one is
+    re-fetched (never executed again), the copy reused on its hash; the counts are the
+    first run's."""
+    first, counts = batch()
+    done = done_items(batch.ledger)
+    rewritten, copied = (artifact_file(batch.ledger, item.artifact_path) for item in done[:2])
+    before = os.stat(rewritten)
+    data = rewritten.read_bytes()
+    with open(rewritten, "r+b") as handle:  # same inode, same size
+        handle.write(bytes([data[0] ^ 0xFF]))
+    os.utime(rewritten, ns=(before.st_atime_ns, before.st_mtime_ns))
+    shutil.copyfile(copied, copied.with_name("copy.tmp"))
+    os.replace(copied.with_name("copy.tmp"), copied)
+    processed, real = [], Runner._own_process
+
+    def spy(self, key):
+        processed.append(key)
+        return real(self, key)
+    monkeypatch.setattr(Runner, "process", spy)
+    monkeypatch.setattr(Runner, "_own_process", spy)  # still the runner's own: the pass runs
+    executions = provider_stats(batch.provider_db)["executions"]
+    hashes.clear()
+    runner, again = batch()
+    assert again == counts and runner.reused == 3  # the rewritten one: re-fetched
+    assert sorted(processed) == sorted(item.key for item in done[:2])
+    assert {name for name in hashes if not name.endswith(".part")} == \
+        {rewritten.name, copied.name}
+    assert provider_stats(batch.provider_db)["executions"] == executions
+    assert documents.artifact_of(rewritten).sha256 == done[0].artifact_sha256

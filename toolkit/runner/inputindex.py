@@ -166,9 +166,13 @@ def _owner() -> str:
     return f"{os.getpid()}-{liveness.my_start()}"
 
 
-def _remove_orphans(path: Path) -> None:
-    """Delete the new indexes that runs killed midway left (``<index>.<pid>-<start>.*.tmp``
-    of a process that is gone); a live run's stays."""
+def remove_orphans(ledger_path) -> None:
+    """Delete the new indexes that runs killed midway left beside a file ledger
+    (``<index>.<pid>-<start>.*.tmp`` of a process that is gone: SIGKILL runs no cleanup); a
+    live run's stays. Every run calls it, whether it keeps an index or not (page by page)."""
+    path = index_file(ledger_path)
+    if path is None:
+        return
     for temp in glob.glob(f"{glob.escape(str(path))}.*-*.*.tmp"):
         pid, _, start = temp[len(str(path)) + 1:].partition(".")[0].partition("-")
         try:
@@ -204,7 +208,6 @@ class InputIndex:
         self._next = next(self._entries, None)
         if not record:
             return
-        _remove_orphans(self.path)
         with contextlib.suppress(OSError):  # a read-only folder: nothing is recorded
             fd, temp = tempfile.mkstemp(prefix=f"{self.path.name}.{_owner()}.", suffix=".tmp",
                                         dir=self.path.parent)

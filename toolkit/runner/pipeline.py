@@ -22,7 +22,7 @@ from toolkit.ledger import Item, State
 from toolkit.ledger.records import Light
 from toolkit.provider import Contract
 from toolkit.runner import artifacts, outroot
-from toolkit.runner.inputindex import InputIndex, order
+from toolkit.runner.inputindex import InputIndex, order, remove_orphans
 # Intake (enqueue, keying, snapshots, quarantine) is its own module; its names are
 # importable from here as before.
 from toolkit.runner.intake import (PAGE_BY_PAGE, InOrder, Intake, odd_key,  # noqa: F401
@@ -188,6 +188,7 @@ class Pipeline(Intake):
         counts = {state.value: 0 for state in State}
         restless: set[str] = set()  # keys of this batch not at rest when their chunk ended,
         # or done there by another run after this one let them go (read again at the end)
+        remove_orphans(getattr(self.ledger, "path", None))  # of runs killed midway (SIGKILL)
         if self.page_by_page_from is None:  # page-by-page keying reads every input anyway
             self._index = InputIndex(getattr(self.ledger, "path", None), trust=not self.verify_all)
         try:
