@@ -74,6 +74,9 @@ def _run(parser):
                         help="hash every done item's artifact and read every input in full "
                              "(SHA-256), even those whose size, mtime, ctime and inode are the "
                              "ones recorded")
+    parser.add_argument("--new-batch", action="store_true",
+                        help="start another batch on inputs another ledger has run (a new "
+                             "--ledger is refused for them otherwise)")
 
     def run(args):
         try:
@@ -139,6 +142,10 @@ def _run(parser):
             # `ledger L --salvage NEW` (witness.replace_missing).
             witness.replace_missing(args.out, args.ledger)
             existing = _existing_ledger(args)  # else its place is checked, by stat alone
+            from toolkit.runner import batches
+
+            if not existing and not args.new_batch:  # another ledger has run these inputs
+                batches.refuse_other_batch(args.inputs, args.ledger)
             ledger = opened(open_run_ledger(args.strategy, args.ledger)) if existing else None
             if provider is None:
                 provider = opened(provider_at(args.provider_db, contract))
@@ -147,6 +154,7 @@ def _run(parser):
             # Before anything is sent: an older copy, a copy, another ledger is refused
             # (exit 2); else the ledger's identity and seq are recorded in --out.
             seen = witness.check(args.out, ledger) if ledger is not None else None
+            batches.remember(args.inputs, args.ledger)  # accepted: a new one elsewhere is refused
             if args.workers is not None:
                 if ledger is not None:
                     ledger.close()  # judged; each worker opens its own
