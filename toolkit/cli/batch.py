@@ -193,9 +193,11 @@ def _run(parser):
             counts[item.state.value] += 1
         items = sum(counts.values())
         strays = f", strays={len(runner.strays)}" if runner.strays else ""
+        refused = f", refused={len(runner.refused_options)}" if runner.refused_options else ""
         text = "  ".join(f"{state}={n}" for state, n in counts.items() if n) + \
-            f"  (items={items}{strays})"
-        emit({"items": items, "by_state": counts, "strays": len(runner.strays)}, args.json, text)
+            f"  (items={items}{strays}{refused})"
+        emit({"items": items, "by_state": counts, "strays": len(runner.strays),
+              "refused": len(runner.refused_options)}, args.json, text)
         if runner.halted:
             print(f"halted, no new work taken: {runner.halted}", file=sys.stderr)
             if runner.health_recorded is False:
@@ -206,6 +208,13 @@ def _run(parser):
                   file=sys.stderr)
         for error in dict.fromkeys(runner.local_errors):
             print(error, file=sys.stderr)
+        if runner.refused_options:  # content the ledger holds under other options: bad input
+            refused = list(runner.refused_options.values())
+            for line in refused[:5]:
+                print(f"refused: {line}", file=sys.stderr)
+            if len(refused) > 5:
+                print(f"refused: {len(refused) - 5} more input(s) so", file=sys.stderr)
+            return 2
         if runner.unsettled:
             print(f"{runner.unsettled} item(s) not at rest: run the same command again",
                   file=sys.stderr)
