@@ -186,3 +186,16 @@ def test_rerun_adding_page_by_page_flag_refuses_a_document_done_whole(tmp_path, 
     added = toolkit(*args, "--page-by-page-from", "5")
     assert added.returncode == 2, added.stderr
     assert "recorded whole" in added.stderr and executions(tmp_path / "p.sqlite") == 1
+
+
+def test_workers_rerun_adding_page_by_page_flag_refuses_the_done_document_and_says_so(
+        tmp_path, long_doc):
+    """Fault: as above with ``--workers 2`` (each worker keys its share). Property: the
+    refusal reaches the parent: exit 2, its line, ``refused`` in the summary, no page sent."""
+    args = ["run", "--inputs", long_doc, "--ledger", tmp_path / "l.sqlite", "--provider-db",
+            tmp_path / "p.sqlite", "--out", tmp_path / "out", "--no-progress", "--workers", "2"]
+    assert toolkit(*args).returncode == 0
+    added = toolkit(*args, "--page-by-page-from", "5", "--json")
+    assert added.returncode == 2, added.stderr
+    assert json.loads(added.stdout)["refused"] == 1
+    assert "refused: long-000.pdf" in added.stderr and executions(tmp_path / "p.sqlite") == 1

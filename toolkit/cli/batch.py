@@ -209,11 +209,7 @@ def _run(parser):
         for error in dict.fromkeys(runner.local_errors):
             print(error, file=sys.stderr)
         if runner.refused_options:  # content the ledger holds under other options: bad input
-            refused = list(runner.refused_options.values())
-            for line in refused[:5]:
-                print(f"refused: {line}", file=sys.stderr)
-            if len(refused) > 5:
-                print(f"refused: {len(refused) - 5} more input(s) so", file=sys.stderr)
+            _say_refused(list(runner.refused_options.values()))
             return 2
         if runner.unsettled:
             print(f"{runner.unsettled} item(s) not at rest: run the same command again",
@@ -281,6 +277,14 @@ def _stopping_on_signals(runner):
             signal.signal(signum, handler)
 
 
+def _say_refused(lines: list[str]) -> None:
+    """The inputs refused for their options (``runner/other_options.py``): five, then a count."""
+    for line in lines[:5]:
+        print(f"refused: {line}", file=sys.stderr)
+    if len(lines) > 5:
+        print(f"refused: {len(lines) - 5} more input(s) so", file=sys.stderr)
+
+
 def _existing_ledger(args) -> bool:
     """True for a ledger with something in it (a URL, rewrite-state's file: always): it is
     opened and judged before the provider's database is created. A new one (no file, or an empty one) is created only
@@ -345,9 +349,11 @@ def _run_workers(args, inputs, provider, seen):
         _witness_end(args)
     counts = result.counts or {}
     items = sum(counts.values())
+    refused = f", refused={len(result.refused)}" if result.refused else ""
     text = "  ".join(f"{state}={n}" for state, n in counts.items() if n) + \
-        f"  (items={items}, workers={args.workers})"
-    emit({"items": items, "by_state": counts, "workers": args.workers}, args.json, text)
+        f"  (items={items}, workers={args.workers}{refused})"
+    emit({"items": items, "by_state": counts, "workers": args.workers,
+          "refused": len(result.refused)}, args.json, text)
     for error in result.errors:
         print(f"a worker failed: {error}", file=sys.stderr)
     for reason in result.halted:
@@ -357,6 +363,9 @@ def _run_workers(args, inputs, provider, seen):
               file=sys.stderr)
     if result.errors or result.halted or result.counts is None:
         return 1
+    if result.refused:  # content the ledger holds under other options: bad input
+        _say_refused(result.refused)
+        return 2
     if result.unsettled:
         print(f"{result.unsettled} item(s) not at rest: run the same command again",
               file=sys.stderr)
