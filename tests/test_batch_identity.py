@@ -95,14 +95,19 @@ def test_rerun_from_another_directory_with_relative_ledger_is_refused_not_execut
 
 
 def test_new_batch_flag_starts_another_ledger_on_inputs_another_ledger_has_run(tmp_path, docs):
-    """Fault: a second ledger for the same inputs, wanted this time. Property: ``--new-batch``
-    lets a new ledger start (exit 0, its own items), and the registry then names both."""
+    """Fault: a second ledger for the same inputs, wanted this time. Property: without
+    ``--new-batch`` it is refused and no file of the folder changes (the SQLite ledger
+    read without a ``-wal`` or ``-shm`` made beside it); ``--new-batch`` lets it start
+    (exit 0, its own items), and the registry then names both."""
     common = ["--inputs", docs, "--provider-db", tmp_path / "p.sqlite", "--no-progress"]
     assert toolkit("run", *common, "--ledger", tmp_path / "a.sqlite",
                    "--out", tmp_path / "outA").returncode == 0
+    before = {path.name: path.read_bytes() for path in tmp_path.iterdir() if path.is_file()}
     again = toolkit("run", *common, "--ledger", tmp_path / "b.sqlite", "--out", tmp_path / "outB")
     assert again.returncode == 2 and "--new-batch" in again.stderr
-    assert not (tmp_path / "b.sqlite").exists()
+    # the refusal read a.sqlite and left every file as it was: no b.sqlite, no -wal or -shm
+    assert {path.name: path.read_bytes() for path in tmp_path.iterdir() if path.is_file()} \
+        == before
     deliberate = toolkit("run", *common, "--ledger", tmp_path / "b.sqlite",
                          "--out", tmp_path / "outB", "--new-batch", "--json")
     assert deliberate.returncode == 0, deliberate.stderr

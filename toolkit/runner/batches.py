@@ -108,9 +108,11 @@ def _read(target: Path, quiet: bool = False) -> list[str]:
 def _holds_items(ledger: str) -> bool:
     """True when the ledger file at ``ledger`` is there and holds an item (read only).
 
-    JSONL: a line after its header. SQLite: a row in ``items``, read through a
-    read-only connection; a file that cannot be read so is taken as holding items
-    (the refusal names it, and --new-batch is the way past it)."""
+    JSONL: a line after its header. SQLite: a WAL with bytes in it (a run's commits
+    not yet checkpointed), else a row in ``items`` read with ``immutable=1``: no lock,
+    no ``-wal`` or ``-shm`` created beside another batch's ledger (a refused run leaves
+    every folder as it found it). A file that cannot be read so is taken as holding
+    items (the refusal names it, and --new-batch is the way past it)."""
     try:
         if os.stat(ledger).st_size == 0:
             return False
@@ -121,8 +123,11 @@ def _holds_items(ledger: str) -> bool:
             lines = [line for line in handle.read(1 << 16).splitlines() if line.strip()]
             return len(lines) > 1
         return True
+    with contextlib.suppress(OSError):
+        if os.stat(f"{ledger}-wal").st_size > 0:
+            return True
     try:
-        connection = sqlite3.connect(f"{Path(ledger).as_uri()}?mode=ro", uri=True)
+        connection = sqlite3.connect(f"{Path(ledger).as_uri()}?immutable=1", uri=True)
         try:
             return connection.execute("SELECT EXISTS(SELECT 1 FROM items)").fetchone()[0] == 1
         finally:
