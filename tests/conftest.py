@@ -107,6 +107,14 @@ class FakeClock:
         self.offset += seconds
 
 
+@pytest.fixture(autouse=True)
+def own_batch_registry(tmp_path_factory, monkeypatch):
+    """Each test its own ``$XDG_STATE_HOME`` (children inherit it): the CLI ``run``'s
+    registry of batches (``runner/batches.py``) never carries one test's ledgers into
+    another's, and never touches the user's own."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
+
+
 @pytest.fixture
 def clock():
     return FakeClock()

@@ -117,7 +117,10 @@ def test_swapped_databases_are_refused_exit_2_and_nothing_is_modified(batch, led
     as ``--provider-db`` (the two arguments swapped). What must hold: one line on stderr,
     exit 2, no file of the folder changed or created, no document executed again."""
     before = _digests(batch)
-    wrong = toolkit(batch, *run_args(batch / "in", batch / "out", ledger, provider_db))
+    # --new-batch: a new ledger (l2.sqlite) for the batch's inputs is refused anyway (the
+    # registry of batches); the swap must be refused on its own
+    wrong = toolkit(batch, *run_args(batch / "in", batch / "out", ledger, provider_db),
+                    "--new-batch")
     assert wrong.returncode == 2, wrong.stderr
     assert len(wrong.stderr.strip().splitlines()) == 1, wrong.stderr
     assert "Traceback" not in wrong.stderr

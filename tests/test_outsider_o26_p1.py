@@ -169,9 +169,10 @@ def test_new_document_on_a_salvaged_ledger_is_looked_up_once_then_sent_and_unsal
     assert all(stats["per_task"][key]["executions"] == 1 for key in states)
     looked = _lookups(tmp_path)
     assert looked.get(lost) == 1 and all(looked.get(key) == 10 for key in new), looked
-    # A ledger never salvaged: the same inputs, a fresh ledger and provider: no lookups.
+    # A ledger never salvaged: the same inputs, a fresh ledger and provider: no lookups
+    # (another batch of inputs L ran: --new-batch says it is meant).
     (tmp_path / "p.db").rename(tmp_path / "p-salvaged.db")
-    fresh = _run(tmp_path, tmp_path / "fresh.jsonl")
+    fresh = _run(tmp_path, tmp_path / "fresh.jsonl", "non-idempotent", "--new-batch")
     assert fresh.returncode == 0, fresh.stderr
     assert _lookups(tmp_path) == {}
     assert provider_stats(tmp_path / "p.db")["executions"] == len(states)

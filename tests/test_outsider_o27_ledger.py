@@ -108,7 +108,7 @@ def test_snapshot_line_deleted_from_a_salvaged_or_compacted_ledger_is_refused_an
     every item review; a salvage of it works and keeps the mark."""
     _, salvaged = _salvaged_batch(tmp_path, capsys)
     compacted = tmp_path / "C.jsonl"
-    assert _run(tmp_path, compacted) == 0
+    assert _run(tmp_path, compacted, "--new-batch") == 0  # another batch of L's inputs, meant
     with open_ledger(compacted) as ledger:
         assert ledger.compact() == 3
     for path, count in ((salvaged, 2), (compacted, 3)):

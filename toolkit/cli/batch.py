@@ -74,6 +74,9 @@ def _run(parser):
                         help="hash every done item's artifact and read every input in full "
                              "(SHA-256), even those whose size, mtime, ctime and inode are the "
                              "ones recorded")
+    parser.add_argument("--new-batch", action="store_true",
+                        help="start another batch on inputs another ledger has run (a new "
+                             "--ledger is refused for them otherwise)")
 
     def run(args):
         try:
@@ -88,6 +91,7 @@ def _run(parser):
         import dataclasses
         from pathlib import Path
 
+        from toolkit.cli.signals import stopping_on_signals
         from toolkit.provider import parse_contract, provider_at
         from toolkit.runner import RetryPolicy, StopAsked
         from toolkit.runner.registry import open_run_ledger, open_strategy, resolve_strategy
@@ -139,6 +143,10 @@ def _run(parser):
             # `ledger L --salvage NEW` (witness.replace_missing).
             witness.replace_missing(args.out, args.ledger)
             existing = _existing_ledger(args)  # else its place is checked, by stat alone
+            from toolkit.runner import batches
+
+            if not existing and not args.new_batch:  # another ledger has run these inputs
+                batches.refuse_other_batch(args.inputs, args.ledger)
             ledger = opened(open_run_ledger(args.strategy, args.ledger)) if existing else None
             if provider is None:
                 provider = opened(provider_at(args.provider_db, contract))
@@ -147,6 +155,7 @@ def _run(parser):
             # Before anything is sent: an older copy, a copy, another ledger is refused
             # (exit 2); else the ledger's identity and seq are recorded in --out.
             seen = witness.check(args.out, ledger) if ledger is not None else None
+            batches.remember(args.inputs, args.ledger)  # accepted: a new one elsewhere is refused
             if args.workers is not None:
                 if ledger is not None:
                     ledger.close()  # judged; each worker opens its own
@@ -161,7 +170,7 @@ def _run(parser):
                                    **paging, progress=not (args.json or args.no_progress))
             undo.pop_all()  # the runner closes the ledger; the provider is closed below
         stopped = None
-        with _stopping_on_signals(runner):
+        with stopping_on_signals(runner):
             try:
                 counts = runner.run(inputs)
             except StopAsked as stop:  # at a step's end, no lease held: nothing to undo
@@ -185,7 +194,7 @@ def _run(parser):
         # matches `ledger`: a `pending=1` there is never missing here.
         for item in runner.strays if counts is not None else ():
             counts[item.state.value] += 1
-        _emit_counts(counts, runner.strays, args.json)
+        _emit_counts(counts, runner.strays, args.json, len(runner.refused_options))
         if runner.halted:
             print(f"halted, no new work taken: {runner.halted}", file=sys.stderr)
             if runner.health_recorded is False:
@@ -196,6 +205,9 @@ def _run(parser):
                   file=sys.stderr)
         for error in dict.fromkeys(runner.local_errors):
             print(error, file=sys.stderr)
+        if runner.refused_options:  # content the ledger holds under other options: bad input
+            _say_refused(list(runner.refused_options.values()))
+            return 2
         if runner.unsettled:
             print(f"{runner.unsettled} item(s) not at rest: run the same command again",
                   file=sys.stderr)
@@ -229,18 +241,22 @@ def _ledger_counts(ledger) -> dict | None:
         return None
 
 
-def _emit_counts(counts, strays, as_json) -> None:
-    """The run's summary line (or JSON document); unknown counts are said to be unknown."""
+def _emit_counts(counts, strays, as_json, refused: int = 0) -> None:
+    """The run's summary line (or JSON document); unknown counts are said to be unknown.
+    ``refused``: inputs refused for their options (``runner/other_options.py``)."""
     if counts is None:
-        emit({"items": None, "by_state": None, "strays": None, "counts": "unknown"}, as_json,
+        emit({"items": None, "by_state": None, "strays": None, "refused": refused,
+              "counts": "unknown"}, as_json,
              "(items unknown: the ledger could not be read after the halt; `ledger` counts "
              "them once it can)")
         return
     items = sum(counts.values())
     more = f", strays={len(strays)}" if strays else ""
+    more += f", refused={refused}" if refused else ""
     text = "  ".join(f"{state}={n}" for state, n in counts.items() if n) + \
         f"  (items={items}{more})"
-    emit({"items": items, "by_state": counts, "strays": len(strays)}, as_json, text)
+    emit({"items": items, "by_state": counts, "strays": len(strays), "refused": refused},
+         as_json, text)
 
 
 def _cancel_command(args, key) -> str:
@@ -254,50 +270,12 @@ def _cancel_command(args, key) -> str:
     return command if args.provider_db else f"{command}   (DB: the service's --db file)"
 
 
-@contextlib.contextmanager
-def _stopping_on_signals(runner):
-    """While a one-process run runs (main thread only): SIGTERM (``kill``, systemd, ``docker
-    stop``, a CI timeout), SIGHUP (a closed terminal) and SIGINT (Ctrl-C) ask the safe
-    runner to stop at the end of its step under way (``Runner.stop_asked``): that step's
-    move committed, the lease released, ``StopAsked`` before the next item; the witness
-    then records the end and ``run`` exits 1 ("run again"). A second signal, or the first
-    to a strategy whose ``process`` is not the safe runner's, stops at once
-    (``KeyboardInterrupt``, exit 130: as ``kill -9``, safe by design: the rerun looks up
-    what was in flight). A signal ignored when the run started (``nohup``, a background
-    ``run &`` of a shell without job control: SIGINT) stays ignored.
-
-    The stop waits for the step under way: its provider calls (each bounded by
-    ``--read-timeout`` with a service; a lookup or fetch step retries within its budget) and
-    backoff sleeps (each at most ``RetryPolicy.max_delay``). A second signal does not wait.
-    """
-    import signal
-    import threading
-
-    from toolkit.runner import Runner
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    honours = type(runner).process is Runner.process
-
-    def ask(signum, frame):
-        name = signal.Signals(signum).name
-        if not honours or runner.stop_asked is not None:
-            raise KeyboardInterrupt(name)
-        runner.stop_asked = name
-        with contextlib.suppress(OSError):  # raw: a handler may interrupt a print to stderr
-            os.write(2, f"{name}: stopping at the end of the current step (again: at once)\n"
-                     .encode())
-
-    previous = {}
-    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-        if signal.getsignal(signum) not in (signal.SIG_IGN, None):  # None: not Python's to set
-            previous[signum] = signal.signal(signum, ask)
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+def _say_refused(lines: list[str]) -> None:
+    """The inputs refused for their options (``runner/other_options.py``): five, then a count."""
+    for line in lines[:5]:
+        print(f"refused: {line}", file=sys.stderr)
+    if len(lines) > 5:
+        print(f"refused: {len(lines) - 5} more input(s) so", file=sys.stderr)
 
 
 def _existing_ledger(args) -> bool:
@@ -364,9 +342,11 @@ def _run_workers(args, inputs, provider, seen):
         _witness_end(args)
     counts = result.counts or {}
     items = sum(counts.values())
+    refused = f", refused={len(result.refused)}" if result.refused else ""
     text = "  ".join(f"{state}={n}" for state, n in counts.items() if n) + \
-        f"  (items={items}, workers={args.workers})"
-    emit({"items": items, "by_state": counts, "workers": args.workers}, args.json, text)
+        f"  (items={items}, workers={args.workers}{refused})"
+    emit({"items": items, "by_state": counts, "workers": args.workers,
+          "refused": len(result.refused)}, args.json, text)
     for error in result.errors:
         print(f"a worker failed: {error}", file=sys.stderr)
     for reason in result.halted:
@@ -376,6 +356,9 @@ def _run_workers(args, inputs, provider, seen):
               file=sys.stderr)
     if result.errors or result.halted or result.counts is None:
         return 1
+    if result.refused:  # content the ledger holds under other options: bad input
+        _say_refused(result.refused)
+        return 2
     if result.unsettled:
         print(f"{result.unsettled} item(s) not at rest: run the same command again",
               file=sys.stderr)

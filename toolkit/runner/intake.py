@@ -19,7 +19,7 @@ from toolkit import documents, liveness
 from toolkit.errors import LeaseHeldError
 from toolkit.identity import content_digest, task_key
 from toolkit.ledger import PERMANENT, Item, State
-from toolkit.runner import keying
+from toolkit.runner import keying, other_options
 from toolkit.runner.inputindex import order
 from toolkit.runner.inputs import Odd, entry_name, read_input
 
@@ -138,6 +138,8 @@ class Intake:
             pages = documents.page_count(self._snapshot(digest, data))
             options = routed_options(options, pages, self.page_by_page_from)
         key = task_key(digest, options)
+        if other_options.refused(self, path, digest, options, key, PAGE_BY_PAGE):
+            return  # o36 6: the ledger holds this content routed otherwise; nothing recorded
         if PAGE_BY_PAGE in options:
             self._pages[key] = pages
         if not self._admit(path, key, keys):

@@ -156,6 +156,7 @@ class Pipeline(Intake):
         self.local_errors: list[str] = []  # writes under --out that failed (the run goes on)
         self.aliases: list[tuple[str, str]] = []  # (name, the name it is one item with)
         self.strays: list[Item] = []  # not at rest, content no longer among the inputs
+        self.refused_options: dict[str, str] = {}  # other item's key -> line (other_options)
         self._unplaced: set[str] = set()  # done items whose copy into --out failed this run
         self.recovered: list[str] = []  # keys taken over from dead owners at start
         self.lost_leases: list[str] = []  # keys another owner took over while we worked on them
@@ -297,7 +298,8 @@ class Pipeline(Intake):
         file changed, or left the folder, after they were recorded). This run cannot move
         them (it has not their bytes) and will not guess: they are reported, and the run
         is not "at rest" (exit 1) until the input is back or an operator cancels them."""
-        return [item for item in self.ledger.unsettled() if item.key not in self._seen]
+        return [item for item in self.ledger.unsettled()
+                if item.key not in self._seen and item.key not in self.refused_options]
 
     def _record_roots(self, inputs) -> None:
         """Paths in the ledger are relative to the roots; record them once, beside it."""

@@ -118,6 +118,12 @@ class WorkersResult:
     def errors(self) -> list[str]:
         return [report["error"] for report in self.workers if report["error"]]
 
+    @property
+    def refused(self) -> list[str]:
+        """Inputs refused for their options (``other_options``), one line each, once."""
+        return list(dict.fromkeys(line for report in self.workers
+                                  for line in report.get("refused", ())))
+
 
 def check_workers(ledger_url, workers: int, strategy, page_by_page_from=None):
     """The strategy class, once the pool's arguments are known to fit (``run`` asks before
@@ -262,6 +268,7 @@ def _work(spec: _Spec, conn) -> None:
                      **({"verify": True} if spec.verify else {}))
         runner.run([Path(path) for path in spec.inputs])
         report["halted"] = runner.halted
+        report["refused"] = list(runner.refused_options.values())
     except LedgerError as exc:
         # A ledger lost for good stops the run, even while it counts after halting.
         report["halted"] = str(exc)
