@@ -168,15 +168,17 @@ def test_sql_checked_audit_replays_only_the_keys_with_anomalies(tmp_path):
 def test_quiet_moves_come_from_the_transition_policy():
     """Fault: none; the moves SQLite lets through unreplayed. Property: they are the
     policy's plain moves plus the moves into done (whose only complaint, a missing
-    artifact field, is the item row's done_without_artifact), and never a move out of
-    failed or pending -> failed (judged by the item's failure)."""
+    artifact field, is the item row's done_without_artifact), and never failed -> unknown
+    or pending -> failed (judged by the item's failure). failed -> cancelled is legal from
+    any failure (a person closes a permanent one: ``resolve --cancel``), so it is quiet."""
     from toolkit.forensics.history import PLAIN_MOVES, VOCABULARY
 
     extra = {VOCABULARY[code][1:] for code in sqlfold.QUIET_MOVES - PLAIN_MOVES}
     assert extra == {(frm, "done") for frm in ("unknown", "submitted", "done", "needs_review")}
     judged = {VOCABULARY[code][1:] for code in range(len(VOCABULARY))
               if VOCABULARY[code][0] == "move" and code not in sqlfold.QUIET_MOVES}
-    assert {("failed", "unknown"), ("failed", "cancelled"), ("pending", "failed")} <= judged
+    assert {("failed", "unknown"), ("pending", "failed")} <= judged
+    assert ("failed", "cancelled") not in judged
 
 
 FAILURES = ["transient", "permanent", None, "", 1, True, 1.5, ["transient"], {"f": 1}]

@@ -125,7 +125,8 @@ def test_many_and_huge_gaps_are_named_in_one_bounded_line(tmp_path, capsys):
         assert len(view.missing_seqs) == 19 and view.corrupt_lines == []
         text = view.corruption()
     assert "seq 42, 44, 46, 48, 50 and 14 more ranges (19 events)" in text
-    assert len(text.replace(str(path), "")) < 300
+    # bounded apart from the paths it names (the ledger, and the salvage's new file beside it)
+    assert len(text.replace(str(path.parent), "")) < 300
     assert main(["ledger", str(path)]) == 2
     assert "and 14 more ranges" in capsys.readouterr().err
 

@@ -89,15 +89,19 @@ def _review(parser):
                       "up once more and, still not found, send it once",
                       "  every item parked for one reason: --all --reason PREFIX (--release "
                       "| --cancel) instead of --key; --dry-run lists what it would do"]
-        lines += [f"failed(permanent) ({len(failed)})"]
-        for item in failed:
-            lines += [f"key       {_one_line(item['key'])}",
-                      f"  source    {_one_line(item['source'])}",
-                      f"  reason    {_one_line(item['reason'])}"]
-        if failed:
+        if failed:  # listed when there are some: an empty ledger's review says what ledger says
+            from toolkit.advice import toolkit_command
+
+            lines += [f"failed(permanent) ({len(failed)})"]
+            for item in failed:
+                lines += [f"key       {_one_line(item['key'])}",
+                          f"  source    {_one_line(item['source'])}",
+                          f"  reason    {_one_line(item['reason'])}"]
+            key = failed[0]["key"] if len(failed) == 1 else "KEY"
             lines += ["no run retries these (a fixed input is new work, its own item); close "
-                      "one with: python -m toolkit resolve --ledger PATH --key KEY --cancel "
-                      "--note TEXT"]
+                      "one with (WHY: your reason, recorded):",
+                      "  " + toolkit_command("resolve", "--ledger", args.ledger, "--key", key,
+                                             "--cancel", "--note", "WHY")]
         emit({"needs_review": items, "failed_permanent": failed}, args.json, "\n".join(lines))
         return 0
     return run
