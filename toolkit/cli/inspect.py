@@ -154,9 +154,10 @@ def refuse_damaged(ledger, path) -> None:
     it), naming the user's ``path``, never a private name."""
     corruption = getattr(ledger, "corruption", None)
     text = corruption and corruption(
-        refusing="to list its items, which may be missing or stale")
+        refusing="to list its items, which may be missing or stale",
+        shown=os.path.abspath(path))  # its commands paste from any folder (o37)
     if text:
-        raise ToolkitError(text.replace(str(ledger.path), str(path)))
+        raise ToolkitError(text)
     from toolkit.runner.ops import sqlite_pages
 
     sqlite_pages(ledger, path)  # an SQLite page that does not read: as run refuses it

@@ -264,12 +264,23 @@ def _for_user(exc: ToolkitError, name, path) -> ToolkitError:
                            f"copy of {str(path)!r} is read there, so that the ledger is never "
                            "written; free space there or set TMPDIR to a folder with room, "
                            "and run again")
-    text = str(exc).replace(str(name), str(path))
+    text = public_text(str(exc), name, path)
     text = text.replace(": refusing to write into it", "")
     try:
         return type(exc)(text)
     except TypeError:  # an error type built from several fields
         return ToolkitError(text)
+
+
+def public_text(text: str, name, path) -> str:
+    """``text`` naming the user's ``path`` for the private ``name``, and the salvage's new
+    file beside the ledger (never in the private folder, gone once the view closes: o37)."""
+    from toolkit.advice import salvaged_name
+
+    for private, public in ((salvaged_name(name), salvaged_name(os.path.abspath(path))),
+                            (os.fspath(name), os.fspath(path))):
+        text = text.replace(private, public)
+    return text
 
 
 def _free_bytes(folder) -> int | None:

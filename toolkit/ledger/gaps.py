@@ -165,7 +165,7 @@ def _lines(count: int) -> str:
     return f"{count} snapshot line{'' if count == 1 else 's'}"
 
 
-def damage_words(ledger, refusing: str) -> str | None:
+def damage_words(ledger, refusing: str, shown=None) -> str | None:
     """The one line a damaged JSONL ledger (``JsonlLedger.corruption``) is refused with:
     its corrupt lines and the keys affected, its missing seqs (lines deleted), its lines
     out of seq order and its snapshot damage, then the way out; None when intact."""
@@ -185,7 +185,8 @@ def damage_words(ledger, refusing: str) -> str | None:
                       "): lines copied or moved")
     if ledger.snapshot_damage:
         damage.append(ledger.snapshot_damage[1])
-    return (f"JSONL ledger {str(ledger.path)!r} {' and '.join(damage)}; refusing {refusing}: "
-            f"run {toolkit_command('audit', ledger.path)}, then "
-            f"{toolkit_command('ledger', ledger.path, '--salvage', salvaged_name(ledger.path))}"
+    path = ledger.path if shown is None else shown
+    return (f"JSONL ledger {str(path)!r} {' and '.join(damage)}; refusing {refusing}: "
+            f"run {toolkit_command('audit', path)}, then "
+            f"{toolkit_command('ledger', path, '--salvage', salvaged_name(path))}"
             ) if damage else None

@@ -131,11 +131,12 @@ class JsonlLedger(Ledger):
         self._end = self._held = None
         self.version = VERSION
 
-    def corruption(self, refusing: str = "to write on it") -> str | None:
+    def corruption(self, refusing: str = "to write on it", shown=None) -> str | None:
         """One line naming the corrupt lines and the keys affected, and the missing seqs
         (lines deleted), or None when intact: the ledger's one verdict on its file, and its
-        one wording (``gaps.damage_words``; a view names what it refuses: ``refusing``)."""
-        return damage_words(self, refusing)
+        one wording (``gaps.damage_words``; a view names what it refuses: ``refusing``, and
+        the user's path for its private name: ``shown``)."""
+        return damage_words(self, refusing, shown)
 
     def _txn(self):
         # The in-process lock (held by the caller) and the file lock make this

@@ -1,0 +1,40 @@
+"""Outsider o37 (README only): what the views of a damaged ledger advise must paste."""
+
+import subprocess
+import sys
+
+import pytest
+
+
+def _cli(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "toolkit", *map(str, args)], cwd=cwd,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("command", ["ledger", "review"])
+def test_damaged_jsonl_view_advises_a_salvage_beside_the_ledger_that_pastes_from_any_folder(
+        tmp_path, command):
+    """Fault: a JSONL ledger with a corrupt interior line, read by ``ledger`` or ``review``
+    (a private view) from the ledger's folder with a relative path, under a folder named
+    with a space, a quote and a $. Property: exit 2, and the printed salvage command, run
+    by bash from /, writes the new ledger beside the original. Before: it named the view's
+    private folder, already removed ("no folder ... to hold it")."""
+    folder = tmp_path / "we ird 'q $x"
+    folder.mkdir()
+    assert _cli("fixtures", "in", "--docs", "3", "--seed", "1", cwd=folder).returncode == 0
+    ran = _cli("run", "--inputs", "in", "--ledger", "l.jsonl", "--provider-db", "p.sqlite",
+               "--out", "out", cwd=folder)
+    assert ran.returncode == 0, ran.stderr
+    lines = (folder / "l.jsonl").read_text().splitlines(keepends=True)
+    lines[4] = "garbage{\n"
+    (folder / "l.jsonl").write_text("".join(lines))
+    before = (folder / "l.jsonl").read_bytes()
+    said = _cli(*(["ledger", "l.jsonl"] if command == "ledger" else
+                  ["review", "--ledger", "l.jsonl"]), cwd=folder)
+    assert said.returncode == 2 and "--salvage" in said.stderr
+    salvage = said.stderr.strip().rsplit("then ", 1)[1]
+    pasted = subprocess.run(["bash", "-c", salvage], cwd="/", capture_output=True, text=True,
+                            timeout=300)
+    assert pasted.returncode == 0, (salvage, pasted.stderr)
+    assert (folder / "l.salvaged.jsonl").is_file()
+    assert (folder / "l.jsonl").read_bytes() == before
