@@ -38,3 +38,27 @@ def test_damaged_jsonl_view_advises_a_salvage_beside_the_ledger_that_pastes_from
     assert pasted.returncode == 0, (salvage, pasted.stderr)
     assert (folder / "l.salvaged.jsonl").is_file()
     assert (folder / "l.jsonl").read_bytes() == before
+
+
+def test_review_decide_commands_name_the_ledger_absolute_and_paste_from_any_folder(tmp_path):
+    """Fault: ``review --ledger l.sqlite`` (relative) in the ledger's folder, the printed
+    ``resolve`` line pasted into bash from /. Property: it names the ledger absolute and
+    works there (a dry run: nothing written). Before: the relative path named no ledger
+    from / ("no ledger at ...", exit 2)."""
+    from toolkit.ledger import State, open_ledger
+
+    folder = tmp_path / "we ird 'q $x"
+    folder.mkdir()
+    key = "ab" + "0" * 62
+    with open_ledger(folder / "l.sqlite") as ledger:
+        ledger.add(key)
+        ledger.move(key, State.PENDING, State.UNKNOWN)
+        ledger.move(key, State.UNKNOWN, State.NEEDS_REVIEW, reason="why")
+    said = _cli("review", "--ledger", "l.sqlite", cwd=folder)
+    assert said.returncode == 0, said.stderr
+    (release,) = [line.strip() for line in said.stdout.splitlines()
+                  if "resolve" in line and "--release" in line]
+    pasted = subprocess.run(["bash", "-c", release + " --dry-run"], cwd="/",
+                            capture_output=True, text=True, timeout=300)
+    assert pasted.returncode == 0, (release, pasted.stderr)
+    assert key[:12] in pasted.stdout + pasted.stderr

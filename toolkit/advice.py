@@ -30,6 +30,13 @@ def toolkit_command(*words) -> str:
     return f"{PROGRAM} {shell_words(*words)}"
 
 
+def absolute(path) -> str:
+    """A path as a command pasted from any folder needs it: absolute (a relative one names
+    another file elsewhere); a URL (``postgresql://``) as it is."""
+    text = os.fspath(path) if isinstance(path, os.PathLike) else str(path)
+    return text if "://" in text else os.path.abspath(text)
+
+
 def salvaged_name(ledger_path, suffix: str = "") -> str:
     """A new ledger's path for ``ledger L --salvage NEW`` beside ``ledger_path``:
     ``<folder>/<stem>.salvaged<suffix>`` (``suffix`` the ledger's own when not given), so

@@ -263,10 +263,11 @@ def _cancel_command(args, key) -> str:
     """``cancel`` for one item with this run's own --ledger and provider database. Cancel
     reads the provider's database: with --provider-url it is the file the service was
     started with (its --db), which this run never saw, so the line says so."""
-    from toolkit.advice import toolkit_command
+    from toolkit.advice import absolute, toolkit_command
 
-    command = toolkit_command("cancel", "--ledger", args.ledger, "--provider-db",
-                              args.provider_db or "DB", "--key", key)
+    command = toolkit_command("cancel", "--ledger", absolute(args.ledger), "--provider-db",
+                              absolute(args.provider_db) if args.provider_db else "DB",
+                              "--key", key)
     return command if args.provider_db else f"{command}   (DB: the service's --db file)"
 
 

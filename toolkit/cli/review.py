@@ -90,7 +90,7 @@ def _review(parser):
                       "  every item parked for one reason: --all --reason PREFIX (--release "
                       "| --cancel) instead of --key; --dry-run lists what it would do"]
         if failed:  # listed when there are some: an empty ledger's review says what ledger says
-            from toolkit.advice import toolkit_command
+            from toolkit.advice import absolute, toolkit_command
 
             lines += [f"failed(permanent) ({len(failed)})"]
             for item in failed:
@@ -100,7 +100,7 @@ def _review(parser):
             key = failed[0]["key"] if len(failed) == 1 else "KEY"
             lines += ["no run retries these (a fixed input is new work, its own item); close "
                       "one with (WHY: your reason, recorded):",
-                      "  " + toolkit_command("resolve", "--ledger", args.ledger, "--key", key,
+                      "  " + toolkit_command("resolve", "--ledger", absolute(args.ledger), "--key", key,
                                              "--cancel", "--note", "WHY")]
         emit({"needs_review": items, "failed_permanent": failed}, args.json, "\n".join(lines))
         return 0
@@ -110,12 +110,13 @@ def _review(parser):
 def _decide_commands(ledger, items) -> list[str]:
     """The decisions as command lines with this ledger (and the key, for one item):
     what is left to fill in is named in capitals."""
-    from toolkit.advice import toolkit_command
+    from toolkit.advice import absolute, toolkit_command
 
     key = items[0]["key"] if len(items) == 1 else "KEY"
     fill = "" if len(items) == 1 else "; KEY: a key above"
     return [f"decide with one of (WHY: your reason, recorded{fill}):"] + [
-        "  " + toolkit_command("resolve", "--ledger", ledger, "--key", key, *what, "--note", "WHY")
+        "  " + toolkit_command("resolve", "--ledger", absolute(ledger), "--key", key, *what,
+                               "--note", "WHY")
         for what in (["--release"], ["--cancel"], ["--accept-artifact", "FILE"], ["--resend"])]
 
 

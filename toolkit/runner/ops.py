@@ -12,12 +12,13 @@ import os
 import sqlite3
 from pathlib import Path
 
-from toolkit.advice import toolkit_command
+from toolkit.advice import absolute, toolkit_command
 from toolkit.documents import fsync_dir
 from toolkit.errors import (LeaseHeldError, LedgerError, NotReadyError, StaleTokenError,
                             StorageError, ToolkitError)
 from toolkit.ledger import State, open_ledger, owner_alive, postgres_health, why_illegal
 from toolkit.ledger.postgres import postgres_url
+from toolkit.runner.review import unique_key
 from toolkit.storage import FULL_OR_FAILING, LOCK, take_exclusive
 
 S = State
@@ -330,7 +331,7 @@ def require_healthy(ledger_path) -> None:
     reason = _marker_reason(ledger_path)
     if reason is not None:
         raise NotReadyError(f"ledger not ready ({reason}); fix the cause, then run "
-                           f"{toolkit_command('health', '--ledger', ledger_path, '--clear')}")
+                           f"{toolkit_command('health', '--ledger', absolute(ledger_path), '--clear')}")
 
 
 def recover_abandoned(ledger, worker: str) -> list[str]:
@@ -382,12 +383,10 @@ def cancel(ledger, provider, key: str, worker: str = "operator") -> State:
     Raises:
         ToolkitError: no such item, an ambiguous prefix, or an item at rest.
     """
-    matches = [item for item in ledger.items() if item.key.startswith(key)]
-    if len(matches) != 1:
-        raise ToolkitError(f"key {key!r} matches {len(matches)} items; give more characters")
-    token = ledger.claim(matches[0].key, worker, ttl=60.0)
+    full = unique_key(ledger, key)  # one rule for a key's prefix (``resolve --key`` too)
+    token = ledger.claim(full, worker, ttl=60.0)
     try:
-        item = ledger.get(matches[0].key)  # re-read under the lease
+        item = ledger.get(full)  # re-read under the lease
         if item.resting or why_illegal(item.state, S.CANCELLED, item.failure, {}) is not None:
             what = f"failed({item.failure})" if item.state is S.FAILED else item.state.value
             raise ToolkitError(f"item {item.key[:12]} is {what}: nothing to cancel")
@@ -402,5 +401,5 @@ def cancel(ledger, provider, key: str, worker: str = "operator") -> State:
         ledger.move(item.key, item.state, S.CANCELLED, token=token, worker=worker,
                     reason="cancelled by operator", **({"job_id": job_id} if job_id else {}))
     finally:
-        _release_quietly(ledger, matches[0].key, token, worker)
+        _release_quietly(ledger, full, token, worker)
     return S.CANCELLED
