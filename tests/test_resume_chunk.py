@@ -30,6 +30,18 @@ def done_items(ledger_path):
                       key=lambda item: item.key)
 
 
+def rewrite_in_place_and_copy(rewritten, copied):
+    """``rewritten``: one byte changed in place, same inode and size, its mtime set back
+    (only ctime moves); ``copied``: replaced by a copy of itself (same bytes, new inode)."""
+    before = os.stat(rewritten)
+    data = rewritten.read_bytes()
+    with open(rewritten, "r+b") as handle:
+        handle.write(bytes([data[0] ^ 0xFF]))
+    os.utime(rewritten, ns=(before.st_atime_ns, before.st_mtime_ns))
+    shutil.copyfile(copied, copied.with_name("copy.tmp"))
+    os.replace(copied.with_name("copy.tmp"), copied)
+
+
 def test_artifacts_changed_four_ways_in_one_chunk_each_fail_the_stat_rule_alone(batch):
     """Fault: within one chunk of done items, one artifact rewritten in place with its mtime
     set back, one replaced by a copy of itself (new inode), one removed; a fourth kept.
@@ -40,13 +52,7 @@ def test_artifacts_changed_four_ways_in_one_chunk_each_fail_the_stat_rule_alone(
     done = done_items(batch.ledger)
     paths = [artifact_file(batch.ledger, item.artifact_path) for item in done]
     kept, rewritten, copied, removed = paths
-    before = os.stat(rewritten)
-    data = rewritten.read_bytes()
-    with open(rewritten, "r+b") as handle:  # same inode, same size
-        handle.write(bytes([data[0] ^ 0xFF]))
-    os.utime(rewritten, ns=(before.st_atime_ns, before.st_mtime_ns))
-    shutil.copyfile(copied, copied.with_name("copy.tmp"))
-    os.replace(copied.with_name("copy.tmp"), copied)
+    rewrite_in_place_and_copy(rewritten, copied)
     removed.unlink()
     bare = dataclasses.replace(done[0], **dict.fromkeys(artifacts.STAT_FIELDS))  # older record
     pairs = [*zip(paths, done), (kept, bare)]
@@ -131,13 +137,7 @@ def test_ordered_pass_settles_only_untouched_artifacts_and_hands_changed_ones_to
     first, counts = batch()
     done = done_items(batch.ledger)
     rewritten, copied = (artifact_file(batch.ledger, item.artifact_path) for item in done[:2])
-    before = os.stat(rewritten)
-    data = rewritten.read_bytes()
-    with open(rewritten, "r+b") as handle:  # same inode, same size
-        handle.write(bytes([data[0] ^ 0xFF]))
-    os.utime(rewritten, ns=(before.st_atime_ns, before.st_mtime_ns))
-    shutil.copyfile(copied, copied.with_name("copy.tmp"))
-    os.replace(copied.with_name("copy.tmp"), copied)
+    rewrite_in_place_and_copy(rewritten, copied)
     processed, real = [], Runner._own_process
 
     def spy(self, key):

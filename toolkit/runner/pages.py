@@ -89,28 +89,16 @@ class PageByPage:
 
     def _restored(self, item):
         """Rebuild the checkpoint of pages 1..``pages_done`` at its recorded path from the
-        pages' finished jobs (fetched, never executed again; joined as the checkpoints were).
-        None once it is there with the recorded SHA-256; ``LATER`` when the provider did not
-        answer (nothing changed: a later run tries again); else why not (parks the item)."""
-        folder = self._checkpoint_dir()
-        folder.mkdir(parents=True, exist_ok=True)
-        joined = folder / f"{item.key}.joined.pdf"
+        pages' finished jobs (``_rejoin``). None once it is there with the recorded SHA-256;
+        ``LATER`` when the provider did not answer (nothing changed: a later run tries
+        again); else why not (parks the item)."""
         try:
-            self._join_pages(item, folder, joined)
+            whole = self._rejoin(item, self._artifact_file(item))
         except (TransientError, TimeoutError):
-            Path(joined).unlink(missing_ok=True)
             return LATER
         except PermanentError as exc:
-            Path(joined).unlink(missing_ok=True)
             return f"its pages could not be fetched again: {exc}"
-        if not documents.verify(joined, item.artifact_size, item.artifact_sha256):
-            Path(joined).unlink(missing_ok=True)
-            return "its pages fetched again join to other bytes"
-        target = self._artifact_file(item)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(joined, target)  # concat fsynced the file; now the name
-        documents.fsync_dir(target.parent)
-        return None
+        return None if whole else "its pages fetched again join to other bytes"
 
     def _checkpoint_dir(self) -> Path:
         return self.out_dir / ".checkpoints"
@@ -157,28 +145,49 @@ class PageByPage:
 
     def _reassemble(self, item, token):
         """A page-by-page ``done`` whose file is damaged: fetch every page again, join them
-        as the checkpoints did, and accept only the recorded SHA-256. Never re-executed."""
+        as the checkpoints did, and accept only the recorded SHA-256 (``_rejoin``). Never
+        re-executed."""
         final = self._output_path(item)
-        folder = self._checkpoint_dir()
-        folder.mkdir(parents=True, exist_ok=True)
-        joined = folder / f"{item.key}.joined.pdf"
         try:
-            self._join_pages(item, folder, joined)
+            whole = self._rejoin(item, final)
         except (TransientError, TimeoutError):
             return REST  # try again in a later run
         except PermanentError as exc:
             self._move(item, S.NEEDS_REVIEW, token, reason=f"assembled artifact damaged: {exc}")
             return REST
-        if not documents.verify(joined, item.artifact_size, item.artifact_sha256):
-            Path(joined).unlink(missing_ok=True)
+        if not whole:
             self._move(item, S.NEEDS_REVIEW, token, reason="assembled artifact damaged and its "
                        "pages join to other bytes")
             return REST
-        os.replace(joined, final)  # concat fsynced the file; now the name
-        documents.fsync_dir(final.parent)
         self._move(item, S.DONE, token, note="assembled again from its pages' jobs",
                    **stat_fields(final))
         return REST
+
+    def _rejoin(self, item, target) -> bool:
+        """Pages 1..``pages_done`` fetched from their finished jobs and joined (``_join_pages``),
+        placed at ``target`` only with the recorded size and SHA-256: True; False when they
+        join to other bytes (nothing placed). The joined file is never left behind.
+
+        Raises:
+            PermanentError: a page has no finished job, or came damaged.
+            TransientError, TimeoutError: the provider did not answer now.
+        """
+        folder = self._checkpoint_dir()
+        folder.mkdir(parents=True, exist_ok=True)
+        joined = folder / f"{item.key}.joined.pdf"
+        try:
+            self._join_pages(item, folder, joined)
+            whole = documents.verify(joined, item.artifact_size, item.artifact_sha256)
+        except BaseException:
+            joined.unlink(missing_ok=True)
+            raise
+        if not whole:
+            joined.unlink(missing_ok=True)
+            return False
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(joined, target)  # concat fsynced the file; now the name
+        documents.fsync_dir(target.parent)
+        return True
 
     def _join_pages(self, item, folder, joined) -> None:
         """Fetch pages 1..``pages_done`` from their finished jobs and join them into
