@@ -47,6 +47,7 @@ TRANSITIONS: dict[State, frozenset[State]] = {
 TERMINAL = frozenset({S.DONE, S.NEEDS_REVIEW, S.CANCELLED})
 TRANSIENT, PERMANENT = "transient", "permanent"
 ARTIFACT_FIELDS = ("artifact_path", "artifact_size", "artifact_sha256")
+_PATH, _SIZE, _SHA256 = ARTIFACT_FIELDS
 # By value: the forensic replay works on the strings a file holds.
 EDGES = frozenset((frm.value, to.value) for frm, tos in TRANSITIONS.items() for to in tos)
 # The same edges by member, for the ledger's own calls (a State hashes by its name, so a
@@ -73,7 +74,10 @@ def why_illegal(frm, to, failure_before, after) -> str | None:
         return f"a {failure_before or 'unclassified'} failure was retried or released"
     if frm == "pending" and to == "failed" and after.get("failure") != PERMANENT:
         return "pending -> failed only as permanent (poison found before any submit)"
-    if to == "done" and any(after.get(name) is None for name in ARTIFACT_FIELDS):
+    # the three ARTIFACT_FIELDS one by one: no generator per done (a million-line audit
+    # replays a quarter-million of them)
+    if to == "done" and (after.get(_PATH) is None or after.get(_SIZE) is None
+                         or after.get(_SHA256) is None):
         return DONE_WITHOUT_ARTIFACT
     return None
 
