@@ -309,6 +309,9 @@ def main(argv=None) -> int:
 
     from measure import render
 
+    import compileall  # as benchmarks/run.py does: the toolkit byte-compiled, as installed
+
+    compileall.compile_dir(ROOT / "toolkit", quiet=1)
     cfg = types.SimpleNamespace(audit_lines=args.lines, huge_reps=args.reps)
     with tempfile.TemporaryDirectory() as tmp:
         rows, memory = section(cfg, Path(tmp))
