@@ -64,10 +64,16 @@ COUNTERS = struct.Struct("<QQ")  # started, done
 # lock belongs to this process's descriptor and dies with it; flock would be one per file.
 WRITER_BYTE, LEAD_BYTE, GATES = 16, 17, 64  # the gates are bytes 64..127 (SharedFlushes)
 FLOCK = struct.Struct("hhqqi4x")  # struct flock on Linux: type, whence, start, len, pid
+# Each byte's one-byte lock requests, packed once and indexed by kind (Linux: F_RDLCK 0,
+# F_WRLCK 1, F_UNLCK 2): a ``pack`` per request cost more than the Python around it.
+_KINDS = (fcntl.F_RDLCK, fcntl.F_WRLCK, fcntl.F_UNLCK)
+assert _KINDS == (0, 1, 2), _KINDS
+_FLOCKS = {byte: tuple(FLOCK.pack(kind, os.SEEK_SET, byte, 1, 0) for kind in _KINDS)
+           for byte in (WRITER_BYTE, LEAD_BYTE, *range(GATES, 2 * GATES))}
 
 
 def _ofd(fd: int, byte: int, kind: int) -> None:
-    fcntl.fcntl(fd, fcntl.F_OFD_SETLKW, FLOCK.pack(kind, os.SEEK_SET, byte, 1, 0))
+    fcntl.fcntl(fd, fcntl.F_OFD_SETLKW, _FLOCKS[byte][kind])
 
 
 def _gate(number: int) -> int:
@@ -78,19 +84,10 @@ def _gate(number: int) -> int:
 def _try(fd: int, byte: int) -> bool:
     """The write lock on ``byte`` if it is free now (no wait)."""
     try:
-        fcntl.fcntl(fd, fcntl.F_OFD_SETLK, FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, byte, 1, 0))
+        fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _FLOCKS[byte][fcntl.F_WRLCK])
     except (BlockingIOError, PermissionError):  # EAGAIN or EACCES: held
         return False
     return True
-
-
-@contextlib.contextmanager
-def _locked(fd: int, byte: int):
-    _ofd(fd, byte, fcntl.F_WRLCK)
-    try:
-        yield
-    finally:
-        _ofd(fd, byte, fcntl.F_UNLCK)
 
 
 class Commit:
@@ -316,14 +313,19 @@ class SharedFlushes:
         process at a time (``GroupCommit``'s leader): the locks belong to the descriptor,
         so two callers on it would not exclude each other."""
         fd = self._fd
-        seen, _ = self._read()
-        last, last_again = None, False
+        seen, done = self._read()
+        started, last, last_again = seen, None, False
         while True:
-            started, done = self._read()
             if seen < done <= started:  # (done > started: not counts of ours; flush)
                 self.skipped += 1
                 return
-            if _try(fd, LEAD_BYTE):
+            again = last == (started, done)
+            # Flush ``started`` counted and not done: its leader holds the lead byte (and
+            # the gate below) until it ends, so asking for the lead byte would only fail
+            # (a raised BlockingIOError per waiter). Asked when nothing is in flight, or
+            # when its gate was open with nothing counted since: that leader is dead (or
+            # the counts are not ours).
+            if (started == done or again) and _try(fd, LEAD_BYTE):
                 break
             # The lead byte is held: by the leader of flush ``started`` (in flight, or
             # just counted done: it opens that gate after it frees the lead byte, so
@@ -332,13 +334,13 @@ class SharedFlushes:
             # a waiter checking under it. So: wait on gate ``started``; if the lead
             # byte is still held with nothing counted since, on the next one (and,
             # should that be open too, yield the core to whoever holds the lead byte).
-            again = last == (started, done)
             if again and last_again:
                 os.sched_yield()
             last, last_again = (started, done), again
             gate = _gate(started + again)
             _ofd(fd, gate, fcntl.F_RDLCK)
             _ofd(fd, gate, fcntl.F_UNLCK)
+            started, done = self._read()
         gate = None
         try:  # under the lead lock: nobody else counts or flushes
             started, done = self._read()
@@ -358,11 +360,16 @@ class SharedFlushes:
             if gate is not None:
                 _ofd(fd, gate, fcntl.F_UNLCK)
 
-    def writer(self):
-        """Held around one write transaction: the processes' writers queue in the kernel
-        and each is woken as the lock frees, instead of SQLite's busy handler polling
-        with sleeps of 1-100 ms (which leaves the write lock idle under contention)."""
-        return _locked(self._fd, WRITER_BYTE)
+    def hold_writer(self) -> None:
+        """Taken before one write transaction, ``free_writer()`` after it: the processes'
+        writers queue in the kernel and each is woken as the lock frees, instead of
+        SQLite's busy handler polling with sleeps of 1-100 ms (which leaves the write lock
+        idle under contention). Two calls, not a context manager: this runs once per
+        transition, and a generator's ``with`` costs about as much as the lock itself."""
+        _ofd(self._fd, WRITER_BYTE, fcntl.F_WRLCK)
+
+    def free_writer(self) -> None:
+        _ofd(self._fd, WRITER_BYTE, fcntl.F_UNLCK)
 
     def close(self) -> None:
         if self._fd is not None:

@@ -94,7 +94,7 @@ class _LedgerTxn(sqlite_txn):
     lock is held around it, and SQLite refuses a BEGIN inside a transaction anyway).
     """
 
-    __slots__ = ("cache", "flushes", "writer")
+    __slots__ = ("cache", "flushes", "writer")  # writer: the flushes whose writer lock is held
 
     def __init__(self, db, what, cache):
         super().__init__(db, what)
@@ -102,15 +102,15 @@ class _LedgerTxn(sqlite_txn):
 
     def __enter__(self):
         if self.flushes is not None:
-            self.writer = self.flushes.writer()
-            self.writer.__enter__()  # the processes' writers queue in the kernel first
+            self.flushes.hold_writer()  # the processes' writers queue in the kernel first
+            self.writer = self.flushes
         try:
             self.cache.pending = None
             return super().__enter__()
         except BaseException:
             if self.writer is not None:
                 self.writer, writer = None, self.writer
-                writer.__exit__(None, None, None)
+                writer.free_writer()
             raise
 
     def __exit__(self, kind, exc, tb) -> bool:
@@ -123,7 +123,7 @@ class _LedgerTxn(sqlite_txn):
         finally:
             if self.writer is not None:
                 self.writer, writer = None, self.writer
-                writer.__exit__(None, None, None)
+                writer.free_writer()
         if kind is not None:
             cache.row = None
         elif cache.pending is not None:
