@@ -275,7 +275,8 @@ class SharedFlushes:
     after them), then loops until a flush numbered above that has completed:
 
     * *done* > what we read: covered, return (no lock, no fsync);
-    * the *lead* byte is free (a write lock taken without waiting): lead --
+    * the *lead* byte is free (a write lock taken without waiting; asked only when no
+      flush is in flight by the counts, or when that flush's gate stood open): lead --
       *started* += 1, ``sync()``, *done* = that number -- unless, under the lock,
       *done* shows that a flush which ended meanwhile covered us;
     * else wait for flush number *started* (+1 if not yet counted) to end: a read
