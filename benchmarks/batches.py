@@ -19,7 +19,7 @@ from pathlib import Path
 
 from toolkit import roots
 from toolkit.errors import PermanentError
-from toolkit.identity import task_key
+from toolkit.identity import task_key, task_keyer
 from toolkit.ledger.sqlite import ITEM_COLUMNS, SCHEMA
 from toolkit.provider import Contract, Job, JobStatus
 from toolkit.runner import inputindex
@@ -42,7 +42,8 @@ def resume_fixture(folder: Path, items: int, done_share: float = 0.99) -> tuple[
     inputs_dir.mkdir(parents=True)
     out_dir.mkdir()
     done_count = round(items * done_share)
-    item_rows, event_rows, paths, index_lines = [], [], [], [inputindex.HEADER]
+    keyer = task_keyer({})  # the runner's first route, options {}
+    item_rows, event_rows, paths, index_lines = [], [], [], [inputindex.header(keyer.fingerprint)]
     ts = 1_700_000_000.0
     for number in range(items):
         data = _content(number)
@@ -50,9 +51,9 @@ def resume_fixture(folder: Path, items: int, done_share: float = 0.99) -> tuple[
         path.write_bytes(data)
         paths.append(path)
         digest = hashlib.sha256(data).hexdigest()
-        index_lines.append(inputindex._line(inputindex.order(path),  # as the run that read it
-                                            inputindex.stamp(os.stat(path)), digest))
         key = task_key(digest, {})
+        index_lines.append(inputindex._line(inputindex.order(path),  # as the run that read it
+                                            inputindex.stamp(os.stat(path)), digest, key))
         source = path.name
         row = dict.fromkeys(ITEM_COLUMNS)
         row.update(key=key, source=source, attempt=1, token=1, updated=ts)

@@ -1,6 +1,7 @@
-"""Fixtures shared by the tests of the inputs' stat index (test_input_index, test_outsider_o23,
-test_resume_paths) and of a rerun's chunks (test_resume_chunk): a private copy of the small
-batch, a count of the runner's input reads, and the safe runner over that batch. Imported by
+"""Fixtures shared by the tests of the inputs' stat index (test_input_index, test_input_index_keys,
+test_outsider_o23, test_resume_paths) and of a rerun's chunks (test_resume_chunk): a private
+copy of the small batch, a count of the runner's input reads and of the digests it keys, and
+the safe runner over that batch. Imported by
 name into those modules (pytest collects fixtures there)."""
 
 import os
@@ -70,3 +71,33 @@ def batch(tmp_path, inputs):
     wait_until_settled(inputs)
     yield run
     provider.close()
+
+
+@pytest.fixture
+def keyed(monkeypatch):
+    """How many digests the run keys, per route: ``keying.keyers`` made to count."""
+    counts = []
+    real = keying.keyers
+
+    class Counting:
+        def __init__(self, keyer, at):
+            self.keyer, self.at = keyer, at
+
+        def __call__(self, digest):
+            counts[self.at] += 1
+            return self.keyer(digest)
+
+        def many(self, digests):
+            counts[self.at] += len(digests)
+            return self.keyer.many(digests)
+
+        @property
+        def fingerprint(self):
+            return self.keyer.fingerprint
+
+    def keyers(options):
+        made = real(options)
+        counts[:] = [0] * len(made)
+        return [Counting(keyer, at) for at, keyer in enumerate(made)]
+    monkeypatch.setattr(keying, "keyers", keyers)
+    return counts

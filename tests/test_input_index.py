@@ -138,9 +138,9 @@ def test_index_lines_keep_any_name(tmp_path):
     """Fault: none. Property: names with a newline, a backslash, a space or bytes that are
     not UTF-8 survive the index's line format unchanged."""
     for name in ["a b.pdf", "new\nline.pdf", "back\\slash.pdf", "bad\udcff.pdf", "\\n.pdf"]:
-        line = inputindex._line(name, (1, 2, 3, 4, 5), "f" * 64)
-        assert line.count("\n") == 1 and inputindex._parse(line)[:3] == \
-            (name, "1 2 3 4 5", "f" * 64)
+        line = inputindex._line(name, (1, 2, 3, 4, 5), "f" * 64, "e" * 64)
+        assert line.count("\n") == 1 and inputindex._parse(line)[:4] == \
+            (name, "1 2 3 4 5", "f" * 64, "e" * 64)
     assert inputindex.index_file("postgresql://h/db") is None
     assert inputindex.index_file(":memory:") is None
 
@@ -158,9 +158,12 @@ def test_stamp_not_written_as_the_stat_writes_it_is_never_vouched_for(tmp_path):
                                 (f"{dev} {ino} +{size} {mtime} {ctime}", False),
                                 (f"{dev} {ino} {size} {mtime} x", False)]:
         index_path = inputindex.index_file(ledger)
-        index_path.write_text(f"{inputindex.HEADER}{stamp_text} {'a' * 64} {path}\n")
-        index = inputindex.InputIndex(ledger, record=False)
-        assert (index.digest(path) == "a" * 64) is vouched, stamp_text
+        index_path.write_text(f"{inputindex.header('k')}{stamp_text} {'a' * 64} {'b' * 64} "
+                              f"{path}\n")
+        index = inputindex.InputIndex(ledger, "k", record=False)
+        digests, keys, _ = index.vouch([path])
+        assert (digests, keys) == ((["a" * 64], ["b" * 64]) if vouched else
+                                   ([None], [None])), stamp_text
         assert index.vouched == vouched
         index.discard()
 

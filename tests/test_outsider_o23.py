@@ -85,7 +85,7 @@ def peak_bytes_opening_index(ledger) -> int:
     """Python's peak allocation while an index is opened and read through to its end."""
     tracemalloc.start()
     try:
-        index = inputindex.InputIndex(ledger, record=False)
+        index = inputindex.InputIndex(ledger, "any keyer", record=False)
         for _ in index._entries:  # every recorded entry after the first, read through
             pass
         return tracemalloc.get_traced_memory()[1]

@@ -10,7 +10,7 @@ import json
 import math
 from pathlib import Path
 
-KEY_VERSION = "rt1"
+KEY_VERSION = "rt1"  # read when a key is made (a default of None): one place to change it
 _CHUNK = 1 << 20
 
 
@@ -62,17 +62,18 @@ def content_digest(source) -> str:
     return digest.hexdigest()
 
 
-def task_key(digest: str, options: dict, version: str = KEY_VERSION) -> str:
+def task_key(digest: str, options: dict, version: str | None = None) -> str:
     """The stable identity of one unit of work.
 
     >>> task_key("ab", {"lang": "de"}) == task_key("ab", {"lang": "de"})
     True
     """
-    material = "\n".join((version, digest, canonical_json(options)))
+    material = "\n".join((KEY_VERSION if version is None else version, digest,
+                          canonical_json(options)))
     return hashlib.sha256(material.encode("utf-8")).hexdigest()
 
 
-def task_keyer(options: dict, version: str = KEY_VERSION) -> "TaskKeyer":
+def task_keyer(options: dict, version: str | None = None) -> "TaskKeyer":
     """``task_key(digest, options)`` as a function of ``digest``, the options serialized once.
 
     >>> task_keyer({"lang": "de"})("ab") == task_key("ab", {"lang": "de"})
@@ -87,8 +88,9 @@ class TaskKeyer:
 
     __slots__ = ("_head", "_tail")
 
-    def __init__(self, options: dict, version: str = KEY_VERSION):
-        self._head, self._tail = f"{version}\n", f"\n{canonical_json(options)}"
+    def __init__(self, options: dict, version: str | None = None):
+        self._head, self._tail = f"{KEY_VERSION if version is None else version}\n", \
+            f"\n{canonical_json(options)}"
 
     def __call__(self, digest: str) -> str:
         return self.many((digest,))[0]
@@ -98,6 +100,21 @@ class TaskKeyer:
         head, tail, sha256 = self._head, self._tail, hashlib.sha256
         return [sha256(f"{head}{digest}{tail}".encode("utf-8")).hexdigest()
                 for digest in digests]
+
+    @property
+    def fingerprint(self) -> str:
+        """What this keyer is: two keyers with one fingerprint give every digest one key.
+
+        The version and the canonical options it keys with (their lengths make the pair
+        unambiguous), and the key it gives a fixed digest (a change in how the material is
+        spelled changes that one too). A key remembered beside a digest (the inputs' index)
+        is reused only under the fingerprint it was made by."""
+        head, tail = self._head, self._tail
+        material = f"{len(head)}\n{head}{tail}\n{self(_PROBE)}"
+        return hashlib.sha256(material.encode("utf-8")).hexdigest()
+
+
+_PROBE = "0123456789abcdef" * 4  # the digest a fingerprint keys (``TaskKeyer.fingerprint``)
 
 
 def file_task_key(path, options: dict) -> str:

@@ -2,12 +2,19 @@
 
 Like git's index. A run that reads an input to key it records, beside a file
 ledger in ``<ledger>.inputs``, the input's path, its stat (device, inode,
-size, ``mtime_ns``, ``ctime_ns``) and the SHA-256 of the bytes it read. A
+size, ``mtime_ns``, ``ctime_ns``), the SHA-256 of the bytes it read and the
+key that digest has under the run's first option set (``keying.keyers``). A
 later run stats the path (one system call): all five equal, the recorded
 digest is the content's, and keying goes on from it (``keying.vouched``:
 which item, if any, the ledger holds for it) without opening the file. Any
 difference, a path not recorded, or ``run --verify``: the file is read and
-hashed in full, and its new stat and digest are recorded.
+hashed in full, and its new stat, digest and key are recorded.
+
+The key is a memo of a pure function of the digest and the keyer (version,
+options, the material's spelling: ``TaskKeyer.fingerprint``), and the header
+names the keyer its keys were made by. A run that keys with another one (other
+options, another key version) takes the recorded digests, never their keys:
+it computes its own, and records them under its fingerprint.
 
 The index is a cache of facts about files, not state: which items exist and
 where they are is the ledger's alone (every input vouched for here is still
@@ -47,10 +54,12 @@ from toolkit import liveness
 from toolkit.runner.inputs import open_regular
 from toolkit.storage import INPUTS as SUFFIX
 
-HEADER = "toolkit-inputs 1\n"
-# The longest line read (characters): five numbers, a digest and a name as long as Linux's
-# PATH_MAX (4096 bytes), each byte escaped; a longer line (no newline within it) is damage,
-# read around, so that an index without newlines costs bounded memory, not its size.
+# The first line: ``HEADER`` and the fingerprint of the keyer the lines' keys were made by.
+# An index of another version (1 held no keys) vouches for nothing: its inputs are read.
+HEADER = "toolkit-inputs 2 "
+# The longest line read (characters): five numbers, a digest, a key and a name as long as
+# Linux's PATH_MAX (4096 bytes), each byte escaped; a longer line (no newline within it) is
+# damage, read around, so that an index without newlines costs bounded memory, not its size.
 MAX_LINE = 16384
 # ctime granularity, by what a ctime looks like: whole seconds (FAT keeps 2 s,
 # ext3 1 s) or finer (a kernel clock tick, at most 10 ms at HZ=100; margin x2).
@@ -105,14 +114,26 @@ def _unescape(text: str) -> str:
     return "".join(out)
 
 
-def _line(name: str, stamp_: tuple, digest: str) -> str:
-    return f"{_STAMP_TEXT % stamp_} {digest} {_escape(name)}\n"
+def header(keyed_by: str) -> str:
+    """The index's first line: its version and the fingerprint of the keyer of its keys."""
+    return f"{HEADER}{keyed_by}\n"
+
+
+def _line(name: str, stamp_: tuple, digest: str, key: str) -> str:
+    return f"{_STAMP_TEXT % stamp_} {digest} {key} {_escape(name)}\n"
 
 
 def _parse(line: str):
-    """``(name, stamp text, digest, line)`` of one line; None if it is not one (``_recorded``
-    holds the rule)."""
+    """``(name, stamp text, digest, key, line)`` of one line; None if it is not one
+    (``_recorded`` holds the rule)."""
     return next(_recorded(io.StringIO(line, newline="\n")), None)
+
+
+def _rekeyed(line: str, key: str) -> str:
+    """A recorded ``line`` with ``key`` in place of the one it holds."""
+    parts = line.split(" ", 7)
+    parts[6] = key
+    return " ".join(parts)
 
 
 def _bounded_line(lines) -> str:
@@ -128,7 +149,7 @@ def _bounded_line(lines) -> str:
 
 
 def _recorded(lines):
-    """The entries ``(name, stamp text, digest, line)`` of the recorded index after its
+    """The entries ``(name, stamp text, digest, key, line)`` of the recorded index after its
     header, in its order; a line that is not one (damaged, foreign, torn: no newline) is
     skipped, a read that fails ends it. The stamp stays text: a stat is compared with it
     as ``_line`` writes it (``_STAMP_TEXT``), so a stamp that is not five decimal numbers never
@@ -141,12 +162,12 @@ def _recorded(lines):
                     while (rest := readline(MAX_LINE)) and not rest.endswith("\n"):
                         pass
                 continue
-            parts = line.split(" ", 6)  # five stamp numbers, the digest, the name
-            if len(parts) != 7 or len(digest := parts[5]) != 64:
+            parts = line.split(" ", 7)  # five stamp numbers, the digest, the key, the name
+            if len(parts) != 8 or len(digest := parts[5]) != 64 or len(key := parts[6]) != 64:
                 continue
-            name = parts[6]
+            name = parts[7]
             yield ((_unescape(name[:-1]) if "\\" in name else name[:-1]),
-                   line[:-66 - len(name)], digest, line)
+                   line[:-131 - len(name)], digest, key, line)
     except (OSError, UnicodeError):
         return
 
@@ -189,19 +210,24 @@ class InputIndex:
     written as they are keyed. ``commit()`` replaces the recorded index; ``discard()``
     keeps it (a run that stopped midway)."""
 
-    def __init__(self, ledger_path, trust: bool = True, record: bool = True):
-        """``trust=False`` (``--verify``): vouch for nothing, record what is read;
-        ``record=False``: read the recorded index only (a count after the run)."""
+    def __init__(self, ledger_path, keyed_by: str, trust: bool = True, record: bool = True):
+        """``keyed_by``: the fingerprint of the run's first keyer (``TaskKeyer.fingerprint``),
+        the one whose keys are recorded and trusted; ``trust=False`` (``--verify``): vouch
+        for nothing, record what is read; ``record=False``: read the recorded index only (a
+        count after the run)."""
         self.path = index_file(ledger_path)
         self._old = self._new = self._next = None
         self._entries = iter(())
         self.vouched = 0  # inputs taken on their stat
+        self.rekeyed = False  # the recorded keys are another keyer's: digests only
         if self.path is None:
             return
         if trust:
             with contextlib.suppress(OSError, UnicodeError):
                 self._old = _open_regular(self.path)
-                if _bounded_line(self._old) == HEADER:
+                first = _bounded_line(self._old)
+                if first.startswith(HEADER) and first.endswith("\n"):
+                    self.rekeyed = first != header(keyed_by)
                     self._entries = _recorded(self._old)
                 else:
                     self._close_old()
@@ -214,18 +240,19 @@ class InputIndex:
             self._new = open(fd, "w", encoding="utf-8", errors="surrogateescape",
                              newline="\n")
             self._temp = temp
-            self._put(HEADER)
+            self._put(header(keyed_by))
 
-    def vouch(self, paths) -> tuple[list, list]:
-        """For each of ``paths``, in order, its recorded digest and line when its stat is the
-        one recorded (one ``stat``, no read); else None and None: read it. Two lists aligned
-        with ``paths``. Paths come in ascending ``order``, call after call (the recorded
-        lines are in it: a merge, one line ahead). What is kept goes to ``keep``, in the
-        inputs' order.
+    def vouch(self, paths) -> tuple[list, list, list]:
+        """For each of ``paths``, in order, its recorded digest, key and line when its stat is
+        the one recorded (one ``stat``, no read); else None, None and None: read it. The
+        key is None too when the recorded keys are another keyer's (``rekeyed``): key the
+        digest. Three lists aligned with ``paths``. Paths come in ascending ``order``, call
+        after call (the recorded lines are in it: a merge, one line ahead). What is kept
+        goes to ``keep``, in the inputs' order.
 
         One frame for a whole chunk of inputs: a rerun's cost is per item, and a method
         call per input (and per recorded line) was a third of it."""
-        digests, lines = [None] * len(paths), [None] * len(paths)
+        digests, keys, lines = [None] * len(paths), [None] * len(paths), [None] * len(paths)
         entry, entries, stat, text, fields = self._next, self._entries, os.stat, _STAMP_TEXT, stamp
         for at, path in enumerate(paths):
             name = order(path)
@@ -241,35 +268,28 @@ class InputIndex:
             except OSError:
                 continue
             if text % fields(info) == recorded[1]:
-                digests[at], lines[at] = recorded[2], recorded[3]
+                _, _, digests[at], keys[at], lines[at] = recorded
         self._next = entry
         self.vouched += len(digests) - digests.count(None)
-        return digests, lines
+        return digests, [None] * len(paths) if self.rekeyed else keys, lines
 
-    def digest(self, path) -> str | None:
-        """``vouch`` for one path: its recorded digest (its line kept), else None."""
-        (digest,), (line,) = self.vouch((path,))
-        if digest is not None:
-            self._put(line)  # the recorded line, as it was
-        return digest
-
-    def line(self, path, info: os.stat_result, started_ns: int, digest: str) -> str | None:
+    def line(self, path, info: os.stat_result, started_ns: int, digest: str,
+             key: str) -> str | None:
         """The line recording that ``path``, with the stat ``info`` taken before its bytes
-        were read (a read that began at ``started_ns``), holds content ``digest``; None for
-        a stat that a write could still keep (``settled``): not recorded."""
-        return _line(order(path), stamp(info), digest) if settled(info, started_ns) else None
+        were read (a read that began at ``started_ns``), holds content ``digest``, whose key
+        under the run's first keyer is ``key``; None for a stat that a write could still
+        keep (``settled``): not recorded."""
+        return _line(order(path), stamp(info), digest, key) if settled(info, started_ns) \
+            else None
 
-    def note(self, path, info: os.stat_result, started_ns: int, digest: str) -> None:
-        """Record ``line(path, info, started_ns, digest)``, if any."""
-        self.keep((self.line(path, info, started_ns, digest),))
-
-    def keep(self, lines) -> None:
-        """Write ``lines`` (recorded ones, as they were, and new ones from ``line``; None
-        skipped) to the new index, in the inputs' order: the next run merges them."""
+    def keep(self, lines, keys) -> None:
+        """Write ``lines`` (recorded ones, and new ones from ``line``; None skipped) to the
+        new index, in the inputs' order: the next run merges them. ``keys``, aligned with
+        them, are the run's keys: a recorded line holding another keyer's (``rekeyed``) is
+        written with the run's key in its place; any other, as it was."""
+        if self.rekeyed:
+            lines = [line and _rekeyed(line, key) for line, key in zip(lines, keys)]
         self._put("".join(filter(None, lines)))
-
-    def _write(self, name, stamp_, digest) -> None:
-        self._put(_line(name, stamp_, digest))
 
     def _put(self, line: str) -> None:
         """Write one line of the new index; a failed write (a full disk) drops the new

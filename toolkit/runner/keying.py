@@ -7,7 +7,8 @@ key they got: of the keys a digest can have (``keyers``), the one the ledger
 holds is theirs. An input whose key names one item at rest (done, parked,
 poison) needs nothing else: no MuPDF, no snapshot, no write (``vouched``).
 An input whose stat is the one the input index recorded is not even read: its
-recorded digest stands for its bytes (``inputindex``, git's index).
+recorded digest stands for its bytes (``inputindex``, git's index), and the key the
+index recorded with it under the same keyer (the same fingerprint) for that key.
 Anything else (a new input, two candidate items, an item still in flight) is
 keyed in full, from a fresh read: the bytes keyed are the bytes sent.
 """
@@ -30,16 +31,21 @@ def vouched(ledger, paths, keyers_, index=None, scan=False) -> list:
     else None (one ``stat`` of each input the ``index`` vouches for, one read of each other
     input; one ledger query for them all, or with ``scan`` one ordered pass over the whole
     ledger: ``merged``). ``paths`` come in ``inputindex.order``. An item is an Item, or with
-    ``scan`` a ``Light`` row: the fields the skip decision reads, no Item built.
+    ``scan`` a ``Light`` row: the fields the skip decision reads, no Item built. The
+    ``index`` was opened with the fingerprint of ``keyers_[0]``: the keys it gives are that
+    keyer's.
 
     A list aligned with ``paths``, not a dict by path: a ``Path``'s hash is Python code, and
     a rerun of n inputs would pay it 3n times. Each step runs over the whole list (the
     index's merge, each route's keys, the join): no call per input the index vouches for."""
-    # Each input's digest (None: read it, below) and its line of the new index, in order.
-    digests, lines = index.vouch(paths) if index is not None else \
-        ([None] * len(paths), [None] * len(paths))
+    n = len(paths)
+    # Each input's digest (None: read it, below), its first route's key (None: key the
+    # digest) and its line of the new index, in order.
+    digests, keys, lines = index.vouch(paths) if index is not None else \
+        ([None] * n, [None] * n, [None] * n)
     unread = [at for at, digest in enumerate(digests) if digest is None] \
         if None in digests else []  # most of a rerun: one pass in C, none in Python
+    stats = []  # (at, stat, read start) of each input read: its line, once it has its key
     for at in unread:
         started = now_ns()  # before the read: what ``index.line`` may vouch for
         try:
@@ -47,17 +53,23 @@ def vouched(ledger, paths, keyers_, index=None, scan=False) -> list:
         except Odd:
             continue  # no digest: the full keying quarantines it
         digests[at] = content_digest(data)
-        if index is not None:
-            lines[at] = index.line(paths[at], info, started, digests[at])
+        stats.append((at, info, started))
+    unkeyed = [at for at, key in enumerate(keys) if key is None and digests[at] is not None] \
+        if None in keys else []  # most of a rerun: every key recorded
+    for at, key in zip(unkeyed, keyers_[0].many([digests[at] for at in unkeyed])):
+        keys[at] = key
     if index is not None:
-        index.keep(lines)  # a recorded line as it was; a new one if settled; None skipped
-    return _joined(ledger, digests, keyers_, scan)
+        for at, info, started in stats:
+            lines[at] = index.line(paths[at], info, started, digests[at], keys[at])
+        index.keep(lines, keys)  # a recorded line (with our key); a new one if settled
+    return _joined(ledger, digests, keys, keyers_, scan)
 
 
-def _joined(ledger, digests, keyers_, scan) -> list:
+def _joined(ledger, digests, first_keys, keyers_, scan) -> list:
     """For each digest (None: none), the one item at rest among its candidate keys (one per
-    route) that the ledger holds, else None: no key, two (the bytes keyed under both
-    routes: the full keying decides), or one not at rest.
+    route: ``first_keys`` holds the first route's, aligned with ``digests``) that the ledger
+    holds, else None: no key, two (the bytes keyed under both routes: the full keying
+    decides), or one not at rest.
 
     With ``scan``, the first route's keys are merged first; the others are computed (one
     SHA-256 per input and route) and merged only when the ledger holds items that no first
@@ -66,14 +78,14 @@ def _joined(ledger, digests, keyers_, scan) -> list:
     can be there). A rerun of text documents pays one key per input, not two."""
     whole = None not in digests  # most of a rerun: every input has its digest
     present = digests if whole else [digest for digest in digests if digest is not None]
+    routes = [first_keys if whole else [key for key in first_keys if key is not None]]
     if scan:
-        routes = [keyers_[0].many(present)]
         known = merged(ledger, routes[0])
         if len(keyers_) > 1 and ledger.item_count() > len(known):  # a second pass
             routes += [keyer.many(present) for keyer in keyers_[1:]]
             known.update(merged(ledger, [key for keys in routes[1:] for key in keys]))
     else:
-        routes = [keyer.many(present) for keyer in keyers_]  # identity.TaskKeyer
+        routes += [keyer.many(present) for keyer in keyers_[1:]]  # identity.TaskKeyer
         known = ledger.get_many([key for keys in routes for key in keys])
     found = [None] * len(digests)
     slots = range(len(digests)) if whole else \

@@ -191,7 +191,8 @@ class Pipeline(Intake):
         # or done there by another run after this one let them go (read again at the end)
         remove_orphans(getattr(self.ledger, "path", None))  # of runs killed midway (SIGKILL)
         if self.page_by_page_from is None:  # page-by-page keying reads every input anyway
-            self._index = InputIndex(getattr(self.ledger, "path", None), trust=not self.verify_all)
+            self._index = InputIndex(getattr(self.ledger, "path", None),
+                                     self._keyers()[0].fingerprint, trust=not self.verify_all)
         try:
             self.recovered = recover_abandoned(self.ledger, self.worker)
             paths = [p if isinstance(p, Path) else Path(p) for p in inputs]

@@ -316,9 +316,10 @@ def _batch_keys(ledger, location, inputs, options, page_by_page_from) -> set:
     paths = sorted((Path(path) for path in inputs), key=order)
     vouched = [None] * len(paths)
     if page_by_page_from is None:
-        index = InputIndex(location, record=False)
+        keyers = keying.keyers(options)
+        index = InputIndex(location, keyers[0].fingerprint, record=False)
         try:
-            vouched = keying.vouched(ledger, paths, keying.keyers(options), index)
+            vouched = keying.vouched(ledger, paths, keyers, index)
         finally:
             index.discard()
     return {item.key if item is not None else _input_key(path, options, page_by_page_from)
