@@ -13,8 +13,10 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 from conftest import sigkill_at_executions
@@ -204,3 +206,57 @@ def test_workers_rerun_adding_page_by_page_flag_refuses_the_done_document_and_sa
     assert added.returncode == 2, added.stderr
     assert json.loads(added.stdout)["refused"] == 1
     assert "refused: long-000.pdf" in added.stderr and executions(tmp_path / "p.sqlite") == 1
+
+
+# The real CLI, stopped (SIGSTOP, by itself) as the witness is about to judge its just
+# created ledger: after the batch registry was consulted for it, before it holds an item
+# (on main, also before the registry recorded it). The seam ``run`` calls in both.
+STOPPED_AT_WITNESS_CHECK = """
+import os, signal, sys
+from toolkit.runner import witness
+judge = witness.check
+def stopped_first(out, ledger):
+    os.kill(os.getpid(), signal.SIGSTOP)
+    return judge(out, ledger)
+witness.check = stopped_first
+from toolkit.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _state(pid) -> str:
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0]
+
+
+def test_two_first_runs_at_once_with_two_new_ledgers_refuse_the_second_check_then_create_race(
+        tmp_path, docs):
+    """Fault: two first runs of one inputs folder at once, each with its own new ledger:
+    run A has passed the registry's check and created its ledger, and is held there
+    (SIGSTOP, a real process) before it records anything; run B starts then. Property: B
+    is refused (exit 2, the one line naming A's ledger, --new-batch), creates no ledger
+    and sends nothing; A, let go, finishes (exit 0); ``--new-batch`` still lets B start.
+    Before: both checks passed (check, then create, then record) and B ran a second batch."""
+    common = ["--inputs", docs, "--provider-db", tmp_path / "p.sqlite", "--no-progress"]
+    first = subprocess.Popen([sys.executable, "-c", STOPPED_AT_WITNESS_CHECK, "run", *map(
+        str, [*common, "--ledger", tmp_path / "a.sqlite", "--out", tmp_path / "outA"])],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while _state(first.pid) != "T" and first.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _state(first.pid) == "T", "run A never reached the witness's check"
+        second = toolkit("run", *common, "--ledger", tmp_path / "b.sqlite",
+                         "--out", tmp_path / "outB")
+    finally:
+        os.kill(first.pid, signal.SIGCONT)
+    _, err = first.communicate(timeout=180)
+    assert first.returncode == 0, err
+    assert second.returncode == 2, second.stderr
+    lines = second.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--new-batch" in lines[0], lines
+    assert f"--ledger {shlex.quote(os.path.realpath(tmp_path / 'a.sqlite'))}" in lines[0]
+    assert not (tmp_path / "b.sqlite").exists() and executions(tmp_path / "p.sqlite") == 6
+    deliberate = toolkit("run", *common, "--ledger", tmp_path / "b.sqlite",
+                         "--out", tmp_path / "outB", "--new-batch")
+    assert deliberate.returncode == 0, deliberate.stderr

@@ -15,7 +15,6 @@ its name in the new folder (``materialize``): no provider call, no new state.
 
 import contextlib
 import errno
-import fcntl
 import json
 import os
 import re
@@ -24,7 +23,8 @@ import tempfile
 from pathlib import Path
 
 from toolkit import documents
-from toolkit.storage import LOCK, ROOTS as SUFFIX, recorded, roots_file  # noqa: F401 (re-exported)
+from toolkit.storage import (LOCK, ROOTS as SUFFIX, exclusive_lock,  # noqa: F401 (re-exported)
+                             recorded, roots_file)
 
 
 def damaged(ledger_path) -> str | None:
@@ -98,27 +98,19 @@ def real_name(stored: str) -> str:
     return os.fsdecode(b"".join(parts))
 
 
-@contextlib.contextmanager
 def locked(ledger_path):
     """Hold the exclusive lock of a file ledger's roots (``flock`` on ``<roots>.lock``).
 
     Runs with different ``--out`` on one ledger decide under it whether their ``--out``
     becomes the recorded root (check, then replace): without it one run could verify
     its folder, another replace the root, and the first then overwrite it with a folder
-    that lacks the other's artifacts. The lock dies with its process (kill -9 included).
+    that lacks the other's artifacts. The lock dies with its process (kill -9 included);
+    in a read-only folder nothing can be recorded, and nothing is locked.
     """
     marker = roots_file(ledger_path)
-    fd = None
-    if marker is not None and Path(ledger_path).is_file():
-        with contextlib.suppress(OSError):  # a read-only folder: nothing can be recorded
-            fd = os.open(f"{marker}{LOCK}", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        if fd is not None:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        if fd is not None:
-            os.close(fd)  # releases the flock
+    if marker is None or not Path(ledger_path).is_file():
+        return contextlib.nullcontext()
+    return exclusive_lock(f"{marker}{LOCK}", best_effort=True)
 
 
 NAME_MAX = 255  # bytes in one file name, when the folder cannot tell (os.pathconf)

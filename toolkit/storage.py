@@ -198,6 +198,31 @@ def lock_holder(fd: int) -> int | None:
     return None
 
 
+@contextlib.contextmanager
+def exclusive_lock(path, best_effort: bool = False):
+    """Hold an exclusive ``flock`` on the lock file ``path`` (created if missing) for the
+    ``with`` block, waiting for it: the one "lock beside X" of the roots, the witness and
+    the batch registry. The kernel releases it with its descriptor, and with the process
+    (kill -9 included): a lock file left behind is never a held lock.
+
+    ``best_effort``: a lock file that cannot be opened (a read-only folder) leaves the
+    block unlocked, since nothing beside it can be written either; otherwise the
+    ``OSError`` is the caller's."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        if not best_effort:
+            raise
+        fd = None
+    try:
+        if fd is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)  # releases the flock
+
+
 def take_exclusive(fd: int) -> str | None:
     """Take an exclusive ``flock`` on ``fd`` without waiting (how a JSONL ledger's writer
     holds ``<ledger>.lock``): None when taken -- held until ``fd`` is closed -- else who

@@ -145,8 +145,8 @@ def _run(parser):
             existing = _existing_ledger(args)  # else its place is checked, by stat alone
             from toolkit.runner import batches
 
-            if not existing and not args.new_batch:  # another ledger has run these inputs
-                batches.refuse_other_batch(args.inputs, args.ledger)
+            if not existing:  # refused if another ledger has run these inputs; else ours
+                batches.claim(args.inputs, args.ledger, refuse=not args.new_batch)
             ledger = opened(open_run_ledger(args.strategy, args.ledger)) if existing else None
             if provider is None:
                 provider = opened(provider_at(args.provider_db, contract))

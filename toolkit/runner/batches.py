@@ -9,6 +9,9 @@ ran it, in ``$XDG_STATE_HOME/resume-toolkit/batches/`` (default
 about to CREATE a ledger for a folder that another ledger has run (a different real
 path, still there, holding items) is refused: ``run --new-batch`` starts another
 batch deliberately. Only the CLI ``run`` consults it (not the library ``Runner``).
+The check and the record are one step under the registry's lock (``claim``), and a
+ledger claimed by a run still running counts before it holds an item: of two first runs
+at once with two new ledgers, the second is refused.
 
 The registry is a convenience, not state: a file that does not read is warned
 about and rewritten, a registry that cannot be written is warned about; neither
@@ -17,16 +20,17 @@ an exclusive lock, so two runs registering at once both stay recorded.
 """
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
-import shlex
 import sqlite3
 import sys
 from pathlib import Path
 
+from toolkit import liveness
+from toolkit.advice import shell_words
 from toolkit.errors import ToolkitError
+from toolkit.storage import exclusive_lock
 
 FILE_SUFFIXES = (".sqlite", ".db", ".sqlite3", ".jsonl")  # file ledgers; a URL is not kept
 
@@ -45,23 +49,38 @@ def entry_file(inputs) -> Path:
     return registry_folder() / f"{hashlib.sha256(os.fsencode(real)).hexdigest()[:32]}.json"
 
 
-def refuse_other_batch(inputs, ledger) -> None:
+def claim(inputs, ledger, refuse: bool = True) -> None:
     """Before a run creates the ledger ``ledger``: refuse it when another ledger has run
-    ``inputs`` (a different real path, still there, holding items).
+    ``inputs`` (``refuse``; ``--new-batch`` passes False), else record it as this run's.
+
+    The check and the record are one step under the registry's lock: two first runs at
+    once, each with its own new ledger, would both pass a check made before either had
+    recorded (check, then create, then record). The record names this process too
+    (``claims``): until its ledger holds an item -- created, then filled by the run --
+    another ledger is refused while this process lives; a run that ended with none
+    refuses nothing.
 
     Raises:
         ToolkitError: one line naming that ledger, shell-quoted, and the two ways on.
     """
     if not _is_file_ledger(ledger):
         return
-    ours = os.path.realpath(ledger)
-    for other in _read(entry_file(inputs), quiet=True):  # damage: said by ``remember``
-        if other != ours and _holds_items(other):
-            raise ToolkitError(
-                f"--inputs {shlex.quote(str(inputs))} was run with the ledger "
-                f"{shlex.quote(other)}, and {shlex.quote(str(ledger))} would be a new, empty "
-                f"one that knows nothing it sent: rerun with --ledger {shlex.quote(other)}, "
-                "or add --new-batch to start another batch deliberately")
+    target, ours = entry_file(inputs), os.path.realpath(ledger)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with exclusive_lock(target.with_suffix(".lock")):
+            entry = _read(target)
+            for other in entry["ledgers"] if refuse else ():
+                if other != ours and (_holds_items(other) or _live_claim(entry, other)):
+                    raise ToolkitError(
+                        f"--inputs {shell_words(inputs)} was run with the ledger "
+                        f"{shell_words(other)}, and {shell_words(ledger)} would be a new, "
+                        f"empty one that knows nothing it sent: rerun with --ledger "
+                        f"{shell_words(other)}, or add --new-batch to start another batch "
+                        "deliberately")
+            _write(target, inputs, entry, ours, claimant=_me())
+    except OSError as exc:
+        _unguarded(target, exc)
 
 
 def remember(inputs, ledger) -> None:
@@ -71,38 +90,76 @@ def remember(inputs, ledger) -> None:
     target = entry_file(inputs)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        with _locked(target):  # two runs registering at once: one read-modify-write each
-            recorded = _read(target)
-            known = [path for path in recorded if os.path.exists(path)]
-            ours = os.path.realpath(ledger)
-            if ours in known and known == recorded:
-                return  # already recorded, nothing to prune: no write
-            entry = {"inputs": os.path.realpath(inputs),
-                     "ledgers": sorted(set(known) | {ours})}
-            from toolkit.documents import write_atomic
-
-            write_atomic(json.dumps(entry, indent=1).encode(), target)
+        with exclusive_lock(target.with_suffix(".lock")):  # one read-modify-write at a time
+            _write(target, inputs, _read(target), os.path.realpath(ledger))
     except OSError as exc:
-        _warn(f"the batch registry {shlex.quote(str(target))} cannot be written "
-              f"({exc.strerror or exc}): a rerun from another folder is not guarded")
+        _unguarded(target, exc)
 
 
-def _read(target: Path, quiet: bool = False) -> list[str]:
-    """The ledgers ``target`` names; [] when there is none, and when it does not read
-    (damaged: warned about unless ``quiet``; the next ``remember`` rewrites it)."""
+def _write(target: Path, inputs, entry: dict, ours: str, claimant=None) -> None:
+    """``entry`` with ``ours`` among its ledgers (claimed by ``claimant``, if given), the
+    ledgers no longer there and the claims of processes gone dropped; no write when
+    nothing changes. Under the registry's lock."""
+    known = [path for path in entry["ledgers"] if os.path.exists(path)]
+    claims = {path: owner for path, owner in entry["claims"].items()
+              if path in known and _alive(owner)}
+    if claimant is not None:
+        claims[ours] = claimant
+    ledgers = sorted(set(known) | {ours})
+    if ledgers == entry["ledgers"] and claims == entry["claims"]:
+        return  # already recorded, nothing to prune: no write
+    from toolkit.documents import write_atomic
+
+    record = {"inputs": os.path.realpath(inputs), "ledgers": ledgers}
+    if claims:
+        record["claims"] = claims
+    write_atomic(json.dumps(record, indent=1).encode(), target)
+
+
+def _me() -> list:
+    """This process as a claim records it: ``[host, pid, start ticks]`` (``liveness``)."""
+    return [liveness.host_id(), os.getpid(), liveness.my_start()]
+
+
+def _alive(owner) -> bool:
+    """Is the process a claim names still running? (Another host's: taken as alive.)"""
+    try:
+        host, pid, started = owner
+        return liveness.alive(host, int(pid), started) is not False
+    except (TypeError, ValueError):
+        return False  # not a claim of ours: ignored, and dropped at the next write
+
+
+def _live_claim(entry: dict, ledger: str) -> bool:
+    """Was ``ledger`` claimed by a run that is still running (its ledger maybe not yet
+    holding an item)?"""
+    owner = entry["claims"].get(ledger)
+    return owner is not None and _alive(owner)
+
+
+def _unguarded(target: Path, exc: OSError) -> None:
+    _warn(f"the batch registry {shell_words(target)} cannot be written "
+          f"({exc.strerror or exc}): a rerun from another folder is not guarded")
+
+
+def _read(target: Path) -> dict:
+    """The entry ``target`` holds: ``ledgers`` (real paths) and ``claims`` (ledger -> its
+    claimant); empty when there is none, and when it does not read (damaged: warned
+    about; the next write rewrites it)."""
     try:
         data = json.loads(target.read_bytes())
-        ledgers = data["ledgers"]
+        ledgers, claims = data["ledgers"], data.get("claims", {})
         if not isinstance(ledgers, list) or not all(isinstance(p, str) for p in ledgers):
             raise TypeError("ledgers is not a list of paths")
-        return ledgers
+        if not isinstance(claims, dict):
+            raise TypeError("claims is not an object")
+        return {"ledgers": ledgers, "claims": claims}
     except FileNotFoundError:
-        return []
-    except (OSError, ValueError, TypeError, KeyError) as exc:
-        if not quiet:
-            _warn(f"the batch registry {shlex.quote(str(target))} is damaged ({exc}): "
-                  "ignored, and rewritten by this run")
-        return []
+        pass
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+        _warn(f"the batch registry {shell_words(target)} is damaged ({exc}): "
+              "ignored, and rewritten by this run")
+    return {"ledgers": [], "claims": {}}
 
 
 def _holds_items(ledger: str) -> bool:
@@ -134,13 +191,6 @@ def _holds_items(ledger: str) -> bool:
             connection.close()
     except sqlite3.Error:
         return True
-
-
-@contextlib.contextmanager
-def _locked(target: Path):
-    with open(target.with_suffix(".lock"), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
 
 
 def _is_file_ledger(ledger) -> bool:

@@ -47,7 +47,6 @@ a witness file's entries) is ``witness_read``; this module records and judges.
 
 import contextlib
 import errno
-import fcntl
 import json
 import os
 from pathlib import Path
@@ -60,18 +59,12 @@ from toolkit.runner.witness_damaged import (NAME, aside_refusal, roots_refusal, 
 # What a witness reads (a ledger's facts, a witness file's entries): its own module, its
 # names used here and by callers of this module (``witness.facts``, ``witness.read``).
 from toolkit.runner.witness_read import facts, read, real_path
-from toolkit.storage import LOCK, READ_ONLY, take_exclusive
+from toolkit.storage import LOCK, READ_ONLY, exclusive_lock, take_exclusive
 
 
-@contextlib.contextmanager
 def _locked(out):
     """The witness's lock: the runs (and workers) sharing ``out`` read-modify-write one by one."""
-    fd = os.open(Path(out) / (NAME + ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
+    return exclusive_lock(Path(out) / (NAME + LOCK))
 
 
 def record(out, seen: dict | None, seq: int | None = None, peers=(), make=True) -> None:
