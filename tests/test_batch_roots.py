@@ -219,3 +219,35 @@ def test_rerun_with_another_out_records_it_once_it_holds_every_artifact(batch, t
     assert not [a for a in report.anomalies if a.kind.startswith("artifact")]
     done = {key for key, item in items.items() if item.state is S.DONE}
     assert {_actions(report)[key] for key in done} == {"skip"}
+
+
+def test_roots_temp_of_a_run_sigkilled_mid_write_is_removed_by_the_next_run(tmp_path):
+    """Fault: a run killed by a real SIGKILL at the rename that records its roots (strace
+    injects it at the run's 3rd ``rename``: the witness's, the batch registry's, then the
+    roots'), its temp file written and left beside the ledger (SIGKILL runs no cleanup).
+    Property: the next run removes that temp (its writer is gone) and finishes the batch,
+    the roots recorded; a temp of a live writer (this test's) stays. Before: the dead
+    run's ``.tmp-*.tmp`` stayed beside the ledger for good."""
+    import subprocess
+    import sys
+
+    from toolkit import liveness
+
+    documents.make_corpus(tmp_path / "in", docs=2, poison=0, seed=3)
+    args = ["run", "--inputs", tmp_path / "in", "--ledger", tmp_path / "l.sqlite",
+            "--provider-db", tmp_path / "p.sqlite", "--out", tmp_path / "out", "--no-progress"]
+    killed = subprocess.run(
+        ["strace", "-f", "-qq", "-o", os.devnull, "-e", "trace=rename,renameat,renameat2",
+         "-e", "inject=rename,renameat,renameat2:signal=SIGKILL:when=3",
+         sys.executable, "-m", "toolkit", *map(str, args)], capture_output=True, text=True,
+        timeout=180)
+    assert killed.returncode in (-9, 137), killed.stderr
+    left = [path for path in tmp_path.iterdir() if path.name.endswith(".tmp")
+            and not path.name.startswith("l.sqlite.inputs.")]  # the input index's: its own test
+    assert not roots.roots_file(tmp_path / "l.sqlite").exists()
+    assert len(left) == 1 and '"out"' in left[0].read_text(), left  # the roots, unnamed
+    live = tmp_path / f"l.sqlite.roots.json.{os.getpid()}-{liveness.my_start()}.x.tmp"
+    live.write_text("{}")
+    assert _run(*args[1:]) == 0
+    assert not left[0].exists() and live.exists()
+    assert roots.recorded(tmp_path / "l.sqlite")["out"] == tmp_path / "out"

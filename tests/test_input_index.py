@@ -16,6 +16,7 @@ import types
 
 import pytest
 
+from toolkit import liveness
 from toolkit.provider import provider_stats
 from toolkit.runner import inputindex, keying
 
@@ -233,7 +234,7 @@ def test_new_index_left_by_a_killed_run_is_removed_by_the_next(batch, tmp_path):
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     dead = tmp_path / f"ledger.sqlite.inputs.{gone.pid}-1.abc.tmp"
-    live = tmp_path / f"ledger.sqlite.inputs.{inputindex._owner()}.abc.tmp"
+    live = tmp_path / f"{liveness.owned_temp_prefix('ledger.sqlite.inputs')}abc.tmp"
     for leftover in (dead, live):
         leftover.write_text(inputindex.HEADER)
     batch()
@@ -270,7 +271,7 @@ def test_index_temp_of_a_run_killed_by_sigkill_is_removed_by_a_page_by_page_reru
     assert killed.returncode == -9, stderr.decode()[-2000:]
     left = [p.name for p in tmp_path.glob("ledger.sqlite.inputs.*.tmp")]
     assert len(left) == 1 and left[0].startswith(f"ledger.sqlite.inputs.{killed.pid}-")
-    live = tmp_path / f"ledger.sqlite.inputs.{inputindex._owner()}.abc.tmp"
+    live = tmp_path / f"{liveness.owned_temp_prefix('ledger.sqlite.inputs')}abc.tmp"
     live.write_text(inputindex.HEADER)
     batch(inputs=inputs, page_by_page_from=100)
     assert sorted(p.name for p in tmp_path.glob("ledger.sqlite.inputs.*.tmp")) == [live.name]

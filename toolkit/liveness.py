@@ -15,7 +15,9 @@ The host is recorded as ``hostname/boot_id``; a plain ``hostname`` (recorded bef
 boot ids were) is taken as this boot.
 """
 
+import contextlib
 import functools
+import glob
 import os
 import socket
 
@@ -134,3 +136,30 @@ def sweep_dead(folder, kind: str) -> list[str]:
             shutil.rmtree(entry.path, ignore_errors=True)
             removed.append(entry.path)
     return removed
+
+
+# Private temp files named the same way, beside the file they replace (written whole: temp,
+# fsync, rename): ``<target>.<pid>-<start ticks>.<random>.tmp``. A writer killed between
+# the temp's creation and the rename leaves it; the next process that writes ``target``
+# removes the ones whose owner is gone (``alive``), never a live writer's.
+
+def owned_temp_prefix(target) -> str:
+    """The ``tempfile`` prefix of a temp file beside ``target``, owned by this process."""
+    return f"{os.path.basename(target)}.{os.getpid()}-{my_start()}."
+
+
+def remove_dead_temps(target) -> None:
+    """Delete the temp files (``owned_temp_prefix``) beside ``target`` whose owner is gone;
+    a live one's stays, a name not of this form is left alone, errors are skipped."""
+    if target is None:
+        return
+    base = os.fspath(target)
+    for temp in glob.glob(f"{glob.escape(base)}.*-*.*.tmp"):
+        pid, _, start = temp[len(base) + 1:].partition(".")[0].partition("-")
+        try:
+            owner_alive = alive(None, int(pid), None if start == "None" else int(start))
+        except ValueError:
+            continue  # not one of ours
+        if not owner_alive:
+            with contextlib.suppress(OSError):
+                os.unlink(temp)

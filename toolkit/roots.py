@@ -22,7 +22,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from toolkit import documents
+from toolkit import documents, liveness
 from toolkit.storage import (LOCK, ROOTS as SUFFIX, exclusive_lock,  # noqa: F401 (re-exported)
                              recorded, roots_file)
 
@@ -66,7 +66,10 @@ def record(ledger_path, replace: bool = False, **roots) -> None:
     saved.update({name: os.path.relpath(os.path.abspath(path), base)
                   for name, path in roots.items() if path is not None})
     try:
-        documents.write_atomic(json.dumps(saved, sort_keys=True).encode(), marker)
+        # Its temp names this process: one left by a kill is removed by the next run
+        # (``liveness.remove_dead_temps``, at every run's start), a live writer's kept.
+        documents.write_atomic(json.dumps(saved, sort_keys=True).encode(), marker,
+                               prefix=liveness.owned_temp_prefix(marker))
     except OSError:
         pass  # a convenience, not state: without it a new --out fetches instead of copying
 

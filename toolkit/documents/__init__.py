@@ -163,11 +163,13 @@ def temp_prefix(target) -> str:
     return f".tmp-{hashlib.sha256(name).hexdigest()[:12]}-"
 
 
-def write_atomic(data: bytes, out_path) -> Path:
-    """Write ``data`` to a temp file beside ``out_path``, fsync, rename over it."""
+def write_atomic(data: bytes, out_path, prefix: str | None = None) -> Path:
+    """Write ``data`` to a temp file beside ``out_path``, fsync, rename over it.
+    ``prefix``: the temp's name (default ``temp_prefix``), e.g. one that names its owner."""
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=temp_prefix(out_path), suffix=".tmp", dir=out_path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=prefix or temp_prefix(out_path), suffix=".tmp",
+                               dir=out_path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)

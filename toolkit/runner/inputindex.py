@@ -42,7 +42,6 @@ of it, not the batch's.
 """
 
 import contextlib
-import glob
 import io
 import operator
 import os
@@ -183,26 +182,12 @@ def _open_regular(path: Path):
         raise
 
 
-def _owner() -> str:
-    return f"{os.getpid()}-{liveness.my_start()}"
-
-
 def remove_orphans(ledger_path) -> None:
     """Delete the new indexes that runs killed midway left beside a file ledger
     (``<index>.<pid>-<start>.*.tmp`` of a process that is gone: SIGKILL runs no cleanup); a
-    live run's stays. Every run calls it, whether it keeps an index or not (page by page)."""
-    path = index_file(ledger_path)
-    if path is None:
-        return
-    for temp in glob.glob(f"{glob.escape(str(path))}.*-*.*.tmp"):
-        pid, _, start = temp[len(str(path)) + 1:].partition(".")[0].partition("-")
-        try:
-            owner_alive = liveness.alive(None, int(pid), None if start == "None" else int(start))
-        except ValueError:
-            continue  # not one of ours
-        if not owner_alive:
-            with contextlib.suppress(OSError):
-                os.unlink(temp)
+    live run's stays (``liveness.remove_dead_temps``). Every run calls it, whether it keeps
+    an index or not (page by page)."""
+    liveness.remove_dead_temps(index_file(ledger_path))
 
 
 class InputIndex:
@@ -235,7 +220,7 @@ class InputIndex:
         if not record:
             return
         with contextlib.suppress(OSError):  # a read-only folder: nothing is recorded
-            fd, temp = tempfile.mkstemp(prefix=f"{self.path.name}.{_owner()}.", suffix=".tmp",
+            fd, temp = tempfile.mkstemp(prefix=liveness.owned_temp_prefix(self.path), suffix=".tmp",
                                         dir=self.path.parent)
             self._new = open(fd, "w", encoding="utf-8", errors="surrogateescape",
                              newline="\n")

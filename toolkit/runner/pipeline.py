@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from toolkit import roots
+from toolkit import liveness, roots
 from toolkit.errors import LedgerError
 from toolkit.identity import canonical_json
 from toolkit.ledger import Item, State
@@ -189,7 +189,10 @@ class Pipeline(Intake):
         counts = {state.value: 0 for state in State}
         restless: set[str] = set()  # keys of this batch not at rest when their chunk ended,
         # or done there by another run after this one let them go (read again at the end)
-        remove_orphans(getattr(self.ledger, "path", None))  # of runs killed midway (SIGKILL)
+        # The temps that runs killed midway (SIGKILL) left beside the ledger: its input
+        # index's and its roots' (a live run's stay).
+        remove_orphans(getattr(self.ledger, "path", None))
+        liveness.remove_dead_temps(roots.roots_file(getattr(self.ledger, "path", None)))
         if self.page_by_page_from is None:  # page-by-page keying reads every input anyway
             self._index = InputIndex(getattr(self.ledger, "path", None),
                                      self._keyers()[0].fingerprint, trust=not self.verify_all)
