@@ -5,12 +5,14 @@ the end of the step under way (its move committed), releases the item's lease, r
 witness's end and exits 1 ("run again"); the rerun finishes the batch with no document
 executed twice and, where keys are not idempotent, nothing parked for a person: a stop
 never falls between an intent and its send. A second signal stops at once (exit 130).
-Real processes, real signals, a non-idempotent provider whose counters say whether any
+So from the run's first instant (a signal while Python imports the command line) and with
+``--workers`` (each worker stops at its step's end). Real processes, real signals, a non-idempotent provider whose counters say whether any
 document ran twice; the checker judges the whole history.
 """
 
 import dataclasses
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -177,3 +179,114 @@ def test_second_sigterm_stops_at_once_with_130_and_rerun_sends_nothing_twice(tmp
         json.loads(rerun.stdout)["by_state"]["needs_review"] == 3
     assert all(row["submit_calls"] <= 1
                for row in provider_stats(tmp_path / "p.db")["per_task"].values())
+
+
+def _sigterm_by_strace(tmp_path, path, syscalls, when, extra=(), stderr=None):
+    """``python -m toolkit run`` (this batch) under strace, which delivers a real SIGTERM as
+    the run makes its ``when``-th call of ``syscalls`` on ``path`` (``-P``: a file, or a
+    descriptor of it)."""
+    return subprocess.run(
+        ["strace", "-f", "-qq", "-o", "/dev/null", "-P", str(path), "-e", f"trace={syscalls}",
+         "-e", f"inject={syscalls}:signal=SIGTERM:when={when}", sys.executable, "-m",
+         "toolkit", *map(str, _args(tmp_path)), *extra],
+        stdout=subprocess.PIPE, stderr=stderr if stderr is not None else subprocess.PIPE,
+        text=True, timeout=300, preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL))
+
+
+def test_sigterm_while_python_imports_the_command_line_stops_cleanly_before_any_send(tmp_path):
+    """Fault: a real SIGTERM that arrives while ``python -m toolkit run`` is still importing
+    its command line (strace delivers it as the process first stats ``cli/batch.py``), long
+    before ``run`` could set a handler. Property: the run stops as a mid-batch stop does:
+    exit 1, its one line, no traceback, nothing sent, no item ``unknown``; the rerun finishes
+    with every document executed once. Before: the process died of the signal (143)."""
+    import toolkit.cli.batch
+
+    make_corpus(tmp_path / "in", docs=3, poison=0, seed=6)
+    stopped = _sigterm_by_strace(tmp_path, toolkit.cli.batch.__file__,
+                                 "stat,newfstatat,openat", 1)
+    assert stopped.returncode == 1, stopped.stderr
+    assert "Traceback" not in stopped.stderr and "stopped by SIGTERM" in stopped.stderr
+    assert _executions(tmp_path / "p.db") == 0
+    if (tmp_path / "L.sqlite").exists():
+        with open_ledger(tmp_path / "L.sqlite") as ledger:
+            assert [item.key for item in ledger.items() if item.state.value == "unknown"] == []
+    _rerun_rests_with_no_double_and_nothing_parked(tmp_path, tmp_path / "L.sqlite", 3)
+
+
+def _tracee(strace_pid) -> int:
+    """The process strace started (its one child)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with open(f"/proc/{strace_pid}/task/{strace_pid}/children") as children:
+            found = children.read().split()
+        if found:
+            return int(found[0])
+        time.sleep(0.01)
+    raise AssertionError("strace started no process")
+
+
+def test_second_sigterm_as_the_stop_is_reported_exits_130_never_the_default_143(tmp_path):
+    """Fault: a real SIGTERM mid-batch, then a second one as the run writes its "stopped
+    by" line (strace delivers it at the second write to stderr, a file: the first is the
+    handler's own line). Property: the second signal stops at once as the README says:
+    exit 130, "interrupted", no traceback; no lease held; the rerun sends nothing twice.
+    Before: the line was written after the handlers were given back, and the second
+    signal ended the process by its default (143)."""
+    docs = 10
+    make_corpus(tmp_path / "in", docs=docs, poison=0, seed=5)
+    err = tmp_path / "stderr.txt"
+    with open(err, "w") as sink:
+        child = subprocess.Popen(
+            ["strace", "-f", "-qq", "-o", "/dev/null", "-P", str(err), "-e", "trace=write",
+             "-e", "inject=write:signal=SIGTERM:when=2", sys.executable, "-m", "toolkit",
+             *map(str, _args(tmp_path))], stdout=subprocess.PIPE, stderr=sink, text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL))
+        deadline = time.monotonic() + 120
+        while _executions(tmp_path / "p.db") < 2 and child.poll() is None and \
+                time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert child.poll() is None, "the run ended before the signal: too few documents"
+        os.kill(_tracee(child.pid), signal.SIGTERM)  # the run's, not strace's
+        child.communicate(timeout=120)
+    said = err.read_text()
+    assert child.returncode == 130, said
+    assert "Traceback" not in said and said.rstrip().endswith("interrupted")
+    assert _leases_and_seq(tmp_path / "L.sqlite")[0] == []
+    _rerun_rests_with_no_double_and_nothing_parked(tmp_path, tmp_path / "L.sqlite", docs)
+
+
+@pytest.mark.parametrize("name,to_group", [("SIGTERM", False), ("SIGINT", True)])
+def test_signal_to_run_with_workers_stops_each_at_a_step_end_and_leaves_nothing_unknown(
+        tmp_path, name, to_group):
+    """Fault: a real ``kill -TERM`` of ``run --workers 2`` mid-batch (2 documents executed),
+    or Ctrl-C (SIGINT to the whole process group, the workers included), non-idempotent
+    keys. Property: every worker stops at the end of its step under way: exit 1 with the
+    one line, no traceback, no lease held, no item ``unknown`` (a request that may or may
+    not have been sent); the rerun ends every document done, none sent twice, none parked,
+    and the checker finds nothing. Before: SIGTERM killed the run (143) and its workers
+    with it, mid-step; Ctrl-C interrupted each worker wherever it was, with tracebacks."""
+    signum = signal.Signals[name]
+    docs = 10
+    make_corpus(tmp_path / "in", docs=docs, poison=0, seed=5)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "toolkit", *map(str, _args(tmp_path)), "--workers", "2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=to_group,
+        preexec_fn=lambda: signal.signal(signum, signal.SIG_DFL))
+    deadline = time.monotonic() + 120
+    while _executions(tmp_path / "p.db") < 2 and child.poll() is None and \
+            time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert child.poll() is None, "the run ended before the signal: too few documents"
+    if to_group:
+        os.killpg(child.pid, signum)  # as a terminal's Ctrl-C: to every process of the job
+    else:
+        child.send_signal(signum)
+    _, err = child.communicate(timeout=120)
+    assert child.returncode == 1, err
+    assert "Traceback" not in err and f"stopped by {name}" in err
+    assert _executions(tmp_path / "p.db") < docs  # it stopped mid-batch
+    with open_ledger(tmp_path / "L.sqlite") as ledger:
+        items = ledger.items()
+        assert [item.key for item in items if item.lease_owner is not None] == []
+        assert [item.key for item in items if item.state.value == "unknown"] == []
+    _rerun_rests_with_no_double_and_nothing_parked(tmp_path, tmp_path / "L.sqlite", docs)

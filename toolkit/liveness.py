@@ -19,9 +19,14 @@ import contextlib
 import functools
 import glob
 import os
+import signal
 import socket
 
 HOSTNAME = socket.gethostname()
+# The signals that ask a process to stop: SIGTERM (``kill``, systemd, ``docker stop``),
+# SIGHUP (a closed terminal), SIGINT (Ctrl-C). ``python -m toolkit`` holds them while it
+# imports (``__main__``); ``run`` and its workers take them (cli/signals.py, runner/workers.py).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 
 
 @functools.cache
@@ -99,7 +104,6 @@ def owned_folder(kind: str, dir=None):
     folder and interrupts at once hits just that) left it behind, found by a test 1 run
     in 12. Held, the interrupt lands after, on an object that removes the folder on the
     way out (its ``with`` or its finalizer)."""
-    import signal
     import tempfile
 
     held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})

@@ -70,6 +70,10 @@ def main(argv=None) -> int:
     _tolerant_streams()
     parser = build_parser()
     args = parser.parse_args(argv)
+    if not getattr(args.handler, "takes_signals", False):  # run lets them in itself
+        from toolkit.cli.signals import release_early
+
+        release_early()  # held by __main__ while the command line was imported
     try:
         status = args.handler(args) or 0
         sys.stdout.flush()  # a reader that left fails here, inside the handling below

@@ -79,19 +79,24 @@ def _run(parser):
                              "--ledger is refused for them otherwise)")
 
     def run(args):
-        try:
-            return _run(args)
-        except StorageError as exc:  # the ledger or provider cannot even be opened: fail closed
-            from toolkit.runner.ops import mark_unhealthy
-
-            mark_unhealthy(args.ledger, str(exc))
-            raise
-
-    def _run(args):
-        import dataclasses
-        from pathlib import Path
-
         from toolkit.cli.signals import stopping_on_signals
+
+        # From the run's first step: a signal during the setup (the ledger judged, the
+        # witness recorded) stops it before its first chunk, as one mid-batch does.
+        with stopping_on_signals() as stop:
+            try:
+                return _run(args, stop)
+            except StorageError as exc:  # the ledger or provider cannot even be opened
+                from toolkit.runner.ops import mark_unhealthy
+
+                mark_unhealthy(args.ledger, str(exc))  # fail closed
+                raise
+    run.takes_signals = True  # cli.main leaves them held until ``stopping_on_signals``
+
+    def _run(args, stop):
+        import dataclasses
+
+        from toolkit.cli.signals import to_runner
         from toolkit.provider import parse_contract, provider_at
         from toolkit.runner import RetryPolicy, StopAsked
         from toolkit.runner.registry import open_run_ledger, open_strategy, resolve_strategy
@@ -160,7 +165,7 @@ def _run(parser):
                 if ledger is not None:
                     ledger.close()  # judged; each worker opens its own
                 undo.pop_all()
-                return _run_workers(args, inputs, provider, seen)
+                return _run_workers(args, inputs, provider, seen, stop)
             # The witness learns the run's progress at its intents (the first, then every
             # ~2 s), each after the intent's fsync: a run killed leaves more than its start.
             if isinstance(seen, dict):
@@ -170,26 +175,24 @@ def _run(parser):
                                    **paging, progress=not (args.json or args.no_progress))
             undo.pop_all()  # the runner closes the ledger; the provider is closed below
         stopped = None
-        with stopping_on_signals(runner):
+        try:
+            stop.attach(to_runner(runner))  # a stop asked during the setup: before any chunk
+            counts = runner.run(inputs)
+        except StopAsked as asked:  # at a step's end, no lease held: nothing to undo
+            stopped = str(asked)
+        finally:  # the seq it reached, even when halted (its path replaced, removed)
             try:
-                counts = runner.run(inputs)
-            except StopAsked as stop:  # at a step's end, no lease held: nothing to undo
-                stopped = str(stop)
-            finally:  # the seq it reached, even when halted (its path replaced, removed)
-                try:
-                    if runner.halted:  # before the end's record: it may learn this move too
-                        witness_progress.record_unsent(runner.ledger, paging.get("hook"),
-                                                       runner.worker)
-                    witness.record_end(args.out, seen, runner.ledger)
-                finally:
-                    if runner.halted:  # read while the ledger is open (_ledger_counts)
-                        counts = _ledger_counts(runner.ledger)
-                    runner.close()
+                if runner.halted:  # before the end's record: it may learn this move too
+                    witness_progress.record_unsent(runner.ledger, paging.get("hook"),
+                                                   runner.worker)
+                witness.record_end(args.out, seen, runner.ledger)
+            finally:
+                if runner.halted:  # read while the ledger is open (_ledger_counts)
+                    counts = _ledger_counts(runner.ledger)
+                runner.close()
         provider.close()
         if stopped is not None:
-            print(f"stopped by {stopped} at the end of a step, every lease released: run the "
-                  "same command again to go on", file=sys.stderr)
-            return 1
+            return _say_stopped(stopped)
         # Strays (items of the ledger whose input is gone) are counted too, so the summary
         # matches `ledger`: a `pending=1` there is never missing here.
         for item in runner.strays if counts is not None else ():
@@ -228,6 +231,12 @@ def _run(parser):
             return 1
         return 0
     return run
+
+
+def _say_stopped(name: str) -> int:
+    print(f"stopped by {name} at the end of a step, every lease released: run the same "
+          "command again to go on", file=sys.stderr)
+    return 1
 
 
 def _ledger_counts(ledger) -> dict | None:
@@ -322,9 +331,10 @@ def _service(args):
     return provider
 
 
-def _run_workers(args, inputs, provider, seen):
+def _run_workers(args, inputs, provider, seen, stop):
     """``--workers N``: N processes, each opening its own ledger connection and provider,
-    each recording the ledger's progress in the witness (``seen``: ``witness.check``'s)."""
+    each recording the ledger's progress in the witness (``seen``: ``witness.check``'s).
+    A stop (``stop``: the signals') goes to each worker, which stops at its step's end."""
     from toolkit.runner import RetryPolicy
     from toolkit.runner.witness_progress import Progress
     from toolkit.runner.workers import run_workers
@@ -338,9 +348,13 @@ def _run_workers(args, inputs, provider, seen):
                              strategy=args.strategy, policy=RetryPolicy(seed=args.seed),
                              page_by_page_from=args.page_by_page_from, verify=args.verify,
                              hook=Progress(seen["outs"], path=os.fspath(args.ledger))
-                             if isinstance(seen, dict) and seen["kind"] == "sqlite" else None)
+                             if isinstance(seen, dict) and seen["kind"] == "sqlite" else None,
+                             stop=stop)
     finally:
         _witness_end(args)
+    if stop.asked is not None and not result.errors and not result.halted and \
+            (result.stopped or len(result.workers) < args.workers):  # else it ended first
+        return _say_stopped(stop.asked)
     counts = result.counts or {}
     items = sum(counts.values())
     refused = f", refused={len(result.refused)}" if result.refused else ""

@@ -20,6 +20,7 @@ Around the workers, the parent does what must happen once:
              recorded as the ledger's health (for a URL: in the database)
 """
 
+import contextlib
 import dataclasses
 import multiprocessing
 import os
@@ -38,6 +39,7 @@ from toolkit.runner.naive import RewriteState
 from toolkit.runner.ops import health_marker, recover_abandoned, require_healthy
 from toolkit.runner.pipeline import odd_key, routed_options
 from toolkit.runner.registry import STRATEGIES, resolve_strategy
+from toolkit.runner.workers_stop import ask, terminal_signals_ignored_by_children, watching
 
 
 class QueueRunner(Runner):
@@ -57,8 +59,9 @@ class QueueRunner(Runner):
         return keys
 
     def process(self, key):
-        while (picked := self.ledger.claim_next(sorted(self._todo), self.worker,
-                                                self.lease_ttl)) is not None:
+        # A stop asked (``stop_asked``) before the next claim: no lease of ours held here.
+        while self._stop_if_asked() is None and (picked := self.ledger.claim_next(
+                sorted(self._todo), self.worker, self.lease_ttl)) is not None:
             taken, token = picked
             self._todo.discard(taken)
             self._picked[taken] = token
@@ -115,6 +118,11 @@ class WorkersResult:
         return [report["halted"] for report in self.workers if report["halted"]]
 
     @property
+    def stopped(self) -> list[str]:
+        """The workers that stopped on a signal (``run_workers``'s ``stop``)."""
+        return [report["worker"] for report in self.workers if report.get("stopped")]
+
+    @property
     def errors(self) -> list[str]:
         return [report["error"] for report in self.workers if report["error"]]
 
@@ -151,12 +159,16 @@ def run_workers(ledger_url, provider_db, inputs, out_dir, workers: int, contract
                 provider_url=None, read_timeout: float = 30.0, strategy: str = "safe",
                 options=None, policy: RetryPolicy = RetryPolicy(), lease_ttl: float = 60.0,
                 hook=None, start_method: str = "spawn",
-                page_by_page_from: int | None = None, verify: bool = False) -> WorkersResult:
+                page_by_page_from: int | None = None, verify: bool = False,
+                stop=None) -> WorkersResult:
     """Run the batch ``inputs`` with ``workers`` processes on the ledger at ``ledger_url``.
 
     The provider is the fake one at ``provider_db`` (its jobs beside it, as
     ``provider_at`` does) or the service at ``provider_url``. ``hook`` (picklable)
     is each worker's runner hook; ``verify`` hashes every done artifact (``--verify``).
+    ``stop`` (the CLI's ``signals.Stop``: ``asked``, ``attach(to)``): a stop asked goes to
+    every worker (an Event), and each stops at the end of its step under way
+    (``workers_stop``); asked before a worker starts, it is not started.
     Rerun after any crash, as with one worker.
 
     Raises:
@@ -175,7 +187,8 @@ def run_workers(ledger_url, provider_db, inputs, out_dir, workers: int, contract
                  contract, tuple(str(path) for path in inputs), str(out_dir), strategy,
                  dict(options or {}), policy, lease_ttl, hook, page_by_page_from, verify)
     shards = None if cls in STRATEGIES.values() else _shards(inputs, workers)
-    reports = _run_processes(spec, workers, multiprocessing.get_context(start_method), shards)
+    reports = _run_processes(spec, workers, multiprocessing.get_context(start_method), shards,
+                             stop)
     halted = [report["halted"] for report in reports if report["halted"]]
     recorded = None
     if halted and url:  # a worker's Runner marks a file ledger itself; a URL is marked here
@@ -202,29 +215,42 @@ def _shards(inputs, workers) -> list[tuple[str, ...]]:
     return [tuple(shard) for shard in shards]
 
 
-def _run_processes(spec, workers, context, shards=None) -> list[dict]:
+def _run_processes(spec, workers, context, shards=None, stop=None) -> list[dict]:
     pipes, processes = [], []
-    for n in range(workers):
-        reader, writer = context.Pipe(duplex=False)
-        mine = spec if shards is None else dataclasses.replace(spec, inputs=shards[n])
-        process = context.Process(target=_work, args=(mine, writer), name=f"toolkit-worker-{n + 1}")
-        process.start()
-        writer.close()  # the child holds its own end
-        pipes.append(reader)
-        processes.append(process)
-    reports = []
-    for reader, process in zip(pipes, processes):
-        report = None
-        try:
-            report = reader.recv()  # EOF when the worker died before it could report
-        except EOFError:
-            pass
-        process.join()
-        if report is None:
-            report = {"worker": process.name, "halted": None,
-                      "error": f"worker process died (exit code {process.exitcode})"}
-        reports.append({**report, "exitcode": process.exitcode})
-    return reports
+    asked = context.Event()  # the pool's stop: set once, seen by every worker, any time
+    if stop is not None:
+        stop.attach(lambda name: asked.set())  # from a signal handler: one flag, no lock
+    try:
+        for n in range(workers):
+            if asked.is_set():
+                break  # asked before this one started: it never starts
+            reader, writer = context.Pipe(duplex=False)
+            mine = spec if shards is None else dataclasses.replace(spec, inputs=shards[n])
+            process = context.Process(target=_work, args=(mine, writer, asked),
+                                      name=f"toolkit-worker-{n + 1}")
+            with terminal_signals_ignored_by_children():  # a signal now: taken after it
+                process.start()
+                processes.append(process)
+            writer.close()  # the child holds its own end
+            pipes.append(reader)
+        return [_report(reader, process) for reader, process in zip(pipes, processes)]
+    except BaseException:  # the run stopped at once (a second signal): its workers too,
+        for process in processes:  # even one still starting (no PDEATHSIG set yet)
+            with contextlib.suppress(OSError, ValueError):
+                process.kill()
+        raise
+
+
+def _report(reader, process) -> dict:
+    """A worker's report, once it ended; EOF when it died before it could report."""
+    report = None
+    with contextlib.suppress(EOFError):
+        report = reader.recv()
+    process.join()
+    if report is None:
+        report = {"worker": process.name, "halted": None,
+                  "error": f"worker process died (exit code {process.exitcode})"}
+    return {**report, "exitcode": process.exitcode}
 
 
 PR_SET_PDEATHSIG = 1
@@ -251,10 +277,17 @@ def _die_with_parent() -> None:
         os._exit(1)
 
 
-def _work(spec: _Spec, conn) -> None:
-    """One worker process: its own ledger connection and provider, one run of the batch."""
+def _stops_at_a_step_end(runner) -> bool:
+    """Does ``runner`` stop at its step's end when asked (``Runner.stop_asked``)?"""
+    return type(runner).process in (Runner.process, QueueRunner.process)
+
+
+def _work(spec: _Spec, conn, asked=None) -> None:
+    """One worker process: its own ledger connection and provider, one run of the batch;
+    ``asked`` (an Event): the pool's stop (``workers_stop.watching``)."""
     _die_with_parent()
-    report = {"worker": default_worker(), "halted": None, "error": None}
+    box = watching(asked, _stops_at_a_step_end) if asked is not None else {"asked": False}
+    report = {"worker": default_worker(), "halted": None, "error": None, "stopped": None}
     runner = provider = None
     try:
         provider = _provider(spec)
@@ -266,6 +299,9 @@ def _work(spec: _Spec, conn) -> None:
                      lease_ttl=spec.lease_ttl, hook=spec.hook, worker=report["worker"],
                      page_by_page_from=spec.page_by_page_from,
                      **({"verify": True} if spec.verify else {}))
+        box["runner"] = runner
+        if box["asked"]:
+            ask(box)  # asked before the runner was made: it stops before its first chunk
         runner.run([Path(path) for path in spec.inputs])
         report["halted"] = runner.halted
         report["refused"] = list(runner.refused_options.values())
@@ -274,6 +310,8 @@ def _work(spec: _Spec, conn) -> None:
         report["halted"] = str(exc)
     except ToolkitError as exc:  # not the ledger: this worker failed, the others go on
         report["error"] = f"{type(exc).__name__}: {exc}"
+    except KeyboardInterrupt as stop:  # StopAsked at a step's end, or at once: asked
+        report["stopped"] = str(stop) or "the run's stop"
     except BaseException as exc:  # a bug or a crash: reported, then the traceback goes to stderr
         report["error"] = f"{type(exc).__name__}: {exc}"
         raise
@@ -284,7 +322,8 @@ def _work(spec: _Spec, conn) -> None:
                     each.close()
                 except ToolkitError:
                     pass
-        conn.send(report)
+        with contextlib.suppress(OSError):  # the run already gone (a second signal): its
+            conn.send(report)                # worker is killed with it, nobody to tell
         conn.close()
 
 
