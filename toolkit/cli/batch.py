@@ -160,7 +160,8 @@ def _run(parser):
             # Before anything is sent: an older copy, a copy, another ledger is refused
             # (exit 2); else the ledger's identity and seq are recorded in --out.
             seen = witness.check(args.out, ledger) if ledger is not None else None
-            batches.remember(args.inputs, args.ledger)  # accepted: a new one elsewhere is refused
+            if existing:  # accepted: a new one elsewhere is refused (a new one: claimed)
+                batches.remember(args.inputs, args.ledger)
             if args.workers is not None:
                 if ledger is not None:
                     ledger.close()  # judged; each worker opens its own

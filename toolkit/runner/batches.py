@@ -70,17 +70,25 @@ def claim(inputs, ledger, refuse: bool = True) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         with exclusive_lock(target.with_suffix(".lock")):
             entry = _read(target)
-            for other in entry["ledgers"] if refuse else ():
-                if other != ours and (_holds_items(other) or _live_claim(entry, other)):
-                    raise ToolkitError(
-                        f"--inputs {shell_words(inputs)} was run with the ledger "
-                        f"{shell_words(other)}, and {shell_words(ledger)} would be a new, "
-                        f"empty one that knows nothing it sent: rerun with --ledger "
-                        f"{shell_words(other)}, or add --new-batch to start another batch "
-                        "deliberately")
+            if refuse:
+                _refuse_other(inputs, ledger, entry, ours)
             _write(target, inputs, entry, ours, claimant=_me())
-    except OSError as exc:
+    except OSError as exc:  # a registry that cannot be written still refuses what it names
         _unguarded(target, exc)
+        if refuse:
+            _refuse_other(inputs, ledger, _read(target, quiet=True), ours)
+
+
+def _refuse_other(inputs, ledger, entry: dict, ours: str) -> None:
+    """Refuse ``ledger`` when another ledger of ``entry`` has run ``inputs`` (one holding
+    an item, or claimed by a run still running)."""
+    for other in entry["ledgers"]:
+        if other != ours and (_holds_items(other) or _live_claim(entry, other)):
+            raise ToolkitError(
+                f"--inputs {shell_words(inputs)} was run with the ledger {shell_words(other)}, "
+                f"and {shell_words(ledger)} would be a new, empty one that knows nothing it "
+                f"sent: rerun with --ledger {shell_words(other)}, or add --new-batch to start "
+                "another batch deliberately")
 
 
 def remember(inputs, ledger) -> None:
@@ -100,7 +108,10 @@ def _write(target: Path, inputs, entry: dict, ours: str, claimant=None) -> None:
     """``entry`` with ``ours`` among its ledgers (claimed by ``claimant``, if given), the
     ledgers no longer there and the claims of processes gone dropped; no write when
     nothing changes. Under the registry's lock."""
-    known = [path for path in entry["ledgers"] if os.path.exists(path)]
+    # A ledger claimed by a live run stays though its file is not made yet (the claim
+    # comes first: ``claim``); one that is gone and claimed by nobody alive is dropped.
+    known = [path for path in entry["ledgers"]
+             if os.path.exists(path) or _live_claim(entry, path)]
     claims = {path: owner for path, owner in entry["claims"].items()
               if path in known and _alive(owner)}
     if claimant is not None:
@@ -142,10 +153,10 @@ def _unguarded(target: Path, exc: OSError) -> None:
           f"({exc.strerror or exc}): a rerun from another folder is not guarded")
 
 
-def _read(target: Path) -> dict:
+def _read(target: Path, quiet: bool = False) -> dict:
     """The entry ``target`` holds: ``ledgers`` (real paths) and ``claims`` (ledger -> its
     claimant); empty when there is none, and when it does not read (damaged: warned
-    about; the next write rewrites it)."""
+    about unless ``quiet``; the next write rewrites it)."""
     try:
         data = json.loads(target.read_bytes())
         ledgers, claims = data["ledgers"], data.get("claims", {})
@@ -157,8 +168,9 @@ def _read(target: Path) -> dict:
     except FileNotFoundError:
         pass
     except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
-        _warn(f"the batch registry {shell_words(target)} is damaged ({exc}): "
-              "ignored, and rewritten by this run")
+        if not quiet:
+            _warn(f"the batch registry {shell_words(target)} is damaged ({exc}): "
+                  "ignored, and rewritten by this run")
     return {"ledgers": [], "claims": {}}
 
 
