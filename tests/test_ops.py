@@ -10,7 +10,8 @@ from toolkit.faults import fill_disk
 from toolkit.ledger import State, open_ledger
 from toolkit.provider import Contract, FakeProvider
 from toolkit.runner import RetryPolicy, Runner
-from toolkit.runner.ops import cancel, clear_health, health, recover_abandoned
+from toolkit.runner.ops import clear_health, health
+from toolkit.runner.reclaim import cancel, recover_abandoned
 
 S = State
 

@@ -21,7 +21,7 @@ from toolkit.ledger import State, open_ledger
 from toolkit.provider import Contract, FakeProvider, parse_contract, provider_at, provider_stats
 from toolkit.runner import RetryPolicy, Runner
 from toolkit.runner.naive import RestartLongDocs
-from toolkit.runner.ops import cancel
+from toolkit.runner.reclaim import cancel
 from toolkit.runner.pipeline import routed_options
 
 S = State

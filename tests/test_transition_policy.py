@@ -12,7 +12,7 @@ from toolkit.errors import IllegalTransitionError, ToolkitError
 from toolkit.ledger import PERMANENT, TRANSIENT, TRANSITIONS, State, open_ledger
 from toolkit.ledger.transitions import ARTIFACT_FIELDS, DONE_WITHOUT_ARTIFACT, describe, why_illegal
 from toolkit.provider import FakeProvider
-from toolkit.runner.ops import cancel, recover_abandoned
+from toolkit.runner.reclaim import cancel, recover_abandoned
 
 S = State
 A = {"artifact_path": "/x.pdf", "artifact_size": 1, "artifact_sha256": "0" * 64}

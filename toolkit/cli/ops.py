@@ -37,7 +37,7 @@ def _cancel(parser):
     def run(args):
         from toolkit.ledger import open_ledger
         from toolkit.provider import provider_at, provider_stats
-        from toolkit.runner.ops import cancel
+        from toolkit.runner.reclaim import cancel
 
         from toolkit.ledger.postgres import postgres_url
 

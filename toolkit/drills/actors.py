@@ -7,7 +7,7 @@ from toolkit.errors import ToolkitError
 from toolkit.ledger import State, open_ledger
 from toolkit.provider import FakeProvider
 from toolkit.runner import RetryPolicy
-from toolkit.runner.ops import cancel
+from toolkit.runner.reclaim import cancel
 
 
 MEET_TIMEOUT = 15.0  # seconds; a guard against a partner that never comes, not a race window

@@ -27,7 +27,8 @@ from toolkit.runner.inputindex import InputIndex, order, remove_orphans
 # importable from here as before.
 from toolkit.runner.intake import (PAGE_BY_PAGE, InOrder, Intake, odd_key,  # noqa: F401
                                    routed_options, sweep_snapshots)
-from toolkit.runner.ops import mark_unhealthy, recover_abandoned, require_healthy
+from toolkit.runner.ops import mark_unhealthy, require_healthy
+from toolkit.runner.reclaim import recover_abandoned
 
 HOOK_POINTS = ("before_intent", "after_intent", "after_submit", "before_commit",
                "during_fetch", "during_lookup", "after_checkpoint")

@@ -36,7 +36,8 @@ from toolkit.runner import RetryPolicy, Runner, default_worker, keying
 from toolkit.runner.inputindex import InputIndex, order
 from toolkit.runner.inputs import Odd, read_input
 from toolkit.runner.naive import RewriteState
-from toolkit.runner.ops import health_marker, recover_abandoned, require_healthy
+from toolkit.runner.ops import health_marker, require_healthy
+from toolkit.runner.reclaim import recover_abandoned
 from toolkit.runner.pipeline import odd_key, routed_options
 from toolkit.runner.registry import STRATEGIES, resolve_strategy
 from toolkit.runner.workers_stop import ask, terminal_signals_ignored_by_children, watching
