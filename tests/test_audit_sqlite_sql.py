@@ -88,7 +88,9 @@ def write_ledger(path, seed):
             del queues[key]
         text = detail if not isinstance(detail, dict) else json.dumps(detail)
         attempt = "x" if rng.random() < 0.02 else 1  # a wrong type, now and then
-        rows.append((1.0 + len(rows), op, key, frm, to, attempt, None, 0, text))
+        # a token no packed integer holds (sqlevents.WORD), now and then: still an event
+        token = rng.choice([-1, 2**40]) if rng.random() < 0.02 else 0
+        rows.append((1.0 + len(rows), op, key, frm, to, attempt, None, token, text))
     db.executemany('INSERT INTO events (ts, op, key, frm, "to", attempt, worker, token, '
                    "detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
     for key, (_, state) in stories.items():

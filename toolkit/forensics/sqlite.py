@@ -26,7 +26,13 @@ from toolkit.forensics.foreign import (
 from toolkit.forensics.history import History
 from toolkit.forensics import lines, sqlfold
 from toolkit.forensics.private import live_wal_connection, private_copy
-from toolkit.forensics.sqlrows import detail_reader, fold_items, item_rows, items_one_by_one
+from toolkit.forensics.sqlrows import (
+    detail_reader,
+    fold_items,
+    item_rows,
+    items_one_by_one,
+    numbered,
+)
 from toolkit.forensics.model import Raw, register
 
 TOOLKIT_FORMAT = "resume-toolkit-ledger/1"  # toolkit.ledger.sqlite.FORMAT
@@ -216,15 +222,17 @@ def read_toolkit_sqlite(db, schema) -> Raw:
     raw = Raw()
     history = History(Raw(), numbered=False)  # the fold, kept apart from the items table
     detail_of = detail_reader() if lines.FAST else parse_json_column
-    quoted = ", ".join(f'"{name}"' for name in EVENT_FIELDS)
+    rows = item_rows(db, ", ".join(f'"{name}"' for name in ITEM_FIELDS))
     slow = sqlfold.SLOW
     if lines.FAST and sqlfold.usable(db):
-        # one lean pass folds every key; the replay reads again only the keys it doubts
-        folds, state, digests = sqlfold.scan(db, detail_of, detail_of.many)
+        # one lean pass folds every key, the items rows' keys numbered first (then matched
+        # by position); the replay reads again only the keys it doubts
+        folds, state, digests = sqlfold.scan(db, detail_of, detail_of.many, numbered(rows))
         dropped = _replay(raw, history, sqlfold.slow_rows(db, folds, state, EVENT_FIELDS),
                           detail_of)
         raw.events = sqlfold.without(folds, dropped)
     else:  # the reference: every event through the replay
+        quoted = ", ".join(f'"{name}"' for name in EVENT_FIELDS)
         _replay(raw, history, db.execute(f"SELECT {quoted} FROM events ORDER BY seq"),
                 detail_of)
         raw.events = history.finish()
@@ -233,14 +241,16 @@ def read_toolkit_sqlite(db, schema) -> Raw:
     # holds it (a key the replay ended without an item has no fold at all)
     replayed = history.raw.items
     raw.anomalies.extend(history.raw.anomalies)
-    quoted = ", ".join(f'"{name}"' for name in ITEM_FIELDS)
-    rows = item_rows(db, quoted)
-    if not fold_items(raw, rows, state, digests, replayed):
-        if isinstance(state, sqlfold.Folded):
-            digests = state.digest_map()
-        items_one_by_one(raw, rows, state, digests, replayed)
-    for key in state.keys() - raw.items.keys():
-        if state[key] is not slow or key in replayed:
+    folded = isinstance(state, sqlfold.Folded)
+    matched = fold_items(raw, rows, state, digests, replayed)
+    if not matched:
+        items_one_by_one(raw, rows, state, state.digest_map() if folded else digests, replayed)
+    if matched and folded and state.numbered == len(rows):
+        unlisted = state.unlisted()  # raw.items holds every items row: the keys past them
+    else:
+        unlisted = ((key, state[key]) for key in state.keys() - raw.items.keys())
+    for key, last in unlisted:
+        if last is not slow or key in replayed:
             raw.finding(key, "history_mismatch", "events for a key with no valid item row")
     return raw
 

@@ -4,6 +4,7 @@ fold to (``fold_items``; ``sqlfold.scan`` folds them)."""
 
 import itertools
 import operator
+import typing
 
 from toolkit.forensics import sqlfold
 from toolkit.forensics.foreign import parse_json_column
@@ -31,7 +32,10 @@ def fold_items(raw, rows, state, digests, replayed) -> bool:
         states = list(map(_WORD.__getitem__, columns[1]))
     except (KeyError, TypeError):  # a state not ours (or no text): said row by row
         return False
-    if isinstance(state, sqlfold.Folded):
+    if isinstance(state, sqlfold.Folded) and state.numbered == len(keys):
+        # the fold numbered these rows' keys first, in this order: read by position
+        lasts, found = state.states[:len(keys)], state.digests[:len(keys)]
+    elif isinstance(state, sqlfold.Folded):
         lasts, found = state.lookup(keys)
     else:
         lasts, found = list(map(state.get, keys)), map(digests.get, keys)
@@ -79,6 +83,17 @@ def items_one_by_one(raw, rows, state, digests, replayed):
                         f"items table says {now}, its events end in {last}")
 
 
+def numbered(rows) -> dict:
+    """{key: its place} of the items ``rows`` (key first) when every key is a text, each
+    once: the ids ``sqlfold.scan`` gives these keys (``Folded.numbered``). Else {}: the fold
+    numbers its keys itself and the items rows are matched to it by key."""
+    keys = list(map(operator.itemgetter(0), rows))
+    if set(map(type, keys)) - {str}:
+        return {}
+    index = dict(zip(keys, range(len(keys))))
+    return index if len(index) == len(keys) else {}
+
+
 def item_rows(db, quoted):
     """The items rows ordered by key as SQLite orders them: read in table order (a walk
     of the key index would seek for every row) and sorted here; Python orders strings,
@@ -114,27 +129,39 @@ def detail_reader():
         return parse_json_column(text)
 
     one_by_one = sqlfold.one_by_one(detail_of)
+
+    class FoldFields(msgspec.Struct):
+        """The members of a detail the fold reads (``sqlfold.scan``)."""
+        failure: typing.Any = sqlfold.ABSENT
+        digest: typing.Any = None
+
+    fields = msgspec.json.Decoder(FoldFields).decode
     repeat = itertools.repeat
 
-    def many(texts: list) -> list:
-        """``detail_of`` of each text, as ``sqlfold.scan`` takes them (a dict each,
-        ``sqlfold.BROKEN`` for a problem): one C loop of msgspec calls when every text is
-        text that decodes to an object with at most SHALLOW brackets (then each is what
-        ``detail_of`` gives), else text by text. Each such text holds a "{" of its own,
-        so none holds more than all of theirs less one per other text: counted once over
-        the batch, and text by text only when that bound is above SHALLOW."""
+    def many(texts: list) -> tuple[list, list]:
+        """``detail_of`` of each text as ``sqlfold.scan`` takes them (their failures, their
+        digests): one C loop of msgspec calls when every text is text that decodes to an
+        object with at most SHALLOW brackets, decoded into the two fields alone (the other
+        members are checked, never made into objects; msgspec skips a member by the same
+        grammar it decodes one with, so a text it takes this way decodes to a dict too, or
+        only the reference reader takes it, and then with the same two fields), else text by
+        text. Each such text holds a "{" of its own, so none holds more than all of theirs
+        less one per other text: counted once over the batch, and text by text only when
+        that bound is above SHALLOW."""
         if texts and set(map(type, texts)) == {_str}:
             try:
-                objs = list(map(decode, texts))
+                objs = list(map(fields, texts))
             except (failed, RecursionError):  # (a deep text: detail_of never asks msgspec)
-                objs = ()
-            if objs and set(map(type, objs)) == {_dict}:
+                objs = None
+            if objs is not None:
                 joined = "".join(texts)
                 if joined.count("{") + joined.count("[") - (len(texts) - 1) <= SHALLOW or \
                         max(map(_str.count, texts, repeat("{"))) + \
                         max(map(_str.count, texts, repeat("["))) <= SHALLOW:
-                    return objs
+                    return (list(map(operator.attrgetter("failure"), objs)),
+                            list(map(operator.attrgetter("digest"), objs)))
         return one_by_one(texts)
 
     detail_of.many = many
     return detail_of
+
