@@ -18,14 +18,19 @@ before the events), so the fold's verdicts line up with the items rows by positi
 lookup by key after the scan, and the keys with events but no item row are the ids past
 them (``Folded.unlisted``).
 
-Measured at 1,000,000 events (248,225 keys; CPU, gc paused as the audit pauses it, the
-least of 4 runs in one process, on a machine loaded by others): the whole audit 5.2 s
-before this layout (each items row looked up by key, the set difference of the fold's keys
-and the items'), 4.4 s with it, against 1.9 s for a bare ``SELECT * FROM events`` fetchall
-(gc on, as the benchmark runs it). What stays is what the rows cost as Python objects: the
-fetch of the events and items is about 1.1 times that SELECT, each value a sqlite3 call
-under the connection's mutex and every row a release of the GIL; and a dict lookup per
-event row (a cache miss or two each). Not done in SQL: the chain check (``LAG(to) OVER
+Measured at 1,000,000 events (248,225 keys; benchmarks/audit_jsonl.py's tasks, a fresh
+process per sample, 10 rounds interleaved on a machine loaded by others, medians): CPU
+5.86 s before this layout (each items row looked up by key, the set difference of the
+fold's keys and the items'), 5.28 s with it; wall 7.36 s -> 6.27 s; a bare ``SELECT * FROM
+events`` fetchall 2.10 s CPU, 2.60 s wall (ratio 2.8x -> 2.5x). Callgrind, 100,000 events:
+3.00 -> 2.85 G instructions (the packed integer: 0.07 G of it), the SELECT 1.38 G. The
+scan itself got slower on that benchmark (its key's events are consecutive, so numbering
+keys in order of first sight hit the cache; numbered by the items rows, each lookup is a
+miss): matching the items rows got faster by more.
+
+What stays is what the rows cost as Python objects: the fetch of the events and items is
+about 1.1 times that SELECT (callgrind), each value a sqlite3 call under the connection's
+mutex and every row a release of the GIL; and a dict lookup per event row. Not done in SQL: the chain check (``LAG(to) OVER
 (PARTITION BY key ORDER BY seq)`` sorts every row, no index on key, about 1.0 s), the
 types of seq, ts, key and worker (sets of types over the fetched values cost less than
 ``typeof`` in SQLite's VM), the details (SQLite reads JSON otherwise than the replay: a
