@@ -30,13 +30,13 @@ miss): matching the items rows got faster by more.
 
 What stays is what the rows cost as Python objects: the fetch of the events and items is
 about 1.1 times that SELECT (callgrind), each value a sqlite3 call under the connection's
-mutex and every row a release of the GIL; and a dict lookup per event row. Not done in SQL: the chain check (``LAG(to) OVER
-(PARTITION BY key ORDER BY seq)`` sorts every row, no index on key, about 1.0 s), the
-types of seq, ts, key and worker (sets of types over the fetched values cost less than
-``typeof`` in SQLite's VM), the details (SQLite reads JSON otherwise than the replay: a
-duplicate name's first value, NaN refused) and the items rows (``json_group_array`` then
-one msgspec decode cost more than the rows themselves, and SQLite 3.40 writes a REAL in
-15 digits).
+mutex and every row a release of the GIL; and a dict lookup per event row. Not done in
+SQL: the chain check (``LAG(to) OVER (PARTITION BY key ORDER BY seq)`` sorts every row, no
+index on key, about 1.0 s), the types of seq, ts, key and worker (sets of types over the
+fetched values cost less than ``typeof`` in SQLite's VM), the details (SQLite reads JSON
+otherwise than the replay: a duplicate name's first value, NaN refused) and the items rows
+(``json_group_array`` then one msgspec decode cost more than the rows themselves, and
+SQLite 3.40 writes a REAL in 15 digits).
 """
 
 import collections.abc
