@@ -3,15 +3,18 @@
 The contract and agreement suites run on PostgreSQL through the `ledger` fixture
 and `test_ledger_stateful.py`; this file holds what those cannot show. Every
 batch-level test ends with the checker as the oracle. The tests need
-TOOLKIT_TEST_PG (and TOOLKIT_TEST_PGDATA for the restart); see conftest.
+TOOLKIT_TEST_PG (the restart test makes a server of its own); see conftest.
 """
 
+import contextlib
 import glob
 import multiprocessing
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -337,21 +340,56 @@ def test_a_ledger_that_refuses_to_record_done_stops_the_workers_until_health_is_
 
 
 # -- the server itself ------------------------------------------------------------------------
-PGDATA = os.environ.get("TOOLKIT_TEST_PGDATA")
+# The restart test stops its server: one made for it alone (initdb, a free loopback port),
+# never the shared one, which the other test processes of `pytest -n` use at that moment (an
+# immediate shutdown of the shared server failed their PostgreSQL tests: CI, 2026-12-02).
 
 
-def pg_ctl(*args):
-    """Run pg_ctl on the test server as the owner of its data folder."""
-    if not PGDATA:
-        message = "TOOLKIT_TEST_PGDATA is not set: the test cannot stop and start the server"
+def _pg_program(name):
+    found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
+    return found[-1] if found else shutil.which(name)
+
+
+@pytest.fixture
+def private_server():
+    """``(url, pg_ctl)`` of a throwaway PostgreSQL cluster for this test; removed after it.
+    Run as the ``postgres`` user when the tests run as root (initdb refuses root)."""
+    require_pg()
+    initdb = _pg_program("initdb")
+    if initdb is None:
+        message = "no initdb: the test cannot make a server of its own to stop and start"
         if os.environ.get("CI"):
             pytest.fail(f"CI must run the server-restart test: {message}")
         pytest.skip(message)
-    binary = shutil.which("pg_ctl") or sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))[-1]
-    owner = os.stat(PGDATA).st_uid
-    log = Path(PGDATA).parent / "server.log"
-    subprocess.run([binary, "-D", PGDATA, "-l", str(log), "-w", *args], check=True,
-                   capture_output=True, user=None if owner == os.getuid() else owner)
+    root = Path(tempfile.mkdtemp(prefix="toolkit-pg-restart-"))
+    owner = {}
+    if os.getuid() == 0:
+        import pwd
+
+        account = pwd.getpwnam("postgres")
+        os.chown(root, account.pw_uid, account.pw_gid)
+        owner = {"user": account.pw_uid, "group": account.pw_gid, "extra_groups": []}
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    data = root / "data"
+    subprocess.run([initdb, "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8",
+                    "--no-sync"], check=True, capture_output=True, **owner)
+    with open(data / "postgresql.conf", "a") as conf:
+        conf.write(f"listen_addresses = '127.0.0.1'\nport = {port}\n"
+                   f"unix_socket_directories = '{root}'\nfsync = off\n")
+
+    def pg_ctl(*args):
+        subprocess.run([_pg_program("pg_ctl"), "-D", str(data), "-l", str(root / "server.log"),
+                        "-w", *args], check=True, capture_output=True, **owner)
+
+    pg_ctl("start")
+    try:
+        yield f"postgresql://postgres@127.0.0.1:{port}/postgres", pg_ctl
+    finally:
+        with contextlib.suppress(subprocess.CalledProcessError):
+            pg_ctl("stop", "-m", "immediate")
+        shutil.rmtree(root, ignore_errors=True)
 
 
 class Gate:
@@ -373,7 +411,7 @@ class Gate:
 
 
 def test_server_crash_mid_batch_halts_the_workers_and_a_rerun_executes_each_document_once(
-        pg_url, tmp_path, small_corpus):
+        private_server, tmp_path, small_corpus):
     """The server dies (immediate shutdown) while a worker holds a provider reply.
 
     The workers cannot record it and stop (the health mark cannot be written
@@ -381,7 +419,7 @@ def test_server_crash_mid_batch_halts_the_workers_and_a_rerun_executes_each_docu
     all there, the unrecorded reply's item is ``unknown``, and a rerun
     reconciles it by lookup: each document executes once, nothing is resubmitted.
     """
-    pg_ctl("status")
+    pg_url, pg_ctl = private_server
     gate = tmp_path / "gate"
     gate.mkdir()
     results = []
