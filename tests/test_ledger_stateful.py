@@ -68,8 +68,8 @@ class Model:
             return "StateConflictError"
         if token != item["token"]:
             return "StaleTokenError"
-        if frm is State.FAILED and item["failure"] != "transient":
-            return "IllegalTransitionError"
+        if frm is State.FAILED and item["failure"] != "transient" and to is not State.CANCELLED:
+            return "IllegalTransitionError"  # a permanent failure only closes (resolve --cancel)
         if frm is State.PENDING and to is State.FAILED and failure != "permanent":
             return "IllegalTransitionError"  # only poison fails before any submit
         if to is State.DONE and not (artifact or item["artifact"]):
