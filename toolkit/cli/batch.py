@@ -6,6 +6,7 @@ import sys
 
 from toolkit.cli import command, emit, finite
 from toolkit.errors import LedgerError, StorageError, ToolkitError
+from toolkit.liveness import HOSTNAME
 
 
 @command("fixtures", "Write a seeded corpus of healthy and poison PDFs (byte-identical per seed).")
@@ -213,8 +214,7 @@ def _run(parser):
             _say_refused(list(runner.refused_options.values()))
             return 2
         if runner.unsettled:
-            print(f"{runner.unsettled} item(s) not at rest: run the same command again",
-                  file=sys.stderr)
+            _say_unsettled(runner.unsettled, runner.held)
             return 1
         if runner.strays:  # never claim rest while older items are left behind
             shown = ", ".join(f"{item.key[:12]} ({item.source}, {item.state.value})"
@@ -279,6 +279,26 @@ def _cancel_command(args, key) -> str:
                               absolute(args.provider_db) if args.provider_db else "DB",
                               "--key", key)
     return command if args.provider_db else f"{command}   (DB: the service's --db file)"
+
+
+def _say_unsettled(unsettled: int, held) -> None:
+    """Items not at rest when the run ended: those a live run holds (``held``: it settles
+    them; the batch is not complete yet, but a rerun now would only wait on their leases),
+    and the others ("run the same command again")."""
+    if held:
+        holders = ", ".join(dict.fromkeys(_holder(item) for item in held))
+        print(f"{len(held)} item(s) not at rest are held by a live run ({holders}) that will "
+              "settle them: wait for it to end (or check with `ledger` or `audit`)",
+              file=sys.stderr)
+    if unsettled > len(held):
+        print(f"{unsettled - len(held)} item(s) not at rest: run the same command again",
+              file=sys.stderr)
+
+
+def _holder(item) -> str:
+    """The live run holding ``item``'s lease, as the lease records it: its pid (and host)."""
+    host = (item.lease_host or "").partition("/")[0]
+    return f"pid {item.lease_pid}" + (f" on {host}" if host and host != HOSTNAME else "")
 
 
 def _say_refused(lines: list[str]) -> None:
@@ -376,8 +396,7 @@ def _run_workers(args, inputs, provider, seen, stop):
         _say_refused(result.refused)
         return 2
     if result.unsettled:
-        print(f"{result.unsettled} item(s) not at rest: run the same command again",
-              file=sys.stderr)
+        _say_unsettled(result.unsettled, result.held)
         return 1
     return 0
 

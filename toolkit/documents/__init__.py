@@ -19,6 +19,7 @@ purpose so tests exercise that check honestly. Option keys other than
 ``ocr_engine`` are part of the request identity only.
 """
 
+import errno
 import hashlib
 import os
 import re
@@ -255,18 +256,38 @@ def process(input_path, output_path, options: dict) -> Artifact:
 
 
 @one_at_a_time
-def concat(parts, out_path) -> Artifact:
-    """Join PDFs in order into ``out_path`` (atomically); same parts, same bytes."""
+def joined(parts) -> bytes:
+    """PDFs (paths, or bytes already in memory) joined in order: the bytes ``concat`` writes.
+
+    Raises:
+        FileNotFoundError: a part's file is gone (an ``OSError``, not MuPDF's RuntimeError:
+            a file deleted under a run is a storage fault its callers already answer).
+    """
     pymupdf = _mupdf()
     doc = pymupdf.open()
     try:
         for part in parts:
-            with pymupdf.open(part, filetype="pdf") as src:
+            source = {"stream": part} if isinstance(part, bytes) else {"filename": part}
+            try:
+                src = pymupdf.open(filetype="pdf", **source)
+            except pymupdf.FileNotFoundError as exc:
+                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT),
+                                        str(part)) from exc
+            with src:
                 doc.insert_pdf(src)
         doc.set_metadata({})
-        data = doc.tobytes(garbage=4, deflate=True, no_new_id=True)
+        return doc.tobytes(garbage=4, deflate=True, no_new_id=True)
     finally:
         doc.close()
+
+
+def concat(parts, out_path) -> Artifact:
+    """Join PDFs in order into ``out_path`` (atomically); same parts, same bytes.
+
+    Raises:
+        FileNotFoundError: a part's file is gone (``joined``).
+    """
+    data = joined(parts)
     write_atomic(data, out_path)
     return Artifact(str(out_path), len(data), hashlib.sha256(data).hexdigest())
 

@@ -74,6 +74,23 @@ def owner_alive(item: Item) -> bool | None:
     return alive(item.lease_host, item.lease_pid, item.lease_started)
 
 
+def lease_held(item: Item, now: float, respect_live_owner: bool = True) -> bool:
+    """Does an owner other than this process still hold ``item``'s lease? (``claim``'s rule,
+    which refuses such a lease; see its docstring for the clauses.) Not held: unowned, its
+    owner's process gone (orphaned), or expired unless its owner is another live process
+    of this host (``respect_live_owner``). An owner on another host holds it until expiry.
+    """
+    if item.lease_owner is None:
+        return False
+    alive = owner_alive(item)  # True, False, or None: another host's process
+    if alive is False:  # orphaned
+        return False
+    expired = item.lease_expires is not None and item.lease_expires <= now
+    other_live_process = (respect_live_owner and alive is True
+                          and item.lease_pid not in (None, _this_process()[0]))
+    return not expired or other_live_process
+
+
 class Ledger:
     """Durable client ledger; use ``open_ledger(path)`` to get one.
 
@@ -274,14 +291,8 @@ class Ledger:
             now = self.clock()
             unowned = item.lease_owner is None
             mine = item.lease_owner == worker
-            if not (unowned or mine):
-                alive = owner_alive(item)  # True, False, or None: another host's process
-                orphaned = alive is False
-                expired = item.lease_expires is not None and item.lease_expires <= now
-                other_live_process = (respect_live_owner and alive is True
-                                      and item.lease_pid not in (None, me))
-                if not (orphaned or (expired and not other_live_process)):
-                    raise LeaseHeldError(key, item.lease_owner, item.lease_expires)
+            if not (unowned or mine) and lease_held(item, now, respect_live_owner):
+                raise LeaseHeldError(key, item.lease_owner, item.lease_expires)
             lease = {"lease_owner": worker, "lease_host": host or HOST, "lease_pid": pid,
                      "lease_started": started if pid == me else start_ticks(pid),
                      "lease_expires": now + ttl}

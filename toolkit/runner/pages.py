@@ -24,6 +24,7 @@ run; it no longer holds a page, or they join to other bytes: the item is parked
 (the finished pages are no longer proven).
 """
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -90,11 +91,15 @@ class PageByPage:
     def _restored(self, item):
         """Rebuild the checkpoint of pages 1..``pages_done`` at its recorded path from the
         pages' finished jobs (``_rejoin``). None once it is there with the recorded SHA-256;
-        ``LATER`` when the provider did not answer (nothing changed: a later run tries
-        again); else why not (parks the item)."""
+        ``LATER`` when the provider did not answer or a file under --out could not be
+        written (nothing changed: a later run tries again); else why not (parks the item)."""
+        target = self._artifact_file(item)
         try:
-            whole = self._rejoin(item, self._artifact_file(item))
+            whole = self._rejoin(item, target)
         except (TransientError, TimeoutError):
+            return LATER
+        except OSError as exc:  # e.g. .checkpoints removed meanwhile: nothing recorded changed
+            self._unwritable(target, exc)  # full or failing storage: re-raised, the run halts
             return LATER
         except PermanentError as exc:
             return f"its pages could not be fetched again: {exc}"
@@ -120,9 +125,12 @@ class PageByPage:
         target = self._output_path(item) if last else \
             self._checkpoint_dir() / f"{item.key}.{page:04d}.pdf"
         earlier = [self._artifact_file(item)] if item.pages_done else []
-        mode = os.stat(part).st_mode & 0o777  # what a new file gets here (the umask's)
-        made = documents.concat([*earlier, part], target)  # temp file, fsync, rename
-        os.chmod(made.path, mode)  # the temp file was 0600: outputs look alike either way
+        try:
+            mode = os.stat(part).st_mode & 0o777  # what a new file gets here (the umask's)
+            made = documents.concat([*earlier, part], target)  # temp file, fsync, rename
+            os.chmod(made.path, mode)  # the temp file was 0600: outputs look alike either way
+        except OSError as exc:  # the checkpoint removed since it was checked: still submitted,
+            return self._unstored(target, part, exc)  # a later run rebuilds, fetches this page
         part.unlink(missing_ok=True)
         to = S.DONE if last else S.PARTIAL
         self.hook("before_commit", item.key, to=to)
@@ -152,6 +160,9 @@ class PageByPage:
             whole = self._rejoin(item, final)
         except (TransientError, TimeoutError):
             return REST  # try again in a later run
+        except OSError as exc:  # still done with its old file: a later run assembles again
+            self._unwritable(final, exc)  # full or failing storage: re-raised, the run halts
+            return REST
         except PermanentError as exc:
             self._move(item, S.NEEDS_REVIEW, token, reason=f"assembled artifact damaged: {exc}")
             return REST
@@ -166,47 +177,53 @@ class PageByPage:
     def _rejoin(self, item, target) -> bool:
         """Pages 1..``pages_done`` fetched from their finished jobs and joined (``_join_pages``),
         placed at ``target`` only with the recorded size and SHA-256: True; False when they
-        join to other bytes (nothing placed). The joined file is never left behind.
+        join to other bytes (nothing placed).
+
+        The join is held in memory, never in a working file under ``.checkpoints``: an
+        operator cleaning that folder (or another run rebuilding the same key) cannot take
+        it away halfway, and bytes that vanished are never mistaken for "other bytes".
 
         Raises:
             PermanentError: a page has no finished job, or came damaged.
             TransientError, TimeoutError: the provider did not answer now.
+            OSError: a file under --out could not be written or vanished while it was read
+                (``_unwritable`` decides: a halt, or this item's error).
         """
         folder = self._checkpoint_dir()
         folder.mkdir(parents=True, exist_ok=True)
-        joined = folder / f"{item.key}.joined.pdf"
-        try:
-            self._join_pages(item, folder, joined)
-            whole = documents.verify(joined, item.artifact_size, item.artifact_sha256)
-        except BaseException:
-            joined.unlink(missing_ok=True)
-            raise
-        if not whole:
-            joined.unlink(missing_ok=True)
+        data = self._join_pages(item, folder)
+        if len(data) != item.artifact_size or \
+                hashlib.sha256(data).hexdigest() != item.artifact_sha256:
             return False
-        target.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(joined, target)  # concat fsynced the file; now the name
-        documents.fsync_dir(target.parent)
+        documents.write_atomic(data, target)  # temp, fsync, rename, fsync of the folder
         return True
 
-    def _join_pages(self, item, folder, joined) -> None:
-        """Fetch pages 1..``pages_done`` from their finished jobs and join them into
-        ``joined`` page after page, exactly as the checkpoints were (the same bytes).
+    def _join_pages(self, item, folder) -> bytes:
+        """Fetch pages 1..``pages_done`` from their finished jobs and join them page after
+        page, exactly as the checkpoints were (the same bytes). Each page's file is read
+        once, verified in memory and removed.
 
         Raises:
             PermanentError: a page has no finished job, or came damaged.
             TransientError, TimeoutError: the provider did not answer now.
+            OSError: a page's file could not be written, or vanished before it was read.
         """
+        joined = None
         for page in range(1, item.pages_done + 1):
             job = self._finished_page(item, page)
             if job is None:
                 raise PermanentError(f"page {page} has no finished job to fetch")
             part = folder / f"{item.key}.p{page:04d}.part"
-            self.provider.fetch(job.job_id, part)
-            if not documents.verify(part, job.artifact_size, job.artifact_sha256):
+            try:
+                self.provider.fetch(job.job_id, part)
+                data = part.read_bytes()
+            finally:
+                part.unlink(missing_ok=True)
+            if len(data) != job.artifact_size or \
+                    hashlib.sha256(data).hexdigest() != job.artifact_sha256:
                 raise PermanentError(f"page {page} fetched damaged")
-            documents.concat([joined, part] if page > 1 else [part], joined)
-            part.unlink()
+            joined = documents.joined([joined, data] if page > 1 else [data])
+        return joined
 
     def _finished_page(self, item, page: int):
         """The succeeded job of one page: its key under the newest attempt that has one."""

@@ -18,7 +18,7 @@ from pathlib import Path
 from toolkit import liveness, roots
 from toolkit.errors import LedgerError
 from toolkit.identity import canonical_json
-from toolkit.ledger import Item, State
+from toolkit.ledger import Item, State, lease_held
 from toolkit.ledger.records import Light
 from toolkit.provider import Contract
 from toolkit.runner import artifacts, outroot
@@ -154,6 +154,7 @@ class Pipeline(Intake):
         self.halted: str | None = None  # why the batch stopped taking work, if it did
         self.health_recorded: bool | None = None  # whether that halt reached the health marker
         self.unsettled = 0
+        self.held: list[Item] = []  # of the unsettled, those another live run holds
         self.local_errors: list[str] = []  # writes under --out that failed (the run goes on)
         self.aliases: list[tuple[str, str]] = []  # (name, the name it is one item with)
         self.strays: list[Item] = []  # not at rest, content no longer among the inputs
@@ -238,13 +239,18 @@ class Pipeline(Intake):
         self._current = self._stage = None
         self._drop_snapshots()
         self.unsettled = 0  # items a later run must pick up again
+        self.held = []  # of those, the ones another live run holds (a lease: ``lease_held``)
         # Counted first, then settled: one another run turns done after this read is not
         # called done here (it is not at rest: "run again"); one counted done is still
         # done when ``settle`` checks it in --out (counted after, it could be neither).
+        clock = getattr(self.ledger, "clock", time.time)  # a wrapped ledger may not say
         with contextlib.suppress(LedgerError, OSError) if self.halted else contextlib.nullcontext():
             for item in self.ledger.get_many(restless).values():
                 counts[item.state.value] += 1
                 self.unsettled += not item.resting
+                if not item.resting and item.lease_owner != self.worker and \
+                        lease_held(item, clock()):
+                    self.held.append(item)  # another live run's: it settles them, not a rerun
         if not self.halted:  # another run may have done some of ours, into its --out
             self.local_errors += outroot.settle(self.ledger, self.out_dir,
                                                 restless.union(self.lost_leases),

@@ -29,7 +29,7 @@ from pathlib import Path
 from toolkit.documents import ocr_routed, page_count
 from toolkit.errors import LedgerError, ToolkitError
 from toolkit.identity import content_digest, task_key
-from toolkit.ledger import State, open_ledger
+from toolkit.ledger import State, lease_held, open_ledger
 from toolkit.ledger import postgres_health as pg_health
 from toolkit.ledger.postgres import postgres_url
 from toolkit.runner import RetryPolicy, Runner, default_worker, keying
@@ -113,6 +113,7 @@ class WorkersResult:
     unsettled: int | None
     workers: tuple[dict, ...]
     health_recorded: bool | None
+    held: tuple = ()  # of the unsettled, the items another live run holds (``lease_held``)
 
     @property
     def halted(self) -> list[str]:
@@ -196,8 +197,8 @@ def run_workers(ledger_url, provider_db, inputs, out_dir, workers: int, contract
         recorded = pg_health.mark_unhealthy(url, halted[0])
     elif halted:
         recorded = health_marker(location).exists()
-    counts, unsettled = _batch_counts(location, inputs, spec.options, page_by_page_from)
-    return WorkersResult(counts, unsettled, tuple(reports), recorded)
+    counts, unsettled, held = _batch_counts(location, inputs, spec.options, page_by_page_from)
+    return WorkersResult(counts, unsettled, tuple(reports), recorded, held)
 
 
 def _shards(inputs, workers) -> list[tuple[str, ...]]:
@@ -368,13 +369,15 @@ def _batch_keys(ledger, location, inputs, options, page_by_page_from) -> set:
 
 def _batch_counts(location, inputs, options, page_by_page_from=None):
     counts = {state.value: 0 for state in State}
-    unsettled = 0
+    unsettled, held = 0, []  # this run's workers have exited: a live lease is another run's
     try:
         with open_ledger(location) as ledger:
             keys = _batch_keys(ledger, location, inputs, options, page_by_page_from)
             for item in ledger.get_many(keys).values():  # the batch's, not the whole ledger
                 counts[item.state.value] += 1
                 unsettled += not item.resting
+                if not item.resting and lease_held(item, ledger.clock()):
+                    held.append(item)
     except ToolkitError:
-        return None, None
-    return counts, unsettled
+        return None, None, ()
+    return counts, unsettled, tuple(held)
