@@ -57,11 +57,10 @@ def _drive(location, options, prefix, items, start, done):
         done.put((time.perf_counter(), _fsyncs(ledger)))
 
 
-def processes_run(location, workers: int, items: int, options: dict) -> tuple:
-    """(transitions/s, fsyncs per transition, workers' CPU µs per transition) of
-    ``workers`` forked processes, ``items`` lifecycles each. The CPU is the workers'
-    user + system time (``RUSAGE_CHILDREN``, collected as they are joined), opening and
-    closing their ledgers included; the rate counts barrier to last end only."""
+def forked(location, workers: int, items: int, options: dict) -> tuple:
+    """Run ``workers`` forked processes, ``items`` lifecycles each, on one ledger: (the
+    clock at the barrier, each worker's (end, fsyncs), the children's rusage before and
+    after: the workers', collected as they are joined)."""
     from toolkit.ledger import open_ledger
 
     context = multiprocessing.get_context("fork")
@@ -79,7 +78,15 @@ def processes_run(location, workers: int, items: int, options: dict) -> tuple:
         proc.join()
         if proc.exitcode != 0:
             raise RuntimeError(f"worker exited {proc.exitcode}")
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return began, ends, before, resource.getrusage(resource.RUSAGE_CHILDREN)
+
+
+def processes_run(location, workers: int, items: int, options: dict) -> tuple:
+    """(transitions/s, fsyncs per transition, workers' CPU µs per transition) of
+    ``workers`` forked processes, ``items`` lifecycles each. The CPU is the workers'
+    user + system time, opening and closing their ledgers included; the rate counts
+    barrier to last end only."""
+    began, ends, before, after = forked(location, workers, items, options)
     transitions = workers * items * w.LIFECYCLE
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return (transitions / (max(end for end, _ in ends) - began),

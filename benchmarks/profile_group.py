@@ -22,8 +22,6 @@ blocking costs a process that runs again; "group - waiting" is the fsync's own.
 """
 
 import argparse
-import multiprocessing
-import resource
 import statistics
 import sys
 import tempfile
@@ -36,7 +34,6 @@ sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 import concurrency  # noqa: E402
 import workloads  # noqa: E402
 
-from toolkit.ledger import open_ledger  # noqa: E402
 from toolkit.ledger.sqlite import SqliteLedger  # noqa: E402
 
 VARIANTS = {  # name -> (ledger options, what replaces the WAL's fsync, None: the fsync)
@@ -57,21 +54,7 @@ def run(folder: Path, name: str, workers: int, items: int) -> dict:
     if sync is not None:  # set before the fork: the workers inherit it
         SqliteLedger._sync_wal = sync
     try:
-        context = multiprocessing.get_context("fork")
-        start, done = context.Barrier(workers + 1), context.Queue()
-        open_ledger(path).close()
-        procs = [context.Process(target=concurrency._drive,
-                                 args=(str(path), options, f"w{n}", items, start, done))
-                 for n in range(workers)]
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        for proc in procs:
-            proc.start()
-        start.wait()
-        began = time.perf_counter()
-        ends = [done.get(timeout=600) for _ in procs]
-        for proc in procs:
-            proc.join()
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        began, ends, before, after = concurrency.forked(str(path), workers, items, options)
     finally:
         SqliteLedger._sync_wal = real_sync
         for suffix in ("", "-wal", "-shm", "-flush"):

@@ -66,6 +66,14 @@ def _executions(db) -> int:
     except Exception:  # not created yet
         return 0
 
+def _until_two_executions(child, provider_db) -> None:
+    """Wait until the run ``child`` has executed two documents; it must still be running."""
+    deadline = time.monotonic() + 120
+    while _executions(provider_db) < 2 and child.poll() is None and \
+            time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert child.poll() is None, "the run ended before the signal: too few documents"
+
 
 def _leases_and_seq(ledger_path):
     with open_ledger(ledger_path) as ledger:
@@ -121,11 +129,7 @@ def test_sigterm_mid_batch_stops_at_a_step_end_releases_leases_and_rerun_has_no_
         # the signal as a foreground job has it, even under a test run started with it
         # ignored (``nohup``; ``&`` in a shell without job control ignores SIGINT)
         preexec_fn=lambda: signal.signal(signum, signal.SIG_DFL))
-    deadline = time.monotonic() + 120
-    while _executions(tmp_path / "p.db") < 2 and child.poll() is None and \
-            time.monotonic() < deadline:
-        time.sleep(0.005)
-    assert child.poll() is None, "the run ended before the signal: too few documents"
+    _until_two_executions(child, tmp_path / "p.db")
     child.send_signal(signum)
     _, err = child.communicate(timeout=120)
     assert child.returncode == 1, err
@@ -272,11 +276,7 @@ def test_signal_to_run_with_workers_stops_each_at_a_step_end_and_leaves_nothing_
         [sys.executable, "-m", "toolkit", *map(str, _args(tmp_path)), "--workers", "2"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=to_group,
         preexec_fn=lambda: signal.signal(signum, signal.SIG_DFL))
-    deadline = time.monotonic() + 120
-    while _executions(tmp_path / "p.db") < 2 and child.poll() is None and \
-            time.monotonic() < deadline:
-        time.sleep(0.005)
-    assert child.poll() is None, "the run ended before the signal: too few documents"
+    _until_two_executions(child, tmp_path / "p.db")
     if to_group:
         os.killpg(child.pid, signum)  # as a terminal's Ctrl-C: to every process of the job
     else:
