@@ -348,6 +348,19 @@ class Ledger:
         ``on_event``). The base's own methods build the ``Commit`` directly."""
         return Commit(self, sync)
 
+    # -- the order of intents (``runner.other_options``) ---------------------------------
+    def first_intents(self, keys) -> dict[str, int]:
+        """The seq of each key's first intent (its first event entering ``unknown``), for
+        the keys that have one. Seqs of first intents are in commit order on every backend
+        (SQLite and JSONL: one writer at a time; PostgreSQL: ``postgres.INTENT_ORDER``), so
+        of two intents the one with the smaller seq was visible to every reader that
+        committed the other first. This default reads the whole history (JSONL: in memory)."""
+        wanted, found = set(keys), {}
+        for event in self.events():
+            if event.to is _UNKNOWN and event.key in wanted and event.key not in found:
+                found[event.key] = event.seq
+        return found
+
     # -- a rerun's one ordered pass (``runner.keying``) -------------------------------
     def item_count(self) -> int:
         """How many items the ledger holds (a backend may count without reading them)."""

@@ -33,13 +33,18 @@ Health (``DESIGN.md`` rule 8) cannot be a file beside a URL: it is a one-row
 import contextlib
 
 from toolkit.errors import LedgerError, StateConflictError
-from toolkit.ledger import Event, Ledger
+from toolkit.ledger import Event, Ledger, State
 from toolkit.ledger.postgres_urls import SCHEMES, postgres_url  # noqa: F401 - re-exported
 from toolkit.ledger.postgres_urls import _first_schema, redact
 from toolkit.ledger.records import detail_json
 from toolkit.ledger.sqlite import FORMAT, ITEM_COLUMNS, _event, _item
 
 SETUP_LOCK = 7_305_011_962  # advisory lock id: one process at a time creates the tables
+# Advisory lock id held by a transaction that records an item's first intent (pending ->
+# unknown), until its COMMIT: an IDENTITY seq is drawn at INSERT, not at COMMIT, so two
+# intents could commit in the other order than their seqs; under this lock the seq is drawn
+# after every earlier first intent committed, and ``first_intents`` reads commit order.
+INTENT_ORDER = 7_305_011_963
 OWN_TABLES = frozenset({"meta", "items", "events", "health"})  # every table SCHEMA creates
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -275,6 +280,8 @@ class PostgresLedger(Ledger):
         if old is None:
             query, params = INSERT_ITEM, values + event_values
         else:
+            if op == "move" and not old.attempt and new.state is State.UNKNOWN:
+                self._conn.execute("SELECT pg_advisory_xact_lock(%s)", [INTENT_ORDER])
             query = UPDATE_ITEM
             params = values[1:] + [old.key, old.state.value, old.token] + event_values
         try:
@@ -290,6 +297,11 @@ class PostgresLedger(Ledger):
 
     def _events(self):
         return [_event(row) for row in self._read(f"{SELECT_EVENTS} ORDER BY seq")]
+
+    def first_intents(self, keys):
+        rows = self._read(f'SELECT key, min(seq) FROM events WHERE "to" = %s AND key = ANY(%s) '
+                          "GROUP BY key", [State.UNKNOWN.value, list(keys)])
+        return dict(rows)
 
     def close(self):
         self._drop()

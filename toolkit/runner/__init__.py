@@ -24,7 +24,7 @@ from toolkit.errors import (KeyReuseError, LeaseHeldError, LedgerError, Permanen
                             StaleTokenError, StateConflictError, TransientError)
 from toolkit.ledger import PERMANENT, TRANSIENT, Item, State
 from toolkit.provider import JobStatus, ProviderConflict
-from toolkit.runner import artifacts
+from toolkit.runner import artifacts, other_options
 from toolkit.runner.lease import Lease
 from toolkit.runner.ops import mark_unhealthy
 from toolkit.runner.pages import LATER, PageByPage
@@ -162,7 +162,14 @@ class Runner(Salvaged, Reuse, PageByPage, Lease, Pipeline):
             fields["reason"] = None  # intent's: ``Salvaged._released_unfound`` reads it
         item = self._move(item, S.UNKNOWN, token, note="intent", **fields)  # before the side effect
         self.hook("after_intent", item.key)
-        return self._send_new(item, token, budget)  # a salvaged ledger looks it up first
+        return self._send_checked(item, token, budget)
+
+    def _send_checked(self, item, token, budget):
+        """``_send_new`` (a salvaged ledger looks it up first), unless the same content under
+        the other routing intended first (``other_options.backs_off``): then not sent."""
+        if other_options.backs_off(self, item, token):
+            return REST
+        return self._send_new(item, token, budget)
 
     def _submit(self, item, token, budget, **fields):
         """Submit the current attempt's key; the item is ``unknown`` while we wait.
@@ -371,7 +378,7 @@ class Runner(Salvaged, Reuse, PageByPage, Lease, Pipeline):
         if item.pages_done is not None:  # a long document goes on where its checkpoint ends
             fields["pages_done"] = self._resume_pages(item)
         item = self._move(item, S.UNKNOWN, token, note="retry", **fields)  # new attempt, new key
-        return self._send_new(item, token, budget)
+        return self._send_checked(item, token, budget)
 
 
 Runner._own_process = Runner.process  # what ``Reuse._reused`` stands in for

@@ -159,6 +159,7 @@ class Pipeline(Intake):
         self.aliases: list[tuple[str, str]] = []  # (name, the name it is one item with)
         self.strays: list[Item] = []  # not at rest, content no longer among the inputs
         self.refused_options: dict[str, str] = {}  # other item's key -> line (other_options)
+        self.other_routing: dict[str, str] = {}  # key -> its content's other key (other_options)
         self._unplaced: set[str] = set()  # done items whose copy into --out failed this run
         self.recovered: list[str] = []  # keys taken over from dead owners at start
         self.lost_leases: list[str] = []  # keys another owner took over while we worked on them
@@ -301,6 +302,7 @@ class Pipeline(Intake):
         self._paths.clear()
         self._pages.clear()
         self._known.clear()
+        self.other_routing.clear()
         self._drop_snapshots()
         return []
 

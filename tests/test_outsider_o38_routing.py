@@ -1,0 +1,108 @@
+"""Outsider o38's findings on routing (``--page-by-page-from``), each with real processes.
+
+F1: a plain run and a page-by-page run of one document on one ledger at once. The runs
+are real ``python -m toolkit run`` processes; one stops itself (SIGSTOP, by the kernel)
+right after its check of the other routing (``other_options.refused``), before it records
+anything; the test runs the other to its end, then lets the stopped one go on (SIGCONT).
+The oracle is the fake provider's execution log.
+"""
+
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import BLOCKED_LIMIT, run_cli
+from toolkit.documents import make_corpus
+from toolkit.ledger import State, open_ledger
+from toolkit.provider.records import provider_records
+
+pytestmark = pytest.mark.slow
+
+# A real run, which stops itself by SIGSTOP once its intake has checked an input against
+# the other routing, before it adds the input's item (the check-then-create window).
+STOPS_AFTER_ITS_CHECK = """
+import os, signal, sys
+from toolkit.runner import other_options
+checked = other_options.refused
+def refused(*args, **kwargs):
+    answer = checked(*args, **kwargs)
+    os.kill(os.getpid(), signal.SIGSTOP)
+    return answer
+other_options.refused = refused
+from toolkit.cli import main
+sys.argv = ["toolkit", *sys.argv[1:]]
+sys.exit(main())
+"""
+
+
+def _stopped(pid: int) -> bool:
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0] == "T"
+
+
+def _until(condition, what):
+    deadline = time.monotonic() + BLOCKED_LIMIT  # a guard against a hang, not a timing
+    while not condition():
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        time.sleep(0.01)
+
+
+def _args(tmp_path, paged: bool) -> list[str]:
+    return ["run", "--inputs", str(tmp_path / "in"), "--ledger", str(tmp_path / "L.sqlite"),
+            "--provider-db", str(tmp_path / "p.sqlite"), "--out", str(tmp_path / "out"),
+            "--no-progress", *(["--page-by-page-from", "3"] if paged else [])]
+
+
+@pytest.mark.parametrize("stopped_paged", [False, True], ids=["plain-stopped", "paged-stopped"])
+def test_plain_and_page_by_page_runs_meeting_after_their_checks_execute_the_document_once(
+        tmp_path, stopped_paged):
+    """Fault (o38 F1): two runs on one ledger, one with ``--page-by-page-from 3``, both find
+    no item of the long document under the other routing, then both record theirs. The one
+    stopped after its check goes on only once the other has sent the document and ended.
+    Property: the provider executes the document under one routing only (on main: whole
+    and page by page, billed twice); the later run records its intent as not sent
+    (``failed(transient)``, "not sent") and exits 2 with the refusal's line."""
+    make_corpus(tmp_path / "in", docs=0, poison=0, seed=9, long_docs=1, long_pages=4)
+    stopped = subprocess.Popen([sys.executable, "-c", STOPS_AFTER_ITS_CHECK,
+                                *_args(tmp_path, stopped_paged)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _until(lambda: _stopped(stopped.pid) or stopped.poll() is not None,
+               "the run stopped after its check")
+        assert stopped.poll() is None, stopped.communicate()
+        other = run_cli(*_args(tmp_path, not stopped_paged))
+        assert other.returncode == 0, other.stderr
+    finally:
+        stopped.send_signal(signal.SIGCONT)
+    out, err = stopped.communicate(timeout=BLOCKED_LIMIT)
+    executed = {row["task_key"].split("#")[0]
+                for row in provider_records(tmp_path / "p.sqlite")["executions"]}
+    assert len(executed) == 1, f"the document executed under both routings: {err}"
+    assert stopped.returncode == 2, err
+    assert "its content is recorded" in err and "not sent" in err, err
+    with open_ledger(tmp_path / "L.sqlite") as ledger:
+        later = [item for item in ledger.items() if item.key not in executed]
+    assert len(later) == 1 and later[0].state is State.FAILED, later
+    assert later[0].reason.startswith("not sent"), later[0].reason
+
+
+def test_page_by_page_from_above_the_page_count_of_a_paged_document_is_refused_saying_so(
+        tmp_path):
+    """Fault (o38 F4): 5-page documents recorded page by page (``--page-by-page-from 3``),
+    then a rerun with ``--page-by-page-from 7``, above their page count. Property: refused
+    (exit 2, nothing sent) with a line that names the flag as given and says it is above
+    the page count, never "no --page-by-page-from"."""
+    make_corpus(tmp_path / "in", docs=0, poison=0, seed=9, long_docs=1, long_pages=5)
+    args = _args(tmp_path, paged=True)
+    assert run_cli(*args).returncode == 0
+    executions = len(provider_records(tmp_path / "p.sqlite")["executions"])
+    args[args.index("--page-by-page-from") + 1] = "7"
+    refused = run_cli(*args)
+    assert refused.returncode == 2, refused.stderr
+    assert "no --page-by-page-from" not in refused.stderr, refused.stderr
+    assert "would send it whole (--page-by-page-from 7 is above its page count)" in \
+        refused.stderr, refused.stderr
+    assert len(provider_records(tmp_path / "p.sqlite")["executions"]) == executions
