@@ -106,3 +106,42 @@ def test_page_by_page_from_above_the_page_count_of_a_paged_document_is_refused_s
     assert "would send it whole (--page-by-page-from 7 is above its page count)" in \
         refused.stderr, refused.stderr
     assert len(provider_records(tmp_path / "p.sqlite")["executions"]) == executions
+
+
+def test_index_line_of_a_changed_input_holding_another_items_key_is_damage_and_read(
+        tmp_path):
+    """Fault (o38 F2): after a batch, ``d3`` is edited, and its line of ``<ledger>.inputs``
+    is changed to its new stat and digest but ``d1``'s key (a hand edit, or a bit flip that
+    lands on another item's key), its checksum left as it was. Property: the line is damage:
+    ``d3`` is read and keyed by its bytes, executed as a new item (never called "the same
+    content as d1"), the run exits 0 with every input's item done."""
+    import hashlib
+    import os
+
+    from toolkit.runner import inputindex
+
+    docs = make_corpus(tmp_path / "in", docs=3, poison=0, seed=4)
+    args = _args(tmp_path, paged=False)
+    assert run_cli(*args).returncode == 0
+    with open_ledger(tmp_path / "L.sqlite") as ledger:
+        keys = {item.source: item.key for item in ledger.items()}
+    d1, d3 = docs[0], docs[2]
+    index = inputindex.index_file(tmp_path / "L.sqlite")
+    text = index.read_text()
+    old_line = next(line for line in text.splitlines() if line.endswith(f"/{d3.name}"))
+    old_digest = hashlib.sha256(d3.read_bytes()).hexdigest()
+    old_stamp = " ".join(map(str, inputindex.stamp(os.stat(d3))))
+    d3.write_bytes(docs[1].read_bytes().replace(b"%%EOF", b"% edited\n%%EOF"))
+    new_digest = hashlib.sha256(d3.read_bytes()).hexdigest()
+    new_stamp = " ".join(map(str, inputindex.stamp(os.stat(d3))))
+    assert old_stamp in old_line and old_digest in old_line and keys[d3.name] in old_line
+    damaged = old_line.replace(old_stamp, new_stamp).replace(old_digest, new_digest) \
+        .replace(keys[d3.name], keys[d1.name])
+    index.write_text(text.replace(old_line, damaged))
+    executions = len(provider_records(tmp_path / "p.sqlite")["executions"])
+    rerun = run_cli(*args)
+    assert rerun.returncode == 0, rerun.stderr
+    assert "same content" not in rerun.stderr + rerun.stdout, rerun.stderr + rerun.stdout
+    assert len(provider_records(tmp_path / "p.sqlite")["executions"]) == executions + 1
+    with open_ledger(tmp_path / "L.sqlite") as ledger:
+        assert sum(item.state is State.DONE for item in ledger.items()) == 4

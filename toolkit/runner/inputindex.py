@@ -32,6 +32,12 @@ kernel moves the times at a page's first write fault only: the stat stays as it
 was), or a network file system whose server clock lags; ``--verify`` is the
 answer (README rule 5).
 
+Each line is sealed by a checksum of its fields (``_sealed``: CRC-32 of the rest of
+the line, before them): a line changed by hand or by a bit flip (a key, a digest
+moved to another input's line, o38 F2) fails it and is damage, skipped, so its
+input is read in full. It guards against accidents, not against someone who
+recomputes it; a SHA-256 per line would cost what the index saves.
+
 The recorded index is untrusted bytes: it is opened non-blocking and read only
 when it is a regular file (a FIFO would block ``open``, a device never ends),
 and a line over ``MAX_LINE`` is damage, read around in bounded pieces.
@@ -47,6 +53,7 @@ import operator
 import os
 import tempfile
 import time
+import zlib
 from pathlib import Path
 
 from toolkit import liveness
@@ -54,8 +61,9 @@ from toolkit.runner.inputs import open_regular
 from toolkit.storage import INPUTS as SUFFIX
 
 # The first line: ``HEADER`` and the fingerprint of the keyer the lines' keys were made by.
-# An index of another version (1 held no keys) vouches for nothing: its inputs are read.
-HEADER = "toolkit-inputs 2 "
+# An index of another version (1 held no keys, 2 no checksums) vouches for nothing: its
+# inputs are read.
+HEADER = "toolkit-inputs 3 "
 # The longest line read (characters): five numbers, a digest, a key and a name as long as
 # Linux's PATH_MAX (4096 bytes), each byte escaped; a longer line (no newline within it) is
 # damage, read around, so that an index without newlines costs bounded memory, not its size.
@@ -119,7 +127,20 @@ def header(keyed_by: str) -> str:
 
 
 def _line(name: str, stamp_: tuple, digest: str, key: str) -> str:
-    return f"{_STAMP_TEXT % stamp_} {digest} {key} {_escape(name)}\n"
+    return _sealed(f"{_STAMP_TEXT % stamp_} {digest} {key} {_escape(name)}\n")
+
+
+def _seal(fields: str) -> str:
+    """The checksum of a line's ``fields`` (all of it after the checksum and its space)."""
+    return "%08x" % zlib.crc32(fields.encode("utf-8", "surrogateescape"))
+
+
+def _sealed(fields: str) -> str:
+    """The line of ``fields``: their checksum (``_SEAL`` characters with its space), then them."""
+    return f"{_seal(fields)} {fields}"
+
+
+_SEAL = 9  # the checksum's eight hex digits and a space, at the start of every line
 
 
 def _parse(line: str):
@@ -130,9 +151,9 @@ def _parse(line: str):
 
 def _rekeyed(line: str, key: str) -> str:
     """A recorded ``line`` with ``key`` in place of the one it holds."""
-    parts = line.split(" ", 7)
+    parts = line[_SEAL:].split(" ", 7)
     parts[6] = key
-    return " ".join(parts)
+    return _sealed(" ".join(parts))
 
 
 def _bounded_line(lines) -> str:
@@ -153,7 +174,7 @@ def _recorded(lines):
     skipped, a read that fails ends it. The stamp stays text: a stat is compared with it
     as ``_line`` writes it (``_STAMP_TEXT``), so a stamp that is not five decimal numbers never
     matches (the file is read). The parse is inline: it runs once per input of a rerun."""
-    readline = lines.readline
+    readline, crc = lines.readline, zlib.crc32
     try:
         while line := readline(MAX_LINE):
             if line[-1] != "\n":
@@ -161,12 +182,15 @@ def _recorded(lines):
                     while (rest := readline(MAX_LINE)) and not rest.endswith("\n"):
                         pass
                 continue
-            parts = line.split(" ", 7)  # five stamp numbers, the digest, the key, the name
-            if len(parts) != 8 or len(digest := parts[5]) != 64 or len(key := parts[6]) != 64:
-                continue
-            name = parts[7]
+            # The checksum, five stamp numbers, the digest, the key, the name (``_seal``,
+            # inline: a function call per line was most of the checksum's cost).
+            parts = line.split(" ", 8)
+            if len(parts) != 9 or len(digest := parts[6]) != 64 or len(key := parts[7]) != 64 \
+                    or parts[0] != "%08x" % crc(line[_SEAL:].encode("utf-8", "surrogateescape")):
+                continue  # not a line, or one changed since it was sealed: damage
+            name = parts[8]
             yield ((_unescape(name[:-1]) if "\\" in name else name[:-1]),
-                   line[:-131 - len(name)], digest, key, line)
+                   line[_SEAL:-131 - len(name)], digest, key, line)
     except (OSError, UnicodeError):
         return
 
