@@ -145,3 +145,32 @@ def test_index_line_of_a_changed_input_holding_another_items_key_is_damage_and_r
     assert len(provider_records(tmp_path / "p.sqlite")["executions"]) == executions + 1
     with open_ledger(tmp_path / "L.sqlite") as ledger:
         assert sum(item.state is State.DONE for item in ledger.items()) == 4
+
+
+def test_page_by_page_run_leaves_the_input_index_as_it_was_and_the_readme_says_so(tmp_path):
+    """Fault (o38 F3): the README said every run records ``<ledger>.inputs``; a run with
+    ``--page-by-page-from`` records none (its routing needs each page count: a read).
+    Property: a page-by-page run leaves the index a plain run wrote byte for byte as it
+    was, and the README's paragraph on the index says that such a run neither reads nor
+    writes it (the README tells the truth)."""
+    import re
+    from pathlib import Path
+
+    import toolkit
+    from toolkit.runner import inputindex
+
+    paged, plain = tmp_path / "paged", tmp_path / "plain"
+    for batch in (paged, plain):
+        make_corpus(batch / "in", docs=2, poison=0, seed=4, long_docs=1, long_pages=4)
+    assert run_cli(*_args(paged, paged=True)).returncode == 0
+    assert not inputindex.index_file(paged / "L.sqlite").exists(), "an index was written"
+    index = inputindex.index_file(plain / "L.sqlite")
+    assert run_cli(*_args(plain, paged=False)).returncode == 0
+    recorded = index.read_bytes()
+    assert run_cli(*_args(plain, paged=True)).returncode == 2  # refused: recorded whole
+    assert index.read_bytes() == recorded
+    readme = (Path(toolkit.__file__).resolve().parents[1] / "README.md").read_text()
+    said = " ".join(readme.split())
+    assert re.search(r"each run without `--page-by-page-from` records, in `<ledger>\.inputs`",
+                     said)
+    assert "A run with `--page-by-page-from` neither reads nor writes the index" in said
