@@ -174,3 +174,75 @@ def test_page_by_page_run_leaves_the_input_index_as_it_was_and_the_readme_says_s
     assert re.search(r"each run without `--page-by-page-from` records, in `<ledger>\.inputs`",
                      said)
     assert "A run with `--page-by-page-from` neither reads nor writes the index" in said
+
+
+def test_first_intents_are_each_items_first_move_to_unknown_in_commit_order(ledger):
+    """Fault: none (o38 F1's primitive, every backend). Property: ``first_intents`` gives
+    each key's first event entering ``unknown`` (a retry's later intent does not move it),
+    only for keys that have one, and two items' first intents compare in the order they
+    were committed."""
+    for key in ("a" * 64, "b" * 64, "c" * 64):
+        ledger.add(key, source=key[0])
+    ledger.move("a" * 64, State.PENDING, State.UNKNOWN)
+    ledger.move("b" * 64, State.PENDING, State.UNKNOWN)
+    ledger.move("a" * 64, State.UNKNOWN, State.FAILED, failure="transient", reason="no")
+    ledger.move("a" * 64, State.FAILED, State.UNKNOWN)  # a retry: a later intent of a
+    seqs = {event.key: event.seq for event in reversed(ledger.events())
+            if event.to is State.UNKNOWN}
+    firsts = ledger.first_intents(["a" * 64, "b" * 64, "c" * 64])
+    assert set(firsts) == {"a" * 64, "b" * 64}
+    assert firsts["a" * 64] < firsts["b" * 64] == seqs["b" * 64]
+    assert firsts["a" * 64] == seqs["a" * 64]  # reversed: the first event wins the dict
+
+
+# A first intent written but not committed: the child prints its backend pid, then waits for
+# a line on stdin before it commits (its transaction open, its seq drawn).
+INTENT_HELD_OPEN = """
+import sys
+from toolkit.ledger import State, open_ledger
+ledger = open_ledger(sys.argv[1])
+write = ledger._write
+def write_then_wait(old, new, parts):
+    written = write(old, new, parts)
+    print(ledger._conn.info.backend_pid, flush=True)
+    sys.stdin.readline()
+    return written
+ledger._write = write_then_wait
+ledger.move("a" * 64, State.PENDING, State.UNKNOWN)
+"""
+
+
+def test_postgres_first_intent_committed_after_an_open_one_gets_the_later_seq(pg_url):
+    """Fault (o38 F1 on PostgreSQL): an IDENTITY seq is drawn at INSERT, not at COMMIT. A
+    first intent (item a) is written and held uncommitted by a real process; another
+    process records item b's first intent meanwhile. Property: b's waits until a's commits
+    (an advisory lock held to COMMIT, seen waiting in ``pg_locks``), so ``first_intents``
+    orders them as they were committed (on main b commits first with the later seq: a
+    reader between the two commits sees b alone, then a "first")."""
+    import threading
+
+    import psycopg
+
+    with open_ledger(pg_url) as ledger:
+        ledger.add("a" * 64)
+        ledger.add("b" * 64)
+        child = subprocess.Popen([sys.executable, "-c", INTENT_HELD_OPEN, pg_url],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+        try:
+            assert child.stdout.readline(), child.stderr.read()
+            other = threading.Thread(target=ledger.move, args=("b" * 64, State.PENDING,
+                                                               State.UNKNOWN))
+            other.start()
+            with psycopg.connect(pg_url, autocommit=True) as admin:
+                _until(lambda: not other.is_alive() or admin.execute(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+                ).fetchone()[0], "b's intent done or waiting")
+            assert other.is_alive(), "b's first intent committed while a's was still open"
+        finally:
+            child.stdin.write("\n")
+            child.stdin.close()
+            assert child.wait(timeout=BLOCKED_LIMIT) == 0, child.stderr.read()
+        other.join(timeout=BLOCKED_LIMIT)
+        firsts = ledger.first_intents(["a" * 64, "b" * 64])
+        assert firsts["a" * 64] < firsts["b" * 64]
