@@ -342,14 +342,11 @@ class SqliteLedger(Ledger):
                            "detail FROM events ORDER BY seq")
         return [_event(row) for row in rows]
 
-    def first_intents(self, keys):
-        # Read only when an input's content is recorded under the other routing (rare):
-        # ``events`` has no index on key, so this is a scan of the history.
+    def first_intents(self, keys):  # a scan of the history (no index on key): rare calls
         keys = list(keys)
-        rows = self._query(f'SELECT key, min(seq) FROM events WHERE "to" = ? AND key IN '
-                           f"({', '.join('?' * len(keys))}) GROUP BY key",
-                           [State.UNKNOWN.value, *keys])
-        return dict(rows)
+        return dict(self._query(f'SELECT key, min(seq) FROM events WHERE "to" = ? AND key IN '
+                                f"({', '.join('?' * len(keys))}) GROUP BY key",
+                                [State.UNKNOWN.value, *keys]))
 
     def probe(self) -> None:
         """A small durable write (a meta row, committed with its fsync); StorageError if not."""
