@@ -16,8 +16,9 @@ barrier to the last worker's end. Per repetition, back to back:
   * beside each SQLite rate, the fsyncs each transition cost (group commit: the
     flushes a worker ran itself) and the workers' CPU per transition (rusage);
   * JSONL, one process: 8 threads with group commit, against the same bare limit;
-  * PostgreSQL (when ``TOOLKIT_TEST_PG`` names a server): 1-16 worker connections,
-    synchronous_commit=on; the server's ``fsync`` is printed in the label.
+  * PostgreSQL, 1-16 worker connections, synchronous_commit=on: on the server
+    ``TOOLKIT_TEST_PG`` names, else on a throwaway cluster (``pg_server``, fsync=on) when
+    PostgreSQL is installed; the server's ``fsync`` is printed in the label.
 """
 
 import multiprocessing
@@ -191,15 +192,27 @@ def group_commit(cfg, folder: Path) -> list[Row]:
                  Figure(r["jsonl_plain"], "/s")),
              Row(S10, "  ratio JSONL group commit / fsync limit",
                  ratio(r["jsonl_group"], r["bare"]))]
-    return rows + postgres(cfg)
+    return rows + postgres(cfg, folder)
 
 
-def postgres(cfg) -> list[Row]:
-    """PostgreSQL's own group commit: N worker connections (rows say why when not run)."""
+def postgres(cfg, folder: Path) -> list[Row]:
+    """PostgreSQL's own group commit: N worker connections on ``TOOLKIT_TEST_PG``, else on a
+    throwaway cluster made for it (``fsync=on``) beside ``folder`` (rows say why when not run)."""
     url = os.environ.get("TOOLKIT_TEST_PG")
-    if not url:
+    if url:
+        return _postgres(cfg, url)
+    import pg_server
+
+    try:
+        # beside the run's folder, on the same disk as the SQLite ledgers it is compared to
+        with pg_server.throwaway(fsync=True, parent=folder.parent) as (url, _):
+            return _postgres(cfg, url)
+    except FileNotFoundError as error:
         return [Row(S10, "PostgreSQL ledger, 1-16 workers", None,
-                    note="not measured: set TOOLKIT_TEST_PG to a throwaway server")]
+                    note=f"not measured: {error}, or set TOOLKIT_TEST_PG to a throwaway server")]
+
+
+def _postgres(cfg, url: str) -> list[Row]:
     import psycopg
 
     from sections import log

@@ -6,15 +6,10 @@ batch-level test ends with the checker as the oracle. The tests need
 TOOLKIT_TEST_PG (the restart test makes a server of its own); see conftest.
 """
 
-import contextlib
-import glob
 import multiprocessing
 import os
-import shutil
-import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -32,6 +27,9 @@ from toolkit.ledger.postgres_health import clear_health, health
 from toolkit.provider import Contract, FakeProvider
 from toolkit.runner import RetryPolicy, Runner
 from toolkit.runner.workers import run_workers
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+import pg_server  # noqa: E402  (the throwaway cluster the benchmark makes too)
 
 S = State
 NO_WAIT = RetryPolicy(base_delay=0.0)
@@ -345,51 +343,18 @@ def test_a_ledger_that_refuses_to_record_done_stops_the_workers_until_health_is_
 # immediate shutdown of the shared server failed their PostgreSQL tests: CI, 2026-12-02).
 
 
-def _pg_program(name):
-    found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
-    return found[-1] if found else shutil.which(name)
-
-
 @pytest.fixture
 def private_server():
-    """``(url, pg_ctl)`` of a throwaway PostgreSQL cluster for this test; removed after it.
-    Run as the ``postgres`` user when the tests run as root (initdb refuses root)."""
+    """``(url, pg_ctl)`` of a throwaway PostgreSQL cluster for this test; removed after it."""
     require_pg()
-    initdb = _pg_program("initdb")
-    if initdb is None:
-        message = "no initdb: the test cannot make a server of its own to stop and start"
+    try:
+        with pg_server.throwaway(fsync=False) as server:
+            yield server
+    except FileNotFoundError as error:
+        message = f"the test cannot make a server of its own to stop and start: {error}"
         if os.environ.get("CI"):
             pytest.fail(f"CI must run the server-restart test: {message}")
         pytest.skip(message)
-    root = Path(tempfile.mkdtemp(prefix="toolkit-pg-restart-"))
-    owner = {}
-    if os.getuid() == 0:
-        import pwd
-
-        account = pwd.getpwnam("postgres")
-        os.chown(root, account.pw_uid, account.pw_gid)
-        owner = {"user": account.pw_uid, "group": account.pw_gid, "extra_groups": []}
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    data = root / "data"
-    subprocess.run([initdb, "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8",
-                    "--no-sync"], check=True, capture_output=True, **owner)
-    with open(data / "postgresql.conf", "a") as conf:
-        conf.write(f"listen_addresses = '127.0.0.1'\nport = {port}\n"
-                   f"unix_socket_directories = '{root}'\nfsync = off\n")
-
-    def pg_ctl(*args):
-        subprocess.run([_pg_program("pg_ctl"), "-D", str(data), "-l", str(root / "server.log"),
-                        "-w", *args], check=True, capture_output=True, **owner)
-
-    pg_ctl("start")
-    try:
-        yield f"postgresql://postgres@127.0.0.1:{port}/postgres", pg_ctl
-    finally:
-        with contextlib.suppress(subprocess.CalledProcessError):
-            pg_ctl("stop", "-m", "immediate")
-        shutil.rmtree(root, ignore_errors=True)
 
 
 class Gate:
