@@ -224,12 +224,15 @@ DELETED_LINE_KINDS = {"seq_gap"}
 # Proven on real ledgers whose lines are copied, moved or deleted, a header deleted
 # (tests/test_outsider_o27_ledger.py).
 DAMAGED_HISTORY_KINDS = {"seq_disorder", "missing_header", "snapshot_mismatch"}
+# Proven on real PDFs in an artifacts folder that --output-name gives several items
+# (tests/test_outsider_o39.py).
+OUTPUT_NAME_KINDS = {"shared_output"}
 
 
 def test_fixtures_cover_every_anomaly_kind_and_every_supported_format():
     found = {kind for name in LEDGERS for _, kind in EXPECTED[name]["anomalies"]}
     assert found | LIBRARY_KINDS | RENAMED_INPUT_KINDS | DELETED_LINE_KINDS \
-        | INPUT_AS_RUN_KINDS | DAMAGED_HISTORY_KINDS == set(KINDS)
+        | INPUT_AS_RUN_KINDS | DAMAGED_HISTORY_KINDS | OUTPUT_NAME_KINDS == set(KINDS)
     assert {EXPECTED[name]["format"] for name in LEDGERS} | LIBRARY_WRITTEN == set(ADAPTERS)
 
 

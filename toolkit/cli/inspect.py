@@ -275,13 +275,13 @@ def _audit(parser):
         from toolkit.forensics.report import stream_json, write_csv
 
         rule = _output_rule(args.output_name, args.artifacts)
-        if args.csv:
+        if args.csv is not None:
             from toolkit.forensics.csvout import check_target
 
             # before anything is read or written
             check_target(args.csv, args.path, args.inputs, args.artifacts)
         report = audit(args.path, artifacts=args.artifacts, inputs=args.inputs, output_name=rule)
-        if args.csv:
+        if args.csv is not None:
             write_csv(report, args.csv, args.action)
         if args.json:
             stream_json(report, sys.stdout, args.action)

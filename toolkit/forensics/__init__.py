@@ -13,7 +13,7 @@ Formats are adapters registered in ``model.ADAPTERS`` (see ``jsonl.py`` and
 Plan (``checks.plan_item``; the first rule that fits an item decides):
 
 - ``review`` any item whose history cannot be trusted (duplicate_key, illegal_transition,
-  missing_history, history_mismatch, unsafe_artifact_path), and any item but a cancelled
+  missing_history, history_mismatch, unsafe_artifact_path, shared_output), and any item but a cancelled
   one whose input changed (stale_input, unsafe_input_path; a done one too, until another
   item holds the new content: then it is history, planned by its artifact). An item whose
   content is in --inputs under another name (input_renamed) keeps its own plan: run finds

@@ -23,14 +23,28 @@ def inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
+def unnamable(recorded: str) -> str | None:
+    """Why no file can have the name ``recorded`` (a NUL byte; a lone surrogate such as a
+    JSON "\\ud800", which no file system encoding holds), else None: never opened."""
+    if "\0" in recorded:
+        return "the path contains a NUL byte"
+    try:
+        os.fsencode(recorded)  # a surrogate-escaped byte (\udcff: 0xff) is one, as run reads it
+    except UnicodeEncodeError as exc:
+        return (f"the path holds {recorded[exc.start:exc.end]!r}, a lone surrogate no file "
+                "name can hold")
+    return None
+
+
 def locate(root: str | None, recorded: str) -> tuple[str | None, str | None]:
     """(real path to open, None) or (None, why it escapes ``root``).
 
     Without a root only the lexical check is possible: a relative path that
     climbs out with ``..``; nothing is resolved and nothing will be opened.
     """
-    if "\0" in recorded:
-        return None, "the path contains a NUL byte"
+    why = unnamable(recorded)
+    if why:
+        return None, why
     if root is None:
         if ".." in recorded and not os.path.isabs(recorded) \
                 and os.path.normpath(recorded).split(os.sep)[0] == "..":
@@ -82,6 +96,42 @@ def output_path(item, rule: str) -> str:
     name = os.path.basename(source)
     return rule.format(key=item.key, name=name, stem=os.path.splitext(name)[0],
                        relstem=os.path.splitext(source)[0])
+
+
+def shared_outputs(items, root: str, rule: str) -> list[Anomaly]:
+    """One ``shared_output`` per done item whose output ``rule`` finds in a file that the
+    rule also gives another done item (``jan/report.pdf`` and ``feb/report.pdf`` by
+    ``'{stem}.pdf'``): one file cannot be the output of two documents, so whichever
+    wrote it last, the other's is not there. Files are told apart as the file system
+    tells them, by device and inode when the file exists (so ``Report.pdf`` and
+    ``report.pdf`` are one file on a case-insensitive file system, two on this one, and a
+    hard link is the file it links), by resolved path when it does not (then it is
+    ``artifact_missing`` too). Items that record their own artifact path are not named by
+    the rule and not compared."""
+    holders: dict = {}
+    for item in items:
+        if item.state != "done" or (type(item.artifact_path) is str and item.artifact_path):
+            continue
+        path = output_path(item, rule)
+        real, _ = locate(root, path)
+        if real is None:  # escapes the folder or no name: its own finding says so
+            continue
+        try:
+            info = os.stat(real)
+            identity = (info.st_dev, info.st_ino)
+        except OSError:
+            identity = real
+        holders.setdefault(identity, []).append((item.key, path))
+    found = []
+    for named in holders.values():
+        for key, path in named if len(named) > 1 else ():
+            others = [str(other) for other, _ in named if other != key]
+            listed = ", ".join(map(repr, others[:3])) + (" …" if len(others) > 3 else "")
+            found.append(Anomaly(key, "shared_output", (
+                f"{path!r} is also the output --output-name gives {len(others)} other "
+                f"item(s) ({listed}): one file cannot be the output of {len(named)} "
+                "documents; a person decides whose it is")))
+    return found
 
 
 def check_whole_pdf(key, path: str, real: str) -> list[Anomaly]:
@@ -200,6 +250,8 @@ def check_items(items: dict, artifacts: str | None, inputs: str | None, now: flo
             found += folder.check(item)
     if folder is not None:
         found += unchecked(items, lookup)
+    if output_name is not None and artifacts is not None:
+        found += shared_outputs(items.values(), artifacts, output_name)
     return found
 
 
@@ -235,6 +287,7 @@ UNDECIDABLE = {
     "missing_history": "part of its history is lost",
     "history_mismatch": "its row disagrees with its events",
     "unsafe_artifact_path": "its artifact path escapes the artifacts folder",
+    "shared_output": "--output-name gives its output file to other items too",
     "unknown_state": "its state is no word of its format",
 }
 ARTIFACT_DAMAGE = frozenset({"done_without_artifact", "artifact_missing", "artifact_mismatch"})

@@ -107,6 +107,8 @@ def check_target(target, audited, inputs=None, artifacts=None) -> None:
     would land in a folder of the batch (``batch_folders``), or would replace something
     that is not a regular file."""
     target = os.fspath(target)
+    if not target:  # as --artifacts '' is: a name that names nothing is refused, not ignored
+        raise ToolkitError("--csv '' names no file: give the CSV file's name")
     if "://" not in str(audited):  # a server's database has no file of it here
         for suffix in ("", *COMPANIONS):  # first: the more telling reason for a link to it
             companion = f"{os.fspath(audited)}{suffix}"

@@ -10,6 +10,7 @@ import os
 import posixpath
 import re
 
+from toolkit import roots
 from toolkit.forensics.lines import MAX_LINE
 from toolkit.forensics.model import EVENT_COLUMNS, Raw, Record
 
@@ -27,6 +28,25 @@ def first(obj: dict, names, kind):
         if type(value) is kind and (kind is not str or value):
             return value
     return None
+
+
+def foreign_key(value):
+    """A foreign row's key as text that always encodes as UTF-8, one to one: its bytes
+    escaped as ``ledger`` stores an input's name (``roots.escaped_name``: a backslash
+    doubled, each byte that is not UTF-8 as ``\\xNN``), so the bytes ``a\\xffb`` and the
+    text ``a\\xffb`` stay two keys. Anything else is returned as it is (``key_fault``
+    says why it is no key)."""
+    if type(value) is bytes:
+        return roots.escaped_name(value)
+    if type(value) is str and "\\" in value:  # text read as UTF-8: encodes back as it was
+        return roots.escaped_name(value.encode("utf-8"))
+    return value
+
+
+def key_fault(value) -> str:
+    """Why a foreign row's ``value`` is no key (after ``foreign_key``), in the words of
+    its finding."""
+    return "is empty" if value == "" else "is not a string"
 
 
 def failure_class(obj: dict) -> str | None:

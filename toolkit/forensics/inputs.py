@@ -23,7 +23,7 @@ import os
 
 from toolkit import roots
 from toolkit.documents import is_input_entry
-from toolkit.forensics.checks import SUPERSEDED, file_digest, inside
+from toolkit.forensics.checks import SUPERSEDED, file_digest, inside, unnamable
 from toolkit.forensics.model import Anomaly
 
 
@@ -50,8 +50,9 @@ class Folder:
         """(path to open, None) or (None, why it escapes the folder). The last component
         may be a symlink to anywhere (run follows it); the folder it is in must be the
         inputs folder or inside it, resolved."""
-        if "\0" in recorded:
-            return None, "the path contains a NUL byte"
+        why = unnamable(recorded)
+        if why:
+            return None, why
         full = os.path.normpath(os.path.join(self.base, recorded))  # an absolute name wins
         if not (inside(full, self.base) or inside(full, self.real_root)):
             return None, f"{recorded!r} is outside {self.root!r}"

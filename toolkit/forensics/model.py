@@ -36,6 +36,7 @@ KINDS = (
     "history_mismatch",       # our SQLite items table disagrees with its own events
     "done_without_artifact",  # done, but no artifact path or SHA-256 to verify against
     "unsafe_artifact_path",   # the artifact path escapes --artifacts (never opened)
+    "shared_output",          # --output-name gives other items the same file: whose is it?
     "artifact_missing",       # the artifact file is absent or unreadable
     "artifact_mismatch",      # size or SHA-256 differs from the record
     "unsafe_input_path",      # the input name escapes --inputs (never opened)

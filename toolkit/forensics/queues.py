@@ -32,7 +32,8 @@ plain persist-queue ``SQLiteQueue``) are listed in one ``unaudited_table`` findi
 import json
 import re
 
-from toolkit.forensics.foreign import INPUT_DIGEST_FIELDS, SOURCE_FIELDS, first, foreign_item
+from toolkit.forensics.foreign import (INPUT_DIGEST_FIELDS, SOURCE_FIELDS, first, foreign_item,
+                                       foreign_key, key_fault)
 from toolkit.forensics.model import Raw, register
 
 _MAX_NAME = 4096  # a text payload longer than this is not a file name
@@ -83,9 +84,13 @@ def decode_payload(value):
         return json.loads(value), None
     except (ValueError, RecursionError):
         pass
-    if len(value) <= _MAX_NAME and value.isprintable() and value.strip():
-        return value, None  # one line of text: a file name, as people put them
-    return None, "not JSON and not one line of text"
+    if not value.isprintable():
+        return None, "not JSON and not one line of text"
+    if not value.strip():
+        return None, "not JSON, only blanks"
+    if len(value) > _MAX_NAME:
+        return None, f"not JSON, and one line of {len(value)} characters: no file name"
+    return value, None  # one line of text: a file name, as people put them
 
 
 def named_source(decoded):
@@ -182,9 +187,9 @@ def read_litequeue(db, schema) -> Raw:
         for rowid, key, status, data, in_time, lock_time, done_time in rows:
             where = f"{table} rowid={rowid}"
             totals[table] += 1
-            key = _escaped(key)
+            key = foreign_key(key)
             if type(key) is not str or not key:
-                found.bad_row(None, f"row {where}: message_id {key!r} is not a string")
+                found.bad_row(None, f"row {where}: message_id {key!r} {key_fault(key)}")
                 continue
             if type(status) is not int or status not in LITEQUEUE_STATES:
                 found.bad_row(key, f"row {where}: status {status!r} is not a MessageStatus")
@@ -296,9 +301,9 @@ def read_celery(db, schema) -> Raw:
             rowid, key, status, result, done, traceback, args, kwargs, worker, retries = row
             where = f"{table} id={rowid}"
             totals[table] += 1
-            key, status, worker = _escaped(key), _escaped(status), _escaped(worker)
+            key, status, worker = foreign_key(key), _escaped(status), _escaped(worker)
             if type(key) is not str or not key:
-                found.bad_row(None, f"row {where}: task_id {key!r} is not a string")
+                found.bad_row(None, f"row {where}: task_id {key!r} {key_fault(key)}")
                 continue
             if type(status) is not str:
                 found.bad_row(key, f"row {where}: status {status!r} is not a Celery state")

@@ -6,7 +6,8 @@ import textwrap
 
 def _safe(value, width: int | None = None) -> str:
     """Printable text: control characters and lone surrogates escaped, cut to ``width``."""
-    text = "-" if value is None else str(value)
+    # None, and pandas' missing text (a NaN in a str column): what JSON writes as null
+    text = "-" if value is None or (type(value) is float and value != value) else str(value)
     if not text.isprintable() or "\\" in text:  # a literal backslash too: one to one
         text = text.encode("unicode_escape", "backslashreplace").decode("ascii")
     text = text.encode("utf-8", "backslashreplace").decode("utf-8")
@@ -30,8 +31,9 @@ def _counts(counts: dict) -> str:
 def render_text(report, limit: int = 40, action: str | None = None) -> str:
     """A readable summary of ``report``; at most ``limit`` rows per table.
 
-    The items table lists every item not planned ``skip`` (only those planned ``action``
-    when it is given) with its full key and source, wrapped over lines, never cut."""
+    The items table lists every item not planned ``skip`` with its full key and source,
+    wrapped over lines, never cut: the first ``limit`` of them, or all of them when
+    ``action`` is given (only the items planned so: the list the user asked for)."""
     items = report.items
     out = [f"ledger   {_safe(report.path)}",
            f"format   {report.format}",
@@ -58,10 +60,12 @@ def render_text(report, limit: int = 40, action: str | None = None) -> str:
     title = f"items planned {action}" if action else "items needing action"
     out += ["", f"{title} ({len(todo)})"]
     if todo:
-        out += _wrapped(("key", "source", "state", "raw", "next", "why"), todo[:limit],
+        shown = todo if action else todo[:limit]
+        out += _wrapped(("key", "source", "state", "raw", "next", "why"), shown,
                         (24, 30, 12, 12, 9, 44))
-        if len(todo) > limit:
-            out.append(f"… and {len(todo) - limit} more (use --csv FILE or --json for all)")
+        if len(todo) > len(shown):
+            out.append(f"… and {len(todo) - limit} more (--action ACTION lists every item "
+                       "planned so; --csv FILE or --json for all)")
     else:
         out.append("none")
     return "\n".join(out) + "\n"

@@ -21,6 +21,8 @@ from toolkit.forensics.foreign import (
     SOURCE_FIELDS,
     first,
     foreign_item,
+    foreign_key,
+    key_fault,
     parse_json_column,
 )
 from toolkit.forensics.history import History
@@ -269,6 +271,20 @@ def _replay(raw, history, rows, detail_of) -> set:
     return dropped
 
 
+# A foreign key column read as its bytes, whatever the connection's text decoding (the
+# lenient pass escapes odd bytes but not a backslash: two keys could meet); foreign_key
+# then escapes them one to one (``_keyed``).
+_KEY_BYTES = "CASE WHEN typeof({0}) = 'text' THEN CAST({0} AS BLOB) ELSE {0} END, typeof({0})"
+
+
+def _keyed(where, rows):
+    """The rows for ``_read_foreign``, a text key (read as _KEY_BYTES) escaped by
+    ``foreign_key``; a BLOB key stays bytes (no key: a corrupt_record)."""
+    for row in rows:
+        key, kind = row[1], row[2]
+        yield (f"{where}={row[0]}", foreign_key(key) if kind == "text" else key, *row[3:])
+
+
 def _read_foreign(raw, rows, states, name):
     """rows: (where, key, raw state, payload, result, updated); the last row of a key wins."""
     seen: dict[str, tuple] = {}
@@ -276,7 +292,8 @@ def _read_foreign(raw, rows, states, name):
         if isinstance(key, (int, float)) and not isinstance(key, bool):
             key = str(key)
         if type(key) is not str or not key:
-            raw.finding(None, "corrupt_record", f"{name} row {where}: key {key!r} is not a string")
+            raw.finding(None, "corrupt_record",
+                        f"{name} row {where}: key {key!r} {key_fault(key)}")
             continue
         state = states.get(status)
         if state is None:  # a word outside the format ("running": what a dead worker left?):
@@ -313,9 +330,9 @@ def read_task_items(db, schema) -> Raw:
     payload = "payload" if "payload" in columns else "NULL"
     result = "result" if "result" in columns else "NULL"
     updated = "updated_at" if "updated_at" in columns else "NULL"
-    rows = db.execute(f"SELECT seq, biz_no, status, {payload}, {result}, {updated} "
-                      "FROM task_items ORDER BY seq")
-    return _read_foreign(Raw(), ((f"seq={r[0]}", *r[1:]) for r in rows), TASK_ITEM_STATES,
+    rows = db.execute(f"SELECT seq, {_KEY_BYTES.format('biz_no')}, status, {payload}, "
+                      f"{result}, {updated} FROM task_items ORDER BY seq")
+    return _read_foreign(Raw(), _keyed("seq", rows), TASK_ITEM_STATES,
                          "task_items")
 
 
@@ -329,9 +346,10 @@ def read_jobs(db, schema) -> Raw:
     _require(schema, "jobs", ("key", "state"), "sqlite-jobs")
     result = "result" if "result" in schema["jobs"] else "NULL"
     try:
-        rows = db.execute(f"SELECT rowid, key, state, NULL, {result}, NULL FROM jobs "
-                          "ORDER BY rowid")
+        rows = db.execute(f"SELECT rowid, {_KEY_BYTES.format('key')}, state, NULL, "
+                          f"{result}, NULL FROM jobs ORDER BY rowid")
     except sqlite3.OperationalError:  # a WITHOUT ROWID table: its natural order
-        rows = db.execute(f"SELECT NULL, key, state, NULL, {result}, NULL FROM jobs")
-    return _read_foreign(Raw(), ((f"rowid={r[0]}", *r[1:]) for r in rows), JOB_STATES,
+        rows = db.execute(f"SELECT NULL, {_KEY_BYTES.format('key')}, state, NULL, "
+                          f"{result}, NULL FROM jobs")
+    return _read_foreign(Raw(), _keyed("rowid", rows), JOB_STATES,
                          "jobs")
