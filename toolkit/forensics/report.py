@@ -20,6 +20,7 @@ PER_ITEM = ("key", "source", "state", "raw_state", "action", "why")
 CSV_EXTRA = ("attempt", "failure", "reason", "job_id", "artifact_path", "artifact_size",
              "artifact_sha256")
 CHUNK = 4096  # items per orjson call: big enough to amortize the call, small in memory
+WRAPPED, UNWRAPPED = b'{\n  "": [', b"\n  ]\n}"  # around a chunk dumped as {"": [...]}
 
 
 def _rows(report, action):
@@ -96,7 +97,9 @@ def stream_json(report, stream, action: str | None = None) -> None:
     """``write_json(document(report, action), stream)`` without ever holding the document:
     the rest of it is dumped once with ``anomalies`` and ``per_item`` empty (the same bytes
     around them, keys sorted), then each list goes out ``CHUNK`` entries at a time, each
-    chunk indented one level deeper to sit inside the document. JSON strings hold no raw
+    chunk dumped as the value of a top-level key (``WRAPPED``): its entries come out at
+    their depth in the document and go out as a slice, with no re-indented copy (callgrind,
+    100,000 lines: ~80 M of the JSON's ~575 M instructions). JSON strings hold no raw
     newline, so an empty list's slot (at the top level, after a newline) is found once
     and only there."""
     try:
@@ -126,8 +129,12 @@ def _stream(report, stream, action, orjson) -> None:
             continue
         write(text[done:at] + opening)
         for start in range(0, count, CHUNK):
-            data = _orjson(orjson, objects(start, start + CHUNK), options)  # b"[\n  {...}\n]"
-            write((b"," if start else b"") + data[1:-2].replace(b"\n", b"\n  "))
+            # the chunk as the value of a top-level key sits one level deep, as in the
+            # document: b'{\n  "": [' entries b'\n  ]\n}', written between the two
+            data = _orjson(orjson, {"": objects(start, start + CHUNK)}, options)
+            if start:
+                write(b",")
+            write(memoryview(data)[len(WRAPPED):-len(UNWRAPPED)])
         write(b"\n  ],")
         done = at + len(slot)
     write(text[done:] + b"\n")
@@ -139,7 +146,7 @@ def _byte_writer(stream):
     and re-encode of many megabytes; what was written as text goes out first)."""
     buffer = getattr(stream, "buffer", None)
     if buffer is None:
-        return lambda data: stream.write(data.decode("utf-8"))
+        return lambda data: stream.write(str(data, "utf-8"))
     stream.flush()
     return buffer.write
 
