@@ -47,8 +47,8 @@ when it is a regular file (a FIFO would block ``open``, a device never ends),
 and a line over ``MAX_LINE`` is damage, read around in bounded pieces.
 
 The run's inputs come sorted by path (``order``); the index is written in that
-order and read alongside them, one line ahead (a merge): a run holds one line
-of it, not the batch's.
+order and read alongside them, one block ahead (a merge): a run holds one block
+of it (at most ``BLOCK`` lines), not the batch's.
 """
 
 import contextlib
