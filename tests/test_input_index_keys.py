@@ -11,6 +11,7 @@ wrongly (what is new work executes, and the index left behind holds, for every i
 its content's digest and that digest's key). Keys and reads are counted, never timed.
 """
 
+import io
 import os
 
 from toolkit import identity
@@ -25,8 +26,12 @@ def assert_index_tells_the_truth(batch, keyer: TaskKeyer) -> None:
     its path and that digest's key under ``keyer``: a later run may trust every line."""
     header, *lines = batch.index.read_text(encoding="utf-8").splitlines(keepends=True)
     assert header == inputindex.header(keyer.fingerprint)
-    assert len(lines) == len(batch.corpus)
-    for name, _, digest, key, _ in map(inputindex._parse, lines):
+    entries = list(filter(None, map(inputindex._parse, lines)))  # each line but the seals
+    assert len(entries) == len(batch.corpus)
+    # every line is in a block whose seal holds: a reader trusts them all
+    assert list(inputindex._recorded(io.StringIO("".join(lines), newline="\n"),
+                                     inputindex._seed(header))) == entries
+    for name, _, digest, key, _ in entries:
         with open(name, "rb") as handle:
             assert digest == content_digest(handle.read()), name
         assert key == keyer(digest), name
@@ -142,5 +147,27 @@ def test_inputs_whose_names_are_swapped_by_rename_are_keyed_by_their_bytes(
     reads.clear()
     runner, counts = batch()
     assert sorted(reads) == sorted([first.name, second.name]) and keyed[0] == 2
+    assert counts["done"] == 4 and runner.reused == 4 and batch.executions() == executions
+    assert_index_tells_the_truth(batch, task_keyer({}))
+
+
+def test_lines_of_another_keyers_index_set_under_this_header_are_damage_never_their_keys(
+        batch, reads):
+    """Fault: the index's lines replaced by those another keyer's run wrote for the same
+    inputs (options ``target: fr``, on the same ledger: a restore of the wrong copy, a
+    splice), under the header of the plain options; each line intact as it was written.
+    Property: a line vouches only under the header it was sealed with: the plain rerun
+    reads every input and keys it under its own options, reuses the plain items (never
+    the fr ones, which the ledger holds done too) and executes nothing; the index it
+    leaves holds the plain keys."""
+    batch()
+    header = batch.index.read_text(encoding="utf-8").splitlines(keepends=True)[0]
+    batch(options={"target": "fr"})  # the fr items, done; the index now the fr keyer's
+    fr_lines = batch.index.read_text(encoding="utf-8").splitlines(keepends=True)[1:]
+    batch.index.write_text(header + "".join(fr_lines), encoding="utf-8")
+    executions = batch.executions()
+    reads.clear()
+    runner, counts = batch()
+    assert sorted(set(reads)) == sorted(path.name for path in batch.corpus)
     assert counts["done"] == 4 and runner.reused == 4 and batch.executions() == executions
     assert_index_tells_the_truth(batch, task_keyer({}))

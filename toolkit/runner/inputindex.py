@@ -32,23 +32,26 @@ kernel moves the times at a page's first write fault only: the stat stays as it
 was), or a network file system whose server clock lags; ``--verify`` is the
 answer (README rule 5).
 
-Each line is sealed by a checksum of its fields (``_sealed``: CRC-32 of the rest of
-the line, before them): a line changed by hand or by a bit flip (a key, a digest
-moved to another input's line, o38 F2) fails it and is damage, skipped, so its
-input is read in full. It guards against accidents, not against someone who
-recomputes it; a SHA-256 per line would cost what the index saves.
+The lines are sealed in blocks (``_sealed``): each block of at most ``BLOCK`` lines,
+as one run wrote them, is followed by a line ``#`` and the CRC-32 of the block's
+bytes, seeded by the CRC-32 of the header they were written under. A block changed
+by hand or by a bit flip (a key, a digest moved to another input's line, o38 F2),
+cut short, or lines of an index of another keyer set under this header, fails its
+seal and is damage, skipped whole: its inputs are read in full. One C call checks
+a block (format 3 checked each line on its own: about half the cost of parsing the
+line). It guards against accidents, not against someone who recomputes it; a
+SHA-256 would cost what the index saves.
 
 The recorded index is untrusted bytes: it is opened non-blocking and read only
 when it is a regular file (a FIFO would block ``open``, a device never ends),
 and a line over ``MAX_LINE`` is damage, read around in bounded pieces.
 
 The run's inputs come sorted by path (``order``); the index is written in that
-order and read alongside them, one line ahead (a merge): a run holds one line
-of it, not the batch's.
+order and read alongside them, one block ahead (a merge): a run holds one block
+of it (at most ``BLOCK`` lines), not the batch's.
 """
 
 import contextlib
-import io
 import operator
 import os
 import tempfile
@@ -61,9 +64,13 @@ from toolkit.runner.inputs import open_regular
 from toolkit.storage import INPUTS as SUFFIX
 
 # The first line: ``HEADER`` and the fingerprint of the keyer the lines' keys were made by.
-# An index of another version (1 held no keys, 2 no checksums) vouches for nothing: its
-# inputs are read.
-HEADER = "toolkit-inputs 3 "
+# An index of another version (1 held no keys, 2 no checksums, 3 one per line) vouches for
+# nothing: its inputs are read.
+HEADER = "toolkit-inputs 4 "
+# The most lines a seal covers (``keep`` seals each run of kept lines in blocks of at most
+# this many): a damaged block costs at most this many reads, and a reader holds at most
+# this many lines (more before a seal is damage).
+BLOCK = 256
 # The longest line read (characters): five numbers, a digest, a key and a name as long as
 # Linux's PATH_MAX (4096 bytes), each byte escaped; a longer line (no newline within it) is
 # damage, read around, so that an index without newlines costs bounded memory, not its size.
@@ -127,33 +134,36 @@ def header(keyed_by: str) -> str:
 
 
 def _line(name: str, stamp_: tuple, digest: str, key: str) -> str:
-    return _sealed(f"{_STAMP_TEXT % stamp_} {digest} {key} {_escape(name)}\n")
+    """One entry's line: the stamp, the digest, the key, the name (escaped), a newline."""
+    return f"{_STAMP_TEXT % stamp_} {digest} {key} {_escape(name)}\n"
 
 
-def _seal(fields: str) -> str:
-    """The checksum of a line's ``fields`` (all of it after the checksum and its space)."""
-    return "%08x" % zlib.crc32(fields.encode("utf-8", "surrogateescape"))
+def _seed(header_line: str) -> int:
+    """The CRC-32 a block's seal starts from: its header's (version, keyer)."""
+    return zlib.crc32(header_line.encode("utf-8", "surrogateescape"))
 
 
-def _sealed(fields: str) -> str:
-    """The line of ``fields``: their checksum (``_SEAL`` characters with its space), then them."""
-    return f"{_seal(fields)} {fields}"
+def _seal(block: str, seed: int) -> str:
+    """The seal line of ``block`` (whole lines, as written) under the header of ``seed``."""
+    return "#%08x\n" % zlib.crc32(block.encode("utf-8", "surrogateescape"), seed)
 
 
-_SEAL = 9  # the checksum's eight hex digits and a space, at the start of every line
+def _sealed(block: str, keyed_by: str) -> str:
+    """``block`` and its seal, as an index headed ``header(keyed_by)`` holds them."""
+    return block + _seal(block, _seed(header(keyed_by)))
 
 
 def _parse(line: str):
-    """``(name, stamp text, digest, key, line)`` of one line; None if it is not one
-    (``_recorded`` holds the rule)."""
-    return next(_recorded(io.StringIO(line, newline="\n")), None)
+    """``(name, stamp text, digest, key, line)`` of one line, its seal unchecked; None if it
+    is not one (a seal line, damage)."""
+    return next(iter(_entries((line,))), None)
 
 
 def _rekeyed(line: str, key: str) -> str:
     """A recorded ``line`` with ``key`` in place of the one it holds."""
-    parts = line[_SEAL:].split(" ", 7)
+    parts = line.split(" ", 7)
     parts[6] = key
-    return _sealed(" ".join(parts))
+    return " ".join(parts)
 
 
 def _bounded_line(lines) -> str:
@@ -168,13 +178,14 @@ def _bounded_line(lines) -> str:
     return line
 
 
-def _recorded(lines):
+def _recorded(lines, seed: int):
     """The entries ``(name, stamp text, digest, key, line)`` of the recorded index after its
-    header, in its order; a line that is not one (damaged, foreign, torn: no newline) is
-    skipped, a read that fails ends it. The stamp stays text: a stat is compared with it
-    as ``_line`` writes it (``_STAMP_TEXT``), so a stamp that is not five decimal numbers never
-    matches (the file is read). The parse is inline: it runs once per input of a rerun."""
-    readline, crc = lines.readline, zlib.crc32
+    header (whose ``_seed`` is ``seed``), in its order: those of each block whose seal holds.
+    A block that fails it (changed, another header's), holds more than ``BLOCK`` lines or
+    has no seal (torn: the index ends) is skipped whole; a line over ``MAX_LINE`` (no
+    newline) is damage, read around in bounded pieces and no line of any block; a read that
+    fails ends it."""
+    readline, crc, block, extra = lines.readline, zlib.crc32, [], False
     try:
         while line := readline(MAX_LINE):
             if line[-1] != "\n":
@@ -182,17 +193,33 @@ def _recorded(lines):
                     while (rest := readline(MAX_LINE)) and not rest.endswith("\n"):
                         pass
                 continue
-            # The checksum, five stamp numbers, the digest, the key, the name (``_seal``,
-            # inline: a function call per line was most of the checksum's cost).
-            parts = line.split(" ", 8)
-            if len(parts) != 9 or len(digest := parts[6]) != 64 or len(key := parts[7]) != 64 \
-                    or parts[0] != "%08x" % crc(line[_SEAL:].encode("utf-8", "surrogateescape")):
-                continue  # not a line, or one changed since it was sealed: damage
-            name = parts[8]
-            yield ((_unescape(name[:-1]) if "\\" in name else name[:-1]),
-                   line[_SEAL:-131 - len(name)], digest, key, line)
+            if line[0] != "#":  # an entry's line (a stamp's digits first): one of the block
+                if len(block) < BLOCK:
+                    block.append(line)
+                else:
+                    extra = True  # more than a seal covers: not as written
+                continue
+            if block and not extra and line == "#%08x\n" % crc(
+                    "".join(block).encode("utf-8", "surrogateescape"), seed):
+                yield from _entries(block)
+            block, extra = [], False
     except (OSError, UnicodeError):
         return
+
+
+def _entries(lines) -> list:
+    """The entries of ``lines`` (a sealed block): each one's stamp, digest, key and name;
+    a line that is not one is skipped. The stamp stays text: a stat is compared with it as
+    ``_line`` writes it (``_STAMP_TEXT``), so a stamp that is not five decimal numbers never
+    matches (the file is read). The parse is inline: it runs once per input of a rerun."""
+    found = []
+    for line in lines:
+        parts = line.split(" ", 7)  # five stamp numbers, the digest, the key, the name
+        if len(parts) == 8 and len(digest := parts[5]) == 64 and len(key := parts[6]) == 64:
+            name = parts[7]
+            found.append(((_unescape(name[:-1]) if "\\" in name else name[:-1]),
+                          line[:-131 - len(name)], digest, key, line))
+    return found
 
 
 def _open_regular(path: Path):
@@ -237,7 +264,7 @@ class InputIndex:
                 first = _bounded_line(self._old)
                 if first.startswith(HEADER) and first.endswith("\n"):
                     self.rekeyed = first != header(keyed_by)
-                    self._entries = _recorded(self._old)
+                    self._entries = _recorded(self._old, _seed(first))
                 else:
                     self._close_old()
         self._next = next(self._entries, None)
@@ -250,6 +277,7 @@ class InputIndex:
                              newline="\n")
             self._temp = temp
             self._put(header(keyed_by))
+            self._sealing = _seed(header(keyed_by))
 
     def vouch(self, paths) -> tuple[list, list, list]:
         """For each of ``paths``, in order, its recorded digest, key and line when its stat is
@@ -295,10 +323,16 @@ class InputIndex:
         """Write ``lines`` (recorded ones, and new ones from ``line``; None skipped) to the
         new index, in the inputs' order: the next run merges them. ``keys``, aligned with
         them, are the run's keys: a recorded line holding another keyer's (``rekeyed``) is
-        written with the run's key in its place; any other, as it was."""
+        written with the run's key in its place; any other, as it was. Sealed in blocks of
+        at most ``BLOCK`` lines (``_seal``)."""
+        if self._new is None:
+            return
         if self.rekeyed:
             lines = [line and _rekeyed(line, key) for line, key in zip(lines, keys)]
-        self._put("".join(filter(None, lines)))
+        kept = list(filter(None, lines))
+        for start in range(0, len(kept), BLOCK):
+            block = "".join(kept[start:start + BLOCK])
+            self._put(block + _seal(block, self._sealing))
 
     def _put(self, line: str) -> None:
         """Write one line of the new index; a failed write (a full disk) drops the new
