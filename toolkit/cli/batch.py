@@ -5,8 +5,9 @@ import os
 import sys
 
 from toolkit.cli import command, emit, finite
-from toolkit.errors import LedgerError, StorageError, ToolkitError
-from toolkit.liveness import HOSTNAME
+from toolkit.cli.run_summary import (cancel_command, emit_counts, ledger_counts, say_refused,
+                                     say_stopped, say_unsettled)
+from toolkit.errors import StorageError, ToolkitError
 
 
 @command("fixtures", "Write a seeded corpus of healthy and poison PDFs (byte-identical per seed).")
@@ -189,17 +190,17 @@ def _run(parser):
                                                    runner.worker)
                 witness.record_end(args.out, seen, runner.ledger)
             finally:
-                if runner.halted:  # read while the ledger is open (_ledger_counts)
-                    counts = _ledger_counts(runner.ledger)
+                if runner.halted:  # read while the ledger is open (ledger_counts)
+                    counts = ledger_counts(runner.ledger)
                 runner.close()
         provider.close()
         if stopped is not None:
-            return _say_stopped(stopped)
+            return say_stopped(stopped)
         # Strays (items of the ledger whose input is gone) are counted too, so the summary
         # matches `ledger`: a `pending=1` there is never missing here.
         for item in runner.strays if counts is not None else ():
             counts[item.state.value] += 1
-        _emit_counts(counts, runner.strays, args.json, len(runner.refused_options))
+        emit_counts(counts, runner.strays, args.json, len(runner.refused_options))
         if runner.halted:
             print(f"halted, no new work taken: {runner.halted}", file=sys.stderr)
             if runner.health_recorded is False:
@@ -211,10 +212,10 @@ def _run(parser):
         for error in dict.fromkeys(runner.local_errors):
             print(error, file=sys.stderr)
         if runner.refused_options:  # content the ledger holds under other options: bad input
-            _say_refused(list(runner.refused_options.values()))
+            say_refused(list(runner.refused_options.values()))
             return 2
         if runner.unsettled:
-            _say_unsettled(runner.unsettled, runner.held)
+            say_unsettled(runner.unsettled, runner.held)
             return 1
         if runner.strays:  # never claim rest while older items are left behind
             shown = ", ".join(f"{item.key[:12]} ({item.source}, {item.state.value})"
@@ -224,7 +225,7 @@ def _run(parser):
                   f"the inputs (changed or removed): {shown}{more}; put the input back and run "
                   "again, or cancel each:", file=sys.stderr)
             for item in runner.strays:
-                print(f"  {_cancel_command(args, item.key)}", file=sys.stderr)
+                print(f"  {cancel_command(args, item.key)}", file=sys.stderr)
             return 1
         if runner.local_errors:  # done items whose artifact is not under --out yet
             print("some artifacts are not in --out: clear the way and run again",
@@ -232,81 +233,6 @@ def _run(parser):
             return 1
         return 0
     return run
-
-
-def _say_stopped(name: str) -> int:
-    print(f"stopped by {name} at the end of a step, every lease released: run the same "
-          "command again to go on", file=sys.stderr)
-    return 1
-
-
-def _ledger_counts(ledger) -> dict | None:
-    """A halted run's counts: the ledger's, read after the halt. The run's own tally stops
-    where the halt did (a halt inside the first chunk's enqueue counts none of the items
-    that chunk recorded), and a script reading ``"items": 0`` would see an empty batch
-    that is not. None when the ledger cannot be read either: the counts are unknown."""
-    try:
-        return ledger.counts()
-    except (LedgerError, OSError):
-        return None
-
-
-def _emit_counts(counts, strays, as_json, refused: int = 0) -> None:
-    """The run's summary line (or JSON document); unknown counts are said to be unknown.
-    ``refused``: inputs refused for their options (``runner/other_options.py``)."""
-    if counts is None:
-        emit({"items": None, "by_state": None, "strays": None, "refused": refused,
-              "counts": "unknown"}, as_json,
-             "(items unknown: the ledger could not be read after the halt; `ledger` counts "
-             "them once it can)")
-        return
-    items = sum(counts.values())
-    more = f", strays={len(strays)}" if strays else ""
-    more += f", refused={refused}" if refused else ""
-    text = "  ".join(f"{state}={n}" for state, n in counts.items() if n) + \
-        f"  (items={items}{more})"
-    emit({"items": items, "by_state": counts, "strays": len(strays), "refused": refused},
-         as_json, text)
-
-
-def _cancel_command(args, key) -> str:
-    """``cancel`` for one item with this run's own --ledger and provider database. Cancel
-    reads the provider's database: with --provider-url it is the file the service was
-    started with (its --db), which this run never saw, so the line says so."""
-    from toolkit.advice import absolute, toolkit_command
-
-    command = toolkit_command("cancel", "--ledger", absolute(args.ledger), "--provider-db",
-                              absolute(args.provider_db) if args.provider_db else "DB",
-                              "--key", key)
-    return command if args.provider_db else f"{command}   (DB: the service's --db file)"
-
-
-def _say_unsettled(unsettled: int, held) -> None:
-    """Items not at rest when the run ended: those a live run holds (``held``: it settles
-    them; the batch is not complete yet, but a rerun now would only wait on their leases),
-    and the others ("run the same command again")."""
-    if held:
-        holders = ", ".join(dict.fromkeys(_holder(item) for item in held))
-        print(f"{len(held)} item(s) not at rest are held by a live run ({holders}) that will "
-              "settle them: wait for it to end (or check with `ledger` or `audit`)",
-              file=sys.stderr)
-    if unsettled > len(held):
-        print(f"{unsettled - len(held)} item(s) not at rest: run the same command again",
-              file=sys.stderr)
-
-
-def _holder(item) -> str:
-    """The live run holding ``item``'s lease, as the lease records it: its pid (and host)."""
-    host = (item.lease_host or "").partition("/")[0]
-    return f"pid {item.lease_pid}" + (f" on {host}" if host and host != HOSTNAME else "")
-
-
-def _say_refused(lines: list[str]) -> None:
-    """The inputs refused for their options (``runner/other_options.py``): five, then a count."""
-    for line in lines[:5]:
-        print(f"refused: {line}", file=sys.stderr)
-    if len(lines) > 5:
-        print(f"refused: {len(lines) - 5} more input(s) so", file=sys.stderr)
 
 
 def _existing_ledger(args) -> bool:
@@ -375,7 +301,7 @@ def _run_workers(args, inputs, provider, seen, stop):
         _witness_end(args)
     if stop.asked is not None and not result.errors and not result.halted and \
             (result.stopped or len(result.workers) < args.workers):  # else it ended first
-        return _say_stopped(stop.asked)
+        return say_stopped(stop.asked)
     counts = result.counts or {}
     items = sum(counts.values())
     refused = f", refused={len(result.refused)}" if result.refused else ""
@@ -393,10 +319,10 @@ def _run_workers(args, inputs, provider, seen, stop):
     if result.errors or result.halted or result.counts is None:
         return 1
     if result.refused:  # content the ledger holds under other options: bad input
-        _say_refused(result.refused)
+        say_refused(result.refused)
         return 2
     if result.unsettled:
-        _say_unsettled(result.unsettled, result.held)
+        say_unsettled(result.unsettled, result.held)
         return 1
     return 0
 
