@@ -96,7 +96,7 @@ def _salvage(args) -> int:
         if live_wal_connection(real):  # its history is not finished: as JSONL's lock refuses
             raise LedgerBusyError(f"SQLite ledger {path!r} is busy: open in another process; "
                                   "salvage it when that run ends")
-        from toolkit.ledger.sqlite import DamagedLedgerError, damage_of, damaged
+        from toolkit.ledger.sqlite_damage import DamagedLedgerError, damage_of, damaged
 
         try:
             with opened_view(path) as old:  # a private copy: the original is never written

@@ -10,7 +10,6 @@ import json
 import os
 import sqlite3
 
-from toolkit.advice import shell_words, toolkit_command
 from toolkit.documents import fsync_dir
 from toolkit.errors import LedgerError, StateConflictError, StorageError, ToolkitError
 from toolkit.ledger import PERMANENT, TERMINAL, Event, Item, Ledger, State
@@ -18,6 +17,7 @@ from toolkit.ledger.group import GroupCommit, SharedFlushes
 from toolkit.ledger.header import SALVAGED  # the mark's name: a meta row here, JSONL's header key
 from toolkit.ledger.records import ItemRow, detail_json, item_of
 from toolkit.ledger.sqlite_cache import DATA_VERSION, _LedgerTxn, _RowCache
+from toolkit.ledger.sqlite_damage import damage_of, damaged
 from toolkit.storage import sqlite_read, storage_error
 
 FORMAT = "resume-toolkit-ledger/1"
@@ -83,49 +83,6 @@ def _mark(db) -> dict | None:
 def _item(row) -> Item:
     # Columns are the dataclass fields in order (ITEM_COLUMNS): positional is exact.
     return item_of((row[0], _STATE_OF.get(row[1]) or _not_ours(row[0], row[1]), *row[2:]))
-
-
-# What SQLite answers for a file whose own bytes are wrong (cut short by an interrupted copy
-# or ``truncate``, pages zeroed, another format under the name): the ledger's damage, never
-# the storage's, so never "run again" (a rerun reads the same bytes).
-DAMAGE = ("SQLITE_CORRUPT", "SQLITE_NOTADB", "SQLITE_IOERR_SHORT_READ")
-
-
-class DamagedLedgerError(LedgerError):
-    """An SQLite ledger SQLite cannot read (``DAMAGE``): bad input, exit 2, with the way out."""
-
-
-def damage_of(exc: BaseException | None) -> str | None:
-    """SQLite's words when ``exc`` (or an exception it was raised from) is ``DAMAGE``."""
-    while exc is not None:
-        if str(getattr(exc, "sqlite_errorname", "")).startswith(DAMAGE):
-            return str(exc)
-        exc = exc.__cause__ or exc.__context__
-    return None
-
-
-def damaged(path, why: str, new=None, out=None) -> DamagedLedgerError:
-    """The one line for a damaged SQLite ledger at ``path`` (the user's name): what SQLite
-    said, then what works. The salvage reads nothing of it: moved aside, ``path`` is a ledger
-    gone, salvaged from what the witness in the runs' ``--out`` saw (every item not settled
-    for good parked, every new request looked up before it is sent)."""
-    from toolkit.storage import recorded
-
-    out = out or recorded(os.path.realpath(path)).get("out") or "OUT"
-    new = new or f"{os.path.splitext(str(path))[0]}.salvaged.sqlite"
-    try:  # .recover reads an SQLite file only
-        with open(path, "rb") as handle:
-            recover = handle.read(16) == b"SQLite format 3\x00"
-    except OSError:
-        recover = False
-    recover = f"`{shell_words('sqlite3', path, '.recover')}` shows the rows still readable; " \
-        if recover else ""
-    return DamagedLedgerError(
-        f"SQLite ledger {str(path)!r} is damaged ({why}): no run, view or salvage reads it, "
-        f"and running again repeats this; {recover}move it aside "
-        f"(`{shell_words('mv', path, f'{path}.damaged')}`), salvage from nothing "
-        f"(`{toolkit_command('ledger', path, '--salvage', new, '--out', out)}`: the witness "
-        f"there says what was lost), then run with --ledger {shell_words(new)}")
 
 
 class NotOursError(ToolkitError, ValueError):

@@ -124,7 +124,8 @@ def sqlite_pages(ledger, path) -> None:
     (``PRAGMA quick_check``: a page zeroed that an open, reading only the schema, never
     meets, and a run halted on mid-batch: "run again"). Every page read once: 0.4 s of CPU
     for a 147 MB ledger of 1M rows, a quarter of a run's read of its 200k items."""
-    from toolkit.ledger.sqlite import SqliteLedger, damage_of, damaged
+    from toolkit.ledger.sqlite import SqliteLedger
+    from toolkit.ledger.sqlite_damage import damage_of, damaged
 
     if not isinstance(ledger, SqliteLedger):
         return
@@ -176,7 +177,7 @@ def require_ledger_shape(path: Path) -> bool:
     if suffix != ".jsonl":
         with open(path, "rb") as handle:
             if handle.read(16) != b"SQLite format 3\x00":  # as SQLite's open words it
-                from toolkit.ledger.sqlite import damaged
+                from toolkit.ledger.sqlite_damage import damaged
 
                 raise damaged(path, "file is not a database")
     return True

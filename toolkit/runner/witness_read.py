@@ -46,7 +46,7 @@ def facts(ledger) -> dict | None:
         try:
             top, ident = sqlite_seq_and_id(ledger._db)
         except sqlite3.Error as exc:  # a page of events damaged: the ledger's own words
-            from toolkit.ledger.sqlite import damage_of, damaged
+            from toolkit.ledger.sqlite_damage import damage_of, damaged
             from toolkit.storage import storage_error
 
             raise (damaged(ledger.path, str(exc)) if damage_of(exc) else

@@ -1,0 +1,54 @@
+"""A damaged SQLite ledger: how it is recognised (SQLite's own error names) and the one
+line that says so, with the way out (move it aside, salvage from nothing, run again).
+
+The ledger's open (``sqlite.py``), the run's checks (``runner/ops.py``,
+``runner/witness_read.py``), ``ledger --salvage`` (``cli/inspect.py``) and the audit
+raise the same error with the same advice.
+"""
+
+import os
+
+from toolkit.advice import shell_words, toolkit_command
+from toolkit.errors import LedgerError
+
+# What SQLite answers for a file whose own bytes are wrong (cut short by an interrupted copy
+# or ``truncate``, pages zeroed, another format under the name): the ledger's damage, never
+# the storage's, so never "run again" (a rerun reads the same bytes).
+DAMAGE = ("SQLITE_CORRUPT", "SQLITE_NOTADB", "SQLITE_IOERR_SHORT_READ")
+
+
+class DamagedLedgerError(LedgerError):
+    """An SQLite ledger SQLite cannot read (``DAMAGE``): bad input, exit 2, with the way out."""
+
+
+def damage_of(exc: BaseException | None) -> str | None:
+    """SQLite's words when ``exc`` (or an exception it was raised from) is ``DAMAGE``."""
+    while exc is not None:
+        if str(getattr(exc, "sqlite_errorname", "")).startswith(DAMAGE):
+            return str(exc)
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def damaged(path, why: str, new=None, out=None) -> DamagedLedgerError:
+    """The one line for a damaged SQLite ledger at ``path`` (the user's name): what SQLite
+    said, then what works. The salvage reads nothing of it: moved aside, ``path`` is a ledger
+    gone, salvaged from what the witness in the runs' ``--out`` saw (every item not settled
+    for good parked, every new request looked up before it is sent)."""
+    from toolkit.storage import recorded
+
+    out = out or recorded(os.path.realpath(path)).get("out") or "OUT"
+    new = new or f"{os.path.splitext(str(path))[0]}.salvaged.sqlite"
+    try:  # .recover reads an SQLite file only
+        with open(path, "rb") as handle:
+            recover = handle.read(16) == b"SQLite format 3\x00"
+    except OSError:
+        recover = False
+    recover = f"`{shell_words('sqlite3', path, '.recover')}` shows the rows still readable; " \
+        if recover else ""
+    return DamagedLedgerError(
+        f"SQLite ledger {str(path)!r} is damaged ({why}): no run, view or salvage reads it, "
+        f"and running again repeats this; {recover}move it aside "
+        f"(`{shell_words('mv', path, f'{path}.damaged')}`), salvage from nothing "
+        f"(`{toolkit_command('ledger', path, '--salvage', new, '--out', out)}`: the witness "
+        f"there says what was lost), then run with --ledger {shell_words(new)}")
