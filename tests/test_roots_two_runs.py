@@ -185,10 +185,10 @@ def test_item_done_by_other_run_after_this_run_let_it_go_is_copied_into_own_out(
     ledger, db, outs = tmp_path / "b.sqlite", tmp_path / "p.sqlite", (tmp_path / "o1",
                                                                       tmp_path / "o2")
 
-    def start(inputs, out):
+    def start(inputs, out, *options):
         return subprocess.Popen(
             [sys.executable, "-m", "toolkit", "run", "--inputs", inputs, "--ledger", ledger,
-             "--provider-db", db, "--out", out, "--no-progress"],
+             "--provider-db", db, "--out", out, "--no-progress", *options],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     first = start(tmp_path / "in-0", outs[0])  # the batch's first run: o1 is the root
@@ -199,7 +199,14 @@ def test_item_done_by_other_run_after_this_run_let_it_go_is_copied_into_own_out(
     files, flocks = (ledger, db), [o / ".witness.json.lock" for o in outs]
     leased = lambda item: item is not None and item.state is not State.DONE and \
         item.lease_owner is not None  # noqa: E731
-    b = start(theirs, outs[1])
+    # The premise: B stopped while it holds X's lease and no lock. Executed at its submit,
+    # X went from intent to done in one stretch of B's work (~0.35 s on a loaded machine),
+    # free of locks only between its transactions, fsyncs and witness records, and looks
+    # spaced out by a loaded machine could all miss those moments (CI: B finished first).
+    # Its job runs at the provider on its sixth poll instead (``run-polls=6``): between
+    # polls B sleeps its backoff holding X's lease and no lock, the fifth time 0.8-1.6 s
+    # (RetryPolicy), longer than the looks below are apart short of a stall of this process.
+    b = start(theirs, outs[1], "--contract", "idempotent,run-polls=6")
     _until(lambda: b.poll() is not None or _stop_where(
         b, lambda by: leased(by.get("a-x.pdf")), files, flocks, ledger), "B holding X")
     assert b.poll() is None, "B finished before it could be stopped: the race is not set up"
