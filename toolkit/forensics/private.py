@@ -19,7 +19,7 @@ or its device fails a write), the error says so, naming TMPDIR (``ScratchFull``,
 it says nothing of the ledger. Each error of the copy is told where it happens
 (``_copy_file``): a read is the ledger's, a write TMPDIR's. A copy written whole is
 the ledger's bytes, so what SQLite then calls damage (malformed, not a database, a short
-read: ``sqlite.DAMAGE``) is the ledger's, in the ledger's words (exit 2), never TMPDIR's.
+read: ``sqlite_damage.DAMAGE``) is the ledger's, in the ledger's words (exit 2), never TMPDIR's.
 """
 
 import contextlib
@@ -247,8 +247,8 @@ def _for_user(exc: ToolkitError, name, path) -> ToolkitError:
     """``exc`` naming ``path`` for the private ``name``; ScratchFull if it is TMPDIR's: a
     full-disk errno, or any storage error of a private copy (SQLite writes only the copy's
     -wal and -shm, in TMPDIR: an -shm that does not fit is "disk I/O error"); the ledger's
-    damage (``sqlite.damaged``) when SQLite finds the copy, written whole, damaged."""
-    from toolkit.ledger.sqlite import damage_of, damaged
+    damage (``sqlite_damage.damaged``) when SQLite finds the copy, written whole, damaged."""
+    from toolkit.ledger.sqlite_damage import damage_of, damaged
 
     why = damage_of(exc)
     if why is not None:  # the copy's bytes are the ledger's: a failed write was ScratchFull
