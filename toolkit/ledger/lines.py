@@ -33,11 +33,16 @@ _ENCODE = _detail_encoder()
 _QUOTED = {name: _TEXT(name) for name in (*State, "add", "move", "claim", "release")}
 
 
-_DUMPS, _SORTED = orjson.dumps, orjson.OPT_SORT_KEYS
-# The types both encoders write alike (orjson also writes enums, dates, UUIDs and
-# dataclasses, where _LINE refuses them: those take _LINE, which raises as before).
-_SCALARS = frozenset({str, int, float, bool, type(None), State})
-_TEXTS = frozenset({str, State})
+_DUMPS = orjson.dumps
+_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_APPEND_NEWLINE
+# The types both encoders write alike, floats aside (orjson writes them alike only in
+# ``_plain_float``'s range): orjson also writes enums, dates, UUIDs and dataclasses, where
+# _LINE refuses them: those take _LINE, which raises as before. A bool or a State is
+# written alike too, wherever it stands (true/false; a State's text).
+_ALIKE = frozenset({str, int, bool, type(None), State})
+_TEXTS = frozenset({str, State})  # what a from- or to-state may be (``Event.to_json``)
+_BACKSLASH, _DEL = ord("\\"), 0x7F  # an int operand: ``in`` on bytes then takes memchr,
+# where a bytes operand is first tried as an int (a TypeError raised and cleared each time)
 
 
 def _plain_float(value: float) -> bool:
@@ -47,44 +52,56 @@ def _plain_float(value: float) -> bool:
     return value == 0 or 1e-4 <= abs(value) < 1e16
 
 
+def _alike(values) -> bool:
+    """Are all ``values`` written alike by both encoders? (``_ALIKE``, or a float in
+    ``_plain_float``'s range: a lease's expiry, say)."""
+    for value in values:
+        if type(value) is float:
+            if not (value == 0 or 1e-4 <= abs(value) < 1e16):  # _plain_float, inline
+                return False
+        elif type(value) not in _ALIKE:
+            return False
+    return True
+
+
 def _respaced(seq, ts, op, key, frm, to, attempt, worker, token, detail) -> bytes | None:
     """The event's line from one orjson call, respaced as ``_LINE`` writes it (``": "``,
     ``", "``), or None when the two encoders could differ.
 
     orjson writes compact UTF-8; ``_LINE`` ASCII with spaces after separators. They agree,
-    once respaced, on what this accepts: a flat detail of scalars
-    (``_SCALARS``), floats in ``_plain_float``'s range, ASCII text without escapes (no
-    backslash; no DEL, which ``_LINE`` escapes), no ``:`` or ``,`` inside a string. The
-    last is checked on the respaced line's length: orjson writes exactly the separators'
-    10 + n colons and 8 + n commas (9 when n is 0), so a longer line has one inside a
-    string. What orjson refuses (a lone surrogate, an int beyond 64 bits) or would alter
-    (NaN, written null) takes the other path. ``event_line`` has checked the types of
-    every part but the states and detail.
+    once respaced, on what this accepts: states as ``Event.to_json`` reads them, every
+    other part and every value of a flat ``detail`` of a type both write alike
+    (``_ALIKE``, floats in ``_plain_float``'s range), ASCII text without escapes (no
+    backslash; no DEL, which ``_LINE`` escapes), no ``:`` or ``,`` inside a string. The last is checked on the respaced line's length: orjson
+    writes exactly the separators' 10 + n colons and 8 + n commas (9 when n is 0), so a
+    longer line has one inside a string. What orjson refuses (a lone surrogate, an int
+    beyond 64 bits) or would alter (NaN, written null) takes the other path.
+
+    The checks cost less than the encoding: one C pass over the types of the parts and
+    one over the detail's (``frozenset.issuperset`` iterates a ``map`` without building
+    a set); only a detail holding a float (a claim's expiry) or a stranger is looked at
+    value by value (``_alike``).
     """
-    if type(ts) is float and not (ts == 0 or 1e-4 <= abs(ts) < 1e16):  # _plain_float
+    if not (type(detail) is dict
+            and type(to) in _TEXTS and (frm is None or type(frm) in _TEXTS)  # as to_json
+            and _ALIKE.issuperset(map(type, (seq, op, key, attempt, worker, token)))
+            and (type(ts) is int or (type(ts) is float
+                                     and (ts == 0 or 1e-4 <= abs(ts) < 1e16)))  # _plain_float
+            and (_ALIKE.issuperset(map(type, detail.values())) or _alike(detail.values()))):
         return None
-    values = detail.values()
-    kinds = set(map(type, values))
-    if not (_SCALARS.issuperset(kinds) and type(to) in _TEXTS
-            and (frm is None or type(frm) in _TEXTS)):
-        return None
-    if float in kinds:
-        for value in values:  # _plain_float, inline: claims carry two floats each
-            if type(value) is float and not (value == 0 or 1e-4 <= abs(value) < 1e16):
-                return None
     try:
         text = _DUMPS({"attempt": attempt, "detail": detail, "from": frm, "key": key, "op": op,
                        "seq": seq, "to": to, "token": token, "ts": ts, "worker": worker},
-                      option=_SORTED)
+                      option=_OPTIONS)
     except orjson.JSONEncodeError:
         return None
-    if not text.isascii() or b"\\" in text or b"\x7f" in text:
+    if not text.isascii() or _BACKSLASH in text or _DEL in text:
         return None
     line = text.replace(b":", b": ").replace(b",", b", ")
     fields = len(detail)  # one space after each separator: (10 + n) + (8 + n), or 10 + 9
     if len(line) - len(text) != (18 + 2 * fields if fields else 19):
         return None  # a ':' or ',' inside a string was respaced too
-    return line + b"\n"
+    return line
 
 
 def event_line(seq, ts, op, key, frm, to, attempt, worker, token, detail) -> bytes:
@@ -99,14 +116,13 @@ def event_line(seq, ts, op, key, frm, to, attempt, worker, token, detail) -> byt
     event's dict and sorting it per transition. Values of any other type (a NaN,
     a bool, an int subclass) take ``_LINE`` whole.
     """
+    line = _respaced(seq, ts, op, key, frm, to, attempt, worker, token, detail)
+    if line is not None:
+        return line
     if (type(seq) is int and type(attempt) is int and type(token) is int and type(op) is str
             and type(key) is str and (worker is None or type(worker) is str)
             and (type(ts) is int or (type(ts) is float and ts - ts == 0))
             and _ENCODE is not None):
-        if type(detail) is dict:
-            line = _respaced(seq, ts, op, key, frm, to, attempt, worker, token, detail)
-            if line is not None:
-                return line
         quoted = _QUOTED.get
         return (f'{{"attempt": {attempt}, "detail": {"".join(_ENCODE(detail, 0))}, "from": '
                 f'{"null" if frm is None else quoted(frm) or _TEXT(frm)}, "key": {_TEXT(key)}, '
