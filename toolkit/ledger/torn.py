@@ -10,12 +10,13 @@ cannot tell the two apart, so the writer takes the careful reading for both:
 1. On open, the torn tail's bytes are searched for the keys it may name (``tail_keys``,
    the writer's rule and the audit's): a whole ``"key": "<64 hex>"`` field (spaced any
    way: ``"key":"`` too); a key field cut inside its hex at the tail's end, 8 hex or
-   more left (a prefix): every item whose key starts with it and is not at rest; an
-   intent line cut before its key has 8 hex (the fields are written sorted, so the note
-   ``"intent"`` comes before the key): every item whose lease is held in a state an
-   intent moves from (only the lease holder writes an intent). A mark costs a lookup,
-   never a send, so every item the tail can be gets one. A tail naming none is cut as
-   before, at the first append.
+   more left (a prefix, up to all 64 before the closing quote): every item whose key
+   starts with it and is not at rest; an intent line cut before its key has 8 hex (the
+   fields are written sorted, so the note ``"intent"`` comes before the key), or a line
+   cut before its detail shows it is no intent (from its first byte ``{`` on): every item
+   whose lease is held in a state an intent moves from (only the lease holder writes an
+   intent). A mark costs a lookup, never a send, so every item the tail can be gets one.
+   A tail naming none is cut as before, at the first append.
 2. A tail naming a key (of an item not at rest) is cut at once, by one atomic rewrite of
    the file (temp file, fsync, rename, fsync of the folder: ``JsonlLedger._rewrite``, as
    a header upgrade does) whose header carries the mark ``"torn": [{"key": k, "after": s}]`` (``s``: the
@@ -43,10 +44,16 @@ from toolkit.ledger.transitions import PERMANENT, TERMINAL, State
 _FIELD = rb'"key"[ \t]*:[ \t]*"'
 CUT_KEY = re.compile(_FIELD + rb'([0-9a-f]{64})"')
 PREFIX = 8  # hex at least: 4 billion keys per prefix; fewer hex name too many items
-CUT_PREFIX = re.compile(_FIELD + rb'([0-9a-f]{%d,63})\Z' % PREFIX)  # cut inside its hex
+# cut inside its hex, or after it before the closing quote (64 hex: the whole key)
+CUT_PREFIX = re.compile(_FIELD + rb'([0-9a-f]{%d,64})\Z' % PREFIX)
 _NAMED = re.compile(_FIELD + rb'[0-9a-f]{%d}' % PREFIX)
 # An intent's head: its detail is ``{"note": "intent"}``, the only note starting "int".
 _INTENT = re.compile(rb'"detail"[ \t]*:[ \t]*\{[ \t]*"note"[ \t]*:[ \t]*"int')
+# The same head cut before "int (any spacing removed, the attempt's digits as 0): every
+# non-empty prefix of it may be an intent's (an add's or a claim's head differs only after it)
+_HEAD = b'{"attempt":0,"detail":{"note":"int'
+_SPACES = re.compile(rb'[ \t]+')
+_ATTEMPT = re.compile(rb'(?<=\A\{"attempt":)[0-9]+')
 _EVENT = b'{"attempt"'  # an event line's first field (sorted): where a glued one starts
 _NEW_REQUEST = frozenset({State.PENDING, State.FAILED, State.PARTIAL})
 _STATES = {state.value: state for state in State}
@@ -64,17 +71,27 @@ def tail_keys(tail: bytes, keys, item) -> list[str]:
 
     Whole keys first (kept even at rest: ``record_cut`` drops those). The last event of the
     tail (after its last ``{"attempt"``) cut inside its key's hex: the items not at rest
-    whose key starts with what is left; cut before 8 hex of its key, and an intent: the
-    items not at rest whose lease is held in a state an intent moves from."""
+    whose key starts with what is left; cut before 8 hex of its key, and an intent or
+    cut before its note shows whether it is one (``_head_of_an_intent``): the items not at
+    rest whose lease is held in a state an intent moves from."""
     named = cut_keys(tail)
     last = tail[max(tail.rfind(_EVENT), 0):]
     prefix = CUT_PREFIX.search(last)
     if prefix is not None:
         start = prefix.group(1).decode()
         named += [key for key in keys if key.startswith(start) and _moves(item(key))]
-    elif _NAMED.search(last) is None and _INTENT.search(last) is not None:
+    elif (_NAMED.search(last) is None and _INTENT.search(last) is not None) \
+            or _head_of_an_intent(tail):
         named += [key for key in keys if _moves(item(key), leased=True)]
     return list(dict.fromkeys(named))
+
+
+def _head_of_an_intent(tail: bytes) -> bool:
+    """Does the tail end in an event line cut before its intent's note reads ``"int``
+    (``{"attempt": 1, "detail": {"no``, or ``{`` alone)? Its last event starts after the
+    tail's last ``}`` (that head holds none; a whole event glued before it ends in one)."""
+    head = _SPACES.sub(b"", tail[tail.rfind(b"}") + 1:])
+    return bool(head) and _HEAD.startswith(_ATTEMPT.sub(b"0", head, count=1))
 
 
 def _moves(facts, leased=False) -> bool:
