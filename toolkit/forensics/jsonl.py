@@ -19,7 +19,7 @@ from toolkit.ledger.jsonl import SALVAGED
 from toolkit.forensics.jsonl_header import line_one, order_findings, torn_findings, \
     torn_notes
 from toolkit.ledger.replay import event_parts, whole_line
-from toolkit.ledger.salvage import lost_lines
+from toolkit.ledger.salvage import salvaged_note
 
 BOM = codecs.BOM_UTF8
 
@@ -263,8 +263,7 @@ def read_toolkit_jsonl(path) -> Raw:
         return raw
     headed = header is not None
     if headed and header.get(SALVAGED) is not None:  # written by ``ledger --salvage``
-        raw.notes.append(f"{lost_lines(header[SALVAGED])}: a run looks up every request "
-                         "this ledger never recorded before sending it")
+        raw.notes.append(salvaged_note(header[SALVAGED]))
     # The lines the typed decoder did not take: the ledger's own validator first
     # (``replay.event_parts``: 20.0 is no seq, -1 no attempt), then the fold's checks.
     def event(obj, line, _event=history.event):

@@ -36,6 +36,8 @@ from toolkit.forensics.sqlrows import (
     numbered,
 )
 from toolkit.forensics.model import Raw, register
+from toolkit.ledger.salvage import salvaged_note
+from toolkit.ledger.sqlite import salvage_mark
 
 TOOLKIT_FORMAT = "resume-toolkit-ledger/1"  # toolkit.ledger.sqlite.FORMAT
 ITEM_FIELDS = ("key", "state", "source", "attempt", "job_id", "failure", "reason", "artifact_path",
@@ -222,6 +224,9 @@ def read_toolkit_sqlite(db, schema) -> Raw:
     _require(schema, "items", ITEM_FIELDS, "toolkit-sqlite")
     _require(schema, "events", EVENT_FIELDS, "toolkit-sqlite")
     raw = Raw()
+    mark = salvage_mark(db)  # the ledger's own reading of its meta row (salvage_sqlite)
+    if mark is not None:
+        raw.notes.append(salvaged_note(mark))
     history = History(Raw(), numbered=False)  # the fold, kept apart from the items table
     detail_of = detail_reader() if lines.FAST else parse_json_column
     rows = item_rows(db, ", ".join(f'"{name}"' for name in ITEM_FIELDS))

@@ -111,7 +111,7 @@ class Ledger:
     # The mark of a ledger written by ``ledger --salvage`` (salvage.py), or None: lines were
     # lost before it, so any request it never recorded may have been sent (the runner looks
     # each one up before sending it). Read at open: JSONL's header line, SQLite's meta row
-    # (``sqlite._mark``); a PostgreSQL ledger is never salvaged.
+    # (``sqlite.salvage_mark``); a PostgreSQL ledger is never salvaged.
     salvaged: dict | None = None
 
     def __init__(self, path, *, durable: bool = True, clock=time.time, on_event=None):

@@ -260,6 +260,12 @@ _SNAPSHOTS_LOST = {"cut_header": "the header line (cut inside it)",
                    "snapshot_mismatch": "snapshot lines the header did not count"}
 
 
+def salvaged_note(mark) -> str:
+    """The audit's note on a salvaged ledger (JSONL's header mark, SQLite's meta row)."""
+    return (f"{lost_lines(mark)}: a run looks up every request this ledger never recorded "
+            "before sending it")
+
+
 def lost_lines(mark) -> str:
     """A salvage mark in words: ``'salvaged from L.jsonl (the events of seq 3-9 (7 events))'``,
     then each earlier salvage's (``', earlier from K.jsonl (corrupt lines 4)'``)."""

@@ -10,13 +10,19 @@ parking every item not settled for good (``salvage.conclude``: the rule JSONL sa
 follows). A run on NEW then looks up every request it never recorded before sending it
 (``runner.salvaged``).
 
-NEW is JSONL or SQLite by its suffix. SQLite: the mark is a meta row (``sqlite._mark``
+NEW is JSONL or SQLite by its suffix. SQLite: the mark is a meta row (``sqlite.salvage_mark``
 reads it into ``Ledger.salvaged``, as JSONL's header is read), written in the transaction
 that writes the items, into a temp file in NEW's folder that is linked into place only
 once it reads back whole: no process ever sees a NEW without its mark, and a NEW made
 meanwhile is never replaced (``os.link``).
+
+An SQLite ledger has no snapshot line: every items row stands on its events (the audit
+folds them and holds each row to their end). So each item gets the shortest history the
+one transition policy allows from its ``add`` to its state (``_history``), each move noted
+as salvage's, the last carrying the item's fields: NEW audits as the JSONL salvage does.
 """
 
+import collections
 import contextlib
 import json
 import os
@@ -25,7 +31,12 @@ from pathlib import Path
 
 from toolkit.errors import ToolkitError
 from toolkit.ledger.header import ROWLESS, SALVAGED
+from toolkit.ledger.records import MUTABLE_FIELDS, detail_json
 from toolkit.ledger.salvage import Found, check_new, conclude
+from toolkit.ledger.transitions import TRANSITIONS, State, why_illegal
+
+# Each move of a salvaged item's history says so: written by salvage, not by a run.
+NOTE = "salvage: this item's state as read, not its events"
 
 
 def salvage_sqlite(old, path, new_path, loss=None) -> dict:
@@ -61,13 +72,13 @@ def write_sqlite(new_path: Path, items: dict, mark, mode: int) -> None:
     """A new SQLite ledger at ``new_path`` holding ``items`` and, when ``mark`` is not None,
     the salvage mark: one transaction, in a temp file linked into place once it reads back.
 
-    Order: the temp ledger's schema (its own first transaction), then the items and the mark
-    (one transaction), then close (the last connection checkpoints its WAL into the file and
+    Order: the temp ledger's schema (its own first transaction), then the items, their
+    histories (``_history``) and the mark (one transaction), then close (the last connection checkpoints its WAL into the file and
     removes it), read back, chmod, fsync, ``os.link`` (never over a file), fsync the folder.
     A crash before the link leaves only the temp file (a dot name), never a NEW unmarked.
     """
     from toolkit.documents import fsync_dir
-    from toolkit.ledger.sqlite import INSERT_ITEM, ITEM_COLUMNS, SqliteLedger
+    from toolkit.ledger.sqlite import INSERT_EVENT, INSERT_ITEM, ITEM_COLUMNS, SqliteLedger
 
     tmp = new_path.with_name(f".{new_path.name}.salvage-{os.getpid()}")
     try:
@@ -78,6 +89,8 @@ def write_sqlite(new_path: Path, items: dict, mark, mode: int) -> None:
                     (item.key, item.state.value, *(getattr(item, name)
                                                    for name in ITEM_COLUMNS[2:]))
                     for item in items.values()))
+                ledger._db.executemany(INSERT_EVENT, (
+                    event for item in items.values() for event in _history(item)))
                 if mark is not None:
                     ledger._db.execute("INSERT INTO meta VALUES (?, ?)",
                                        (SALVAGED, json.dumps(mark, sort_keys=True)))
@@ -129,3 +142,30 @@ def mark_rowless(path, mark: dict) -> bool:
         return False
     finally:
         db.close()
+
+
+def _history(item):
+    """The event rows (INSERT_EVENT's values) of ``item``'s shortest legal history: its add
+    (source, no digest: as a JSONL snapshot, the item keeps none), then the moves the
+    transition policy allows from ``pending`` to its state, found breadth first (a failed
+    transient item goes through ``unknown``: ``pending -> failed`` is poison's alone), the
+    last carrying the item's fields, so the fold of these rows is the items row's state."""
+    fields = {name: getattr(item, name) for name in MUTABLE_FIELDS
+              if getattr(item, name) is not None}
+    paths, queue = {State.PENDING: ()}, collections.deque([State.PENDING])
+    while queue and item.state not in paths:
+        frm = queue.popleft()
+        for to in sorted(TRANSITIONS[frm], key=list(State).index):  # one order, every time
+            last = to is item.state
+            if to not in paths and why_illegal(frm, to, None, fields if last else {}) is None:
+                paths[to] = (*paths[frm], to)
+                queue.append(to)
+    ts, key = item.updated, item.key
+    rows = [(ts, "add", key, None, "pending", 0, None, 0, detail_json({"source": item.source}))]
+    frm = State.PENDING
+    for to in paths.get(item.state, (item.state,)):  # none legal: the one move, as it is
+        detail = {"note": NOTE, **(fields if to is item.state else {})}
+        rows.append((ts, "move", key, frm.value, to.value, item.attempt, None, item.token,
+                     detail_json(detail)))
+        frm = to
+    return rows

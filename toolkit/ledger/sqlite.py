@@ -66,7 +66,7 @@ _STATE_OF = {state.value: state for state in State}  # a dict lookup, not an Enu
 _TEXT = {None: None, **{state: state.value for state in State}}
 
 
-def _mark(db) -> dict | None:
+def salvage_mark(db) -> dict | None:
     """The salvage mark of an SQLite ledger (``ledger --salvage`` writes it into the new file
     in the transaction that writes its items: ``salvage_sqlite.py``), or None. A row there
     marks the ledger whatever its value reads as: never unmarked by a bad value."""
@@ -151,7 +151,7 @@ class SqliteLedger(Ledger):
                     if name not in have:
                         self._db.execute(f"ALTER TABLE items ADD COLUMN {name} {kind}")
             fmt = self._db.execute("SELECT value FROM meta WHERE name='format'").fetchone()
-            self.salvaged = _mark(self._db)  # ``Ledger.salvaged``: read once, as JSONL's header
+            self.salvaged = salvage_mark(self._db)  # ``Ledger.salvaged``: read once, as JSONL's header
             self._cache.declare({row[1]: row[2].upper() for row in
                                  self._db.execute("PRAGMA table_info(items)")})
         except StorageError as exc:
