@@ -24,6 +24,7 @@ as salvage's, the last carrying the item's fields: NEW audits as the JSONL salva
 
 import collections
 import contextlib
+import functools
 import json
 import os
 import stat
@@ -33,7 +34,7 @@ from toolkit.errors import ToolkitError
 from toolkit.ledger.header import ROWLESS, SALVAGED
 from toolkit.ledger.records import MUTABLE_FIELDS, detail_json
 from toolkit.ledger.salvage import Found, check_new, conclude
-from toolkit.ledger.transitions import TRANSITIONS, State, why_illegal
+from toolkit.ledger.transitions import ARTIFACT_FIELDS, TRANSITIONS, State, why_illegal
 
 # Each move of a salvaged item's history says so: written by salvage, not by a run.
 NOTE = "salvage: this item's state as read, not its events"
@@ -146,26 +147,37 @@ def mark_rowless(path, mark: dict) -> bool:
 
 def _history(item):
     """The event rows (INSERT_EVENT's values) of ``item``'s shortest legal history: its add
-    (source, no digest: as a JSONL snapshot, the item keeps none), then the moves the
-    transition policy allows from ``pending`` to its state, found breadth first (a failed
-    transient item goes through ``unknown``: ``pending -> failed`` is poison's alone), the
-    last carrying the item's fields, so the fold of these rows is the items row's state."""
+    (source, no digest: as a JSONL snapshot, the item keeps none), then ``_path``'s moves,
+    the last carrying the item's fields, so the fold of these rows is the items row's state."""
     fields = {name: getattr(item, name) for name in MUTABLE_FIELDS
               if getattr(item, name) is not None}
-    paths, queue = {State.PENDING: ()}, collections.deque([State.PENDING])
-    while queue and item.state not in paths:
-        frm = queue.popleft()
-        for to in sorted(TRANSITIONS[frm], key=list(State).index):  # one order, every time
-            last = to is item.state
-            if to not in paths and why_illegal(frm, to, None, fields if last else {}) is None:
-                paths[to] = (*paths[frm], to)
-                queue.append(to)
     ts, key = item.updated, item.key
     rows = [(ts, "add", key, None, "pending", 0, None, 0, detail_json({"source": item.source}))]
     frm = State.PENDING
-    for to in paths.get(item.state, (item.state,)):  # none legal: the one move, as it is
+    for to in _path(item.state, fields.get("failure"),
+                    tuple(name in fields for name in ARTIFACT_FIELDS)):
         detail = {"note": NOTE, **(fields if to is item.state else {})}
         rows.append((ts, "move", key, frm.value, to.value, item.attempt, None, item.token,
                      detail_json(detail)))
         frm = to
     return rows
+
+
+@functools.cache  # what ``why_illegal`` reads of the item: its failure, which artifact fields
+def _path(state, failure, artifact) -> tuple:
+    """The states from ``pending`` to ``state`` by the fewest moves the transition policy
+    allows, found breadth first, the last move judged with the item's ``failure`` and
+    ``artifact`` fields (a failed transient item goes through ``unknown``: ``pending ->
+    failed`` is poison's alone); none legal (a done without its artifact): the one move,
+    as it is, which the audit then names."""
+    after = {"failure": failure, **{name: 1 for name, kept in zip(ARTIFACT_FIELDS, artifact)
+                                    if kept}}
+    paths, queue = {State.PENDING: ()}, collections.deque([State.PENDING])
+    while queue and state not in paths:
+        frm = queue.popleft()
+        for to in sorted(TRANSITIONS[frm], key=list(State).index):  # one order, every time
+            if to not in paths and why_illegal(frm, to, None, after if to is state else {}) \
+                    is None:
+                paths[to] = (*paths[frm], to)
+                queue.append(to)
+    return paths.get(state, (state,))
