@@ -74,8 +74,9 @@ def write_sqlite(new_path: Path, items: dict, mark, mode: int) -> None:
     the salvage mark: one transaction, in a temp file linked into place once it reads back.
 
     Order: the temp ledger's schema (its own first transaction), then the items, their
-    histories (``_history``) and the mark (one transaction), then close (the last connection checkpoints its WAL into the file and
-    removes it), read back, chmod, fsync, ``os.link`` (never over a file), fsync the folder.
+    histories (``_history``) and the mark (one transaction), then close (the last
+    connection checkpoints its WAL into the file and removes it), read back, chmod, fsync,
+    ``os.link`` (never over a file), fsync the folder.
     A crash before the link leaves only the temp file (a dot name), never a NEW unmarked.
     """
     from toolkit.documents import fsync_dir

@@ -151,7 +151,8 @@ class SqliteLedger(Ledger):
                     if name not in have:
                         self._db.execute(f"ALTER TABLE items ADD COLUMN {name} {kind}")
             fmt = self._db.execute("SELECT value FROM meta WHERE name='format'").fetchone()
-            self.salvaged = salvage_mark(self._db)  # ``Ledger.salvaged``: read once, as JSONL's header
+            # ``Ledger.salvaged``: read once, as JSONL's header
+            self.salvaged = salvage_mark(self._db)
             self._cache.declare({row[1]: row[2].upper() for row in
                                  self._db.execute("PRAGMA table_info(items)")})
         except StorageError as exc:
