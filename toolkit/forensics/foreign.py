@@ -13,6 +13,7 @@ import re
 from toolkit import roots
 from toolkit.forensics.lines import MAX_LINE
 from toolkit.forensics.model import EVENT_COLUMNS, Raw, Record
+from toolkit.ledger.members import loads as loads_unique
 
 PATH_FIELDS = ("artifact_path", "output", "artifact", "path")
 SIZE_FIELDS = ("artifact_size", "size")
@@ -122,8 +123,8 @@ def named_in(line) -> list[str]:
     a line glued to the next (a torn append, then the next append) holds two records."""
     if type(line) is not bytes:
         return []  # unreadable (over the line limit): nothing to name
-    try:
-        obj = json.loads(line)
+    try:  # a line naming "file" twice names both (members.py: no one object)
+        obj = loads_unique(line)
     except (ValueError, RecursionError):
         obj = None
     names = [obj.get("file")] if type(obj) is dict else []

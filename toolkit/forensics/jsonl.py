@@ -18,16 +18,21 @@ from toolkit.ledger.gaps import blank, describe, missing_ranges
 from toolkit.ledger.jsonl import SALVAGED
 from toolkit.forensics.jsonl_header import line_one, order_findings, torn_findings, \
     torn_notes
-from toolkit.ledger.replay import event_parts, whole_line
+from toolkit.ledger.members import (STRICT, DuplicateMember, batch_named_twice, duplicate,
+                                    named_twice)
+from toolkit.ledger.replay import MEMBERS, event_parts, whole_line
 from toolkit.ledger.salvage import salvaged_note
 
 BOM = codecs.BOM_UTF8
 
 
 def _slow(text: str):
-    """(object, None) or (None, why it is not one JSON value): json.loads with its reasons."""
+    """(object, None) or (None, why it is not one JSON value): json.loads with its reasons
+    (a member named twice is one: ``members.STRICT``)."""
     try:
-        return json.loads(text), None
+        return STRICT.decode(text), None
+    except DuplicateMember as exc:  # JSON, but no one object (members.py)
+        return None, str(exc)
     except ValueError as exc:  # JSONDecodeError, or an integer over the digit limit
         return None, f"not JSON: {getattr(exc, 'msg', exc)}"
     except RecursionError:
@@ -106,7 +111,7 @@ def _read_lines(path, raw: Raw, use, fast=None, batch=None, unparsed=None, whole
     """
     import msgspec
 
-    scan = json.scanner.make_scanner(json.JSONDecoder())  # the C scanner under json.loads
+    scan = json.scanner.make_scanner(STRICT)  # the C scanner under json.loads (members.py)
     decode, failed = msgspec.json.Decoder().decode, msgspec.DecodeError
     reader = LineReader(path)
     only_reference = not reading.FAST
@@ -128,8 +133,9 @@ def _read_lines(path, raw: Raw, use, fast=None, batch=None, unparsed=None, whole
                     obj = decode(line)
                 except failed:
                     why = _reference(scan, line, number, use)
-                else:
-                    why = use(obj, number) if type(obj) is dict else \
+                else:  # (a flat object's colons are its members': ``members.duplicate``)
+                    why = use(obj, number) if type(obj) is dict and (
+                        line.count(b":") == len(obj) or not duplicate(line, obj)) else \
                         _reference(scan, line, number, use)
             else:
                 why = _reference(scan, line, number, use)
@@ -168,7 +174,7 @@ def _event_reader(history: History, headed: bool, report):
         msgspec.DecodeError, msgspec.UNSET, NOT_MINE
     apply, fold, push_many = history.apply, history.fold, history.columns.push_many
     items, workers = history.items, history.workers
-    _bytes, _int = bytes, int
+    _bytes, _int, members = bytes, int, MEMBERS
 
     def fast(line, number):
         if type(line) is not _bytes or (headed and number == 1):
@@ -177,8 +183,8 @@ def _event_reader(history: History, headed: bool, report):
             e = decode(line)
         except failed:
             return mine
-        if e.snapshot is not unset:
-            return mine
+        if e.snapshot is not unset or named_twice(line, e, members):
+            return mine  # (a member named twice: the reference way words it)
         return apply(e.seq, e.ts, e.op, e.key, e.frm, e.to, e.attempt, e.worker, e.token,
                      e.detail, number)
 
@@ -198,6 +204,10 @@ def _event_reader(history: History, headed: bool, report):
         except (failed, TypeError):  # TypeError: a Bad marker, not bytes
             return False
         if [e.snapshot for e in events].count(unset) != len(events):
+            return False
+        # a member named twice (members.py): the batch goes line by line, where the
+        # reference way words it; one byte count a line when its colons are its members'
+        if batch_named_twice(lines, events, members):
             return False
         codes, dropped = [], []
         applied = codes.append

@@ -87,8 +87,11 @@ class JsonlLedger(Ledger):
             # A path that cannot be a file is bad input; an I/O failure is the storage's.
             bad_input = isinstance(exc, (UnicodeError, IsADirectoryError, NotADirectoryError,
                                          PermissionError, FileNotFoundError))
+            # A file it may read but not write (mode 444): the open for appending is refused.
+            verb = "write" if isinstance(exc, PermissionError) and os.access(
+                self.path, os.R_OK) and not os.access(self.path, os.W_OK) else "read"
             raise (LedgerError if bad_input else StorageError)(
-                f"cannot read JSONL ledger {str(self.path)!r}: {exc}") from exc
+                f"cannot {verb} JSONL ledger {str(self.path)!r}: {exc}") from exc
 
     def _replay(self):
         """Items and damage from the file (``replay.py``): its events are read again

@@ -10,15 +10,14 @@ event) when it takes the line whole: every field of the type an event written by
 toolkit has, ``from``/``to`` a state's value, no ``snapshot``. Any other line -- the header,
 a snapshot, a wrong type, a NaN, a lone surrogate, a BOM, a line not UTF-8, an integer past
 the digit limit -- goes the reference way (``parse_line``: ``json.loads``), which gives the
-verdict it always gave. Where both accept a line they read the same values (last duplicate
-key wins, exact integers, correctly rounded floats: tests/test_jsonl_replay_paths.py
-feeds odd lines to both and compares the ledgers' verdicts); ``FAST = False`` takes the
-reference way for every line.
+verdict it always gave. A line that names a member twice is corrupt either way
+(``members.py``). Where both accept a line they read the same values (exact integers,
+correctly rounded floats: tests/test_jsonl_replay_paths.py feeds odd lines to both and
+compares the ledgers' verdicts); ``FAST = False`` takes the reference way for every line.
 """
 
 import codecs
 import itertools
-import json
 import os
 import re
 import typing
@@ -29,6 +28,7 @@ from toolkit.errors import LedgerError
 from toolkit.ledger.gaps import (LINE_LIMIT, blank, missing_ranges, out_of_order, snapshot_base,
                                  snapshot_damage)
 from toolkit.ledger.header import read_header
+from toolkit.ledger.members import duplicate, loads, named_twice
 from toolkit.ledger.records import Event, Item, apply_event, fold
 from toolkit.ledger.torn import ledger_tail_keys, marks_of, spends
 from toolkit.ledger.transitions import State
@@ -55,7 +55,7 @@ def parse_line(raw: bytes) -> tuple[Event | None, Item | None, int]:
 
     Text first (``decode``): ``json.loads`` of bytes would skip a BOM, which before any
     line but line 1 is damage (the caller strips line 1's), as the audit reads it."""
-    obj = json.loads(raw.decode("utf-8"))
+    obj = loads(raw.decode("utf-8"))  # a member named twice: DuplicateMember (members.py)
     if not isinstance(obj, dict):
         raise TypeError("line is not a JSON object")
     if SNAPSHOT in obj:
@@ -96,6 +96,9 @@ class EventLine(msgspec.Struct, gc=False):
 
 
 _decode, _refused = msgspec.json.Decoder(EventLine).decode, msgspec.DecodeError
+# The members of an event line but its detail's: the colons of a line that names none
+# twice and holds none in a value (``members.named_twice``)
+MEMBERS = len(msgspec.structs.fields(EventLine)) - 1  # all but ``snapshot``
 
 
 def event_parts(obj: dict) -> tuple:
@@ -150,6 +153,8 @@ def _parts(raw: bytes):
         ts = float(e.ts)
     except OverflowError:  # no float holds it: the reference way says corrupt
         return None
+    if named_twice(raw, e, MEMBERS):
+        return None  # the reference way says corrupt (a member named twice)
     return e.seq, ts, e.op, e.key, frm, to, e.attempt, e.worker, e.token, e.detail
 
 
@@ -217,7 +222,7 @@ def replay(ledger, fd: int) -> None:
     ledger.long_lines = []  # (line, size) of the corrupt lines over the limit (gaps.too_long)
     corrupt, affected, orphans = ledger.corrupt_lines, ledger.affected_keys, ledger.orphans
     get, states, unset = state.get, _STATES, msgspec.UNSET
-    fast = FAST
+    fast, members = FAST, MEMBERS
     header, base = None, 0
     expected, regular, unfolded, unreadable = 1, True, [], 0
     snapshots, moved, trail, before = [], None, None, None
@@ -260,6 +265,13 @@ def replay(ledger, fd: int) -> None:
                         frm is None or (frm := states.get(frm)) is not None):
                     parts = (e.seq, float(e.ts), e.op, e.key, frm, to, e.attempt, e.worker,
                              e.token, e.detail)
+                    # a member named twice: the reference way says corrupt (members.py
+                    # ``named_twice``, inline: a byte count when the colons past the
+                    # members' are none, or the worker's read literally)
+                    extra = raw.count(b":") - members - len(e.detail)
+                    if extra and (e.worker is None or extra != e.worker.count(":")
+                                  or b"\\" in raw) and duplicate(raw, e):
+                        parts = None
             except (_refused, OverflowError):
                 parts = None
         try:
