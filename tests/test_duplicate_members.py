@@ -17,7 +17,7 @@ import pytest
 
 from toolkit.cli import main
 from toolkit.documents import make_corpus
-from toolkit.forensics import audit, lines as audit_lines
+from toolkit.forensics import audit, jsonl as audit_jsonl, lines as audit_lines
 from toolkit.ledger import open_ledger, replay
 
 
@@ -32,13 +32,14 @@ def batch(tmp_path_factory):
     return root, (root / "l.jsonl").read_bytes().split(b"\n")
 
 
-def _edited(tmp_path, batch, number, edit):
-    """A copy of the batch (its ledger's line ``number`` edited) in ``tmp_path``."""
+def _edited(tmp_path, batch, number, edit, every=None):
+    """A copy of the batch (its ledger's line ``number`` edited, after ``every`` line)
+    in ``tmp_path``."""
     root, lines = batch
     for name in ("in", "out"):
         shutil.copytree(root / name, tmp_path / name)
     shutil.copy(root / "p.db", tmp_path / "p.db")
-    lines = list(lines)
+    lines = list(lines) if every is None else list(map(every, lines))
     lines[number - 1] = edit(lines[number - 1])
     (tmp_path / "l.jsonl").write_bytes(b"\n".join(lines))
     return tmp_path / "l.jsonl"
@@ -82,7 +83,7 @@ def test_done_line_naming_to_twice_is_corrupt_for_ledger_run_and_audit(
 
 
 def test_detail_member_named_twice_is_corrupt_and_colons_in_values_are_not(
-        tmp_path, batch, paths, capsys):
+        tmp_path, batch, paths, monkeypatch):
     """Fault: a done line whose detail names ``job_id`` twice, in a line whose worker
     (``host:pid``) holds a colon, so the colon count cannot rule it out; one naming ``to``
     twice whose worker's colon is escaped (``\\u003a``: a colon no byte count sees).
@@ -94,9 +95,14 @@ def test_detail_member_named_twice_is_corrupt_and_colons_in_values_are_not(
     with open_ledger(path, view=True) as ledger:
         assert ledger.corrupt_lines == [number] and ledger.damaged
     assert audit(str(path)).corrupt_lines == [number]
-    # the worker's colon escaped (\u003a: decoded, no byte counts it) and "to" twice
-    escaped = _edited(tmp_path / "escaped", batch, number, lambda line: line.replace(
-        b'"worker": "vm:', b'"worker": "vm\\u003a').replace(b'"to": ', b'"to": "x", "to": '))
+    # the worker's colon escaped (\u003a: decoded, no byte counts it) and "to" twice, in a
+    # ledger whose only colons in values are the workers' (a lease owner's made a dash)
+    escaped = _edited(
+        tmp_path / "escaped", batch, number,
+        lambda line: line.replace(b'"worker": "vm:', b'"worker": "vm\\u003a').replace(
+            b'"to": ', b'"to": "pending", "to": '),
+        lambda line: line.replace(b'"lease_owner": "vm:', b'"lease_owner": "vm-'))
+    monkeypatch.setattr(audit_jsonl, "BATCH", 2)  # its line in a batch of its own
     with open_ledger(escaped, view=True) as ledger:
         assert ledger.corrupt_lines == [number]
     assert audit(str(escaped)).corrupt_lines == [number]

@@ -15,10 +15,15 @@ than members): the callers count. A line with more colons (one in a value: a wor
 
 import json
 from itertools import repeat
+from operator import attrgetter
 
 import msgspec
 
 _encode = msgspec.json.Encoder().encode
+_detail, _worker = attrgetter("detail"), attrgetter("worker")
+# An escape's first byte, as an int: ``BACKSLASH in raw`` is one memchr, where ``b"\\" in
+# raw`` first tries the bytes as an int and raises (measured: 14 ns against 141 a line)
+BACKSLASH = ord("\\")
 
 
 class DuplicateMember(ValueError):
@@ -58,23 +63,25 @@ def named_twice(raw: bytes, event, members: int) -> str | None:
     line: ``\\u003a`` decodes to a colon that no byte counted), else ``duplicate``."""
     extra = raw.count(b":") - members - len(event.detail)
     if not extra or (event.worker is not None and extra == event.worker.count(":")
-                     and b"\\" not in raw):
+                     and BACKSLASH not in raw):
         return None
     return duplicate(raw, event)
 
 
 def batch_named_twice(lines: list, events: list, members: int) -> bool:
-    """``named_twice`` of any of these event lines (``events``: their decodings): one C
-    loop of byte counts; a line by itself only where the colons are not the members'."""
-    colons = list(map(bytes.count, lines, repeat(b":")))
-    plain = [members + len(e.detail) for e in events]
-    if colons == plain:
+    """``named_twice`` of any of these event lines (``events``: their decodings), in a few
+    C loops: a line's colons are never fewer than its decoding's members (nor, with no
+    escape in the line, than those plus its worker's colons), so the sums are equal only
+    if every line's are; a line by itself only when they are not."""
+    colons = sum(map(bytes.count, lines, repeat(b":")))
+    expected = members * len(events) + sum(map(len, map(_detail, events)))
+    if colons == expected:
         return False
-    for line, count, base, e in zip(lines, colons, plain, events):
-        if count != base and (e.worker is None or count - base != e.worker.count(":")
-                              or b"\\" in line) and duplicate(line, e):
-            return True
-    return False
+    if colons == expected + sum(map(str.count, filter(None, map(_worker, events)),
+                                    repeat(":"))) and \
+            not any(map(bytes.__contains__, lines, repeat(BACKSLASH))):
+        return False
+    return any(map(named_twice, lines, events, repeat(members)))
 
 
 def duplicate(raw: bytes, decoded) -> str | None:
@@ -88,8 +95,12 @@ def duplicate(raw: bytes, decoded) -> str | None:
     nested objects too, one colon each) unless a member was dropped (named twice, or not
     a field). An escape (``\\u003a`` is a colon decoded, none read) or a count that differs
     is read the exact way: json with every pair seen."""
-    if b"\\" not in raw and raw.count(b":") == _encode(decoded).count(b":"):
-        return None
+    if BACKSLASH not in raw:
+        try:
+            if raw.count(b":") == _encode(decoded).count(b":"):
+                return None
+        except (TypeError, ValueError, OverflowError):  # json's: an int past 64 bits
+            pass
     try:
         loads(raw)
     except DuplicateMember as exc:

@@ -18,6 +18,7 @@ compares the ledgers' verdicts); ``FAST = False`` takes the reference way for ev
 
 import codecs
 import itertools
+import json
 import os
 import re
 import typing
@@ -28,7 +29,7 @@ from toolkit.errors import LedgerError
 from toolkit.ledger.gaps import (LINE_LIMIT, blank, missing_ranges, out_of_order, snapshot_base,
                                  snapshot_damage)
 from toolkit.ledger.header import read_header
-from toolkit.ledger.members import duplicate, loads, named_twice
+from toolkit.ledger.members import BACKSLASH, DuplicateMember, duplicate, named_twice
 from toolkit.ledger.records import Event, Item, apply_event, fold
 from toolkit.ledger.torn import ledger_tail_keys, marks_of, spends
 from toolkit.ledger.transitions import State
@@ -55,9 +56,11 @@ def parse_line(raw: bytes) -> tuple[Event | None, Item | None, int]:
 
     Text first (``decode``): ``json.loads`` of bytes would skip a BOM, which before any
     line but line 1 is damage (the caller strips line 1's), as the audit reads it."""
-    obj = loads(raw.decode("utf-8"))  # a member named twice: DuplicateMember (members.py)
+    obj = json.loads(raw.decode("utf-8"))
     if not isinstance(obj, dict):
         raise TypeError("line is not a JSON object")
+    if why := duplicate(raw, obj):  # (members.py: json with a hook costs 2.5x json)
+        raise DuplicateMember(why)
     if SNAPSHOT in obj:
         if type(obj["seq"]) is not int:  # 20.0 is no seq (the audit's rule too)
             raise TypeError("a snapshot's seq is not an integer")
@@ -270,7 +273,7 @@ def replay(ledger, fd: int) -> None:
                     # members' are none, or the worker's read literally)
                     extra = raw.count(b":") - members - len(e.detail)
                     if extra and (e.worker is None or extra != e.worker.count(":")
-                                  or b"\\" in raw) and duplicate(raw, e):
+                                  or BACKSLASH in raw) and duplicate(raw, e):
                         parts = None
             except (_refused, OverflowError):
                 parts = None
