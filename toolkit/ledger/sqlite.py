@@ -70,7 +70,9 @@ def salvage_mark(db) -> dict | None:
     """The salvage mark of an SQLite ledger (``ledger --salvage`` writes it into the new file
     in the transaction that writes its items: ``salvage_sqlite.py``), or None. A row there
     marks the ledger whatever its value reads as: never unmarked by a bad value."""
-    row = db.execute("SELECT value FROM meta WHERE name=?", (SALVAGED,)).fetchone()
+    # the name inlined, no parameter: the audit reads a PostgreSQL ledger's meta through this
+    # too (psycopg's placeholder is %s, sqlite3's ?)
+    row = db.execute(f"SELECT value FROM meta WHERE name='{SALVAGED}'").fetchone()
     if row is None:
         return None
     try:
