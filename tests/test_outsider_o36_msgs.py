@@ -183,11 +183,18 @@ def test_run_halted_by_a_full_disk_at_the_start_counts_the_items_its_ledger_hold
 # ``os.write`` (the line is in the file), the process sends itself two real SIGINTs, as a
 # person pressing Ctrl-C twice: the first asks for a stop at the step's end, the second
 # raises KeyboardInterrupt from the handler, before ``_append``'s bookkeeping of that line.
+# Only the main thread's writes count: Python runs signal handlers in the main thread, so
+# two SIGINTs sent from the lease heartbeat's thread (a renewal is a ledger write too, and on
+# a loaded machine one can come Nth) can both arrive before the main thread runs a handler
+# and be handled as one: a stop at the step's end, exit 0, not 130 (seen twice at load 10,
+# 2026-12-02; this is the likely cause, not a reproduced one).
 HOOK = """
-import os, signal
+import os, signal, threading
 _write, _count = os.write, [0]
 def write(fd, data):
     written = _write(fd, data)
+    if threading.current_thread() is not threading.main_thread():
+        return written
     try:
         ledger = os.readlink(f"/proc/self/fd/{fd}").endswith(".jsonl")
     except OSError:
