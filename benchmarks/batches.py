@@ -95,9 +95,8 @@ def resume_fixture(folder: Path, items: int, done_share: float = 0.99) -> tuple[
     db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     db.close()
     header, entries = index_lines[0], index_lines[1:]  # sealed in blocks, as a run keeps them
-    Path(f"{ledger}{inputindex.SUFFIX}").write_text(header + "".join(
-        inputindex._sealed("".join(entries[start:start + inputindex.BLOCK]), keyer.fingerprint)
-        for start in range(0, len(entries), inputindex.BLOCK)), encoding="utf-8")
+    Path(f"{ledger}{inputindex.SUFFIX}").write_text(
+        header + inputindex.sealed(entries, keyer.fingerprint), encoding="utf-8")
     return ledger, paths
 
 

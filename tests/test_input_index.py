@@ -159,8 +159,8 @@ def test_stamp_not_written_as_the_stat_writes_it_is_never_vouched_for(tmp_path):
                                 (f"{dev} {ino} +{size} {mtime} {ctime}", False),
                                 (f"{dev} {ino} {size} {mtime} x", False)]:
         index_path = inputindex.index_file(ledger)
-        index_path.write_text(inputindex.header('k') + inputindex._sealed(
-            f"{stamp_text} {'a' * 64} {'b' * 64} {path}\n", 'k'))
+        index_path.write_text(inputindex.header('k') + inputindex.sealed(
+            [f"{stamp_text} {'a' * 64} {'b' * 64} {path}\n"], 'k'))
         index = inputindex.InputIndex(ledger, "k", record=False)
         digests, keys, _ = index.vouch([path])
         assert (digests, keys) == ((["a" * 64], ["b" * 64]) if vouched else

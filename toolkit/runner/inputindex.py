@@ -32,7 +32,7 @@ kernel moves the times at a page's first write fault only: the stat stays as it
 was), or a network file system whose server clock lags; ``--verify`` is the
 answer (README rule 5).
 
-The lines are sealed in blocks (``_sealed``): each block of at most ``BLOCK`` lines,
+The lines are sealed in blocks (``sealed``): each block of at most ``BLOCK`` lines,
 as one run wrote them, is followed by a line ``#`` and the CRC-32 of the block's
 bytes, seeded by the CRC-32 of the header they were written under. A block changed
 by hand or by a bit flip (a key, a digest moved to another input's line, o38 F2),
@@ -148,9 +148,16 @@ def _seal(block: str, seed: int) -> str:
     return "#%08x\n" % zlib.crc32(block.encode("utf-8", "surrogateescape"), seed)
 
 
-def _sealed(block: str, keyed_by: str) -> str:
-    """``block`` and its seal, as an index headed ``header(keyed_by)`` holds them."""
-    return block + _seal(block, _seed(header(keyed_by)))
+def _blocks(lines: list, seed: int):
+    """``lines`` (whole lines) in blocks of at most ``BLOCK``, each followed by its seal."""
+    for start in range(0, len(lines), BLOCK):
+        block = "".join(lines[start:start + BLOCK])
+        yield block + _seal(block, seed)
+
+
+def sealed(lines: list, keyed_by: str) -> str:
+    """``lines`` as an index headed ``header(keyed_by)`` holds them, after that header."""
+    return "".join(_blocks(lines, _seed(header(keyed_by))))
 
 
 def _parse(line: str):
@@ -329,10 +336,8 @@ class InputIndex:
             return
         if self.rekeyed:
             lines = [line and _rekeyed(line, key) for line, key in zip(lines, keys)]
-        kept = list(filter(None, lines))
-        for start in range(0, len(kept), BLOCK):
-            block = "".join(kept[start:start + BLOCK])
-            self._put(block + _seal(block, self._sealing))
+        for block in _blocks(list(filter(None, lines)), self._sealing):
+            self._put(block)
 
     def _put(self, line: str) -> None:
         """Write one line of the new index; a failed write (a full disk) drops the new
