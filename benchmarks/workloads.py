@@ -235,7 +235,11 @@ class LedgerSubject:
 # -- the ledger ------------------------------------------------------------------
 
 def lifecycle(ledger: Ledger, names: list[str], worker: str = "bench", first: int = 0) -> None:
-    """Record ``LIFECYCLE`` transitions per key, exactly as the safe runner does."""
+    """Record ``LIFECYCLE`` transitions per key: the safe runner's transitions of one
+    document (add, claim, intent, submitted, done, release), each one synced. The runner
+    itself defers all but the intent's fsync (``sync=False``, docs/design.md); here every
+    transition pays its own, so the ledger ratios compare one durable transition with one
+    fsynced record of the bare loops."""
     for number, key in enumerate(names, start=first):
         source = f"doc-{number:06d}.pdf"
         ledger.add(key, source=source, digest=key)
