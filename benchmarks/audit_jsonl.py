@@ -190,20 +190,28 @@ def _task(task: str, path: Path) -> dict:
 # the peak of the process it was spawned from (vfork shares the parent's memory map until
 # exec), so a child of a benchmark that had just written a million-line ledger read the
 # benchmark's peak, whatever it did itself (benchmarks/child.py says the same).
+# Then the largest ``ru_maxrss`` of the processes it started and reaped (RUSAGE_CHILDREN;
+# 0 when it started none), added to its own: the figure covers every process the audit
+# starts. An upper bound, never an undercount: a forked child's resident set counts the
+# pages it still shares with its parent (a spawned one's starts at its parent's peak).
 _PEAK = ("import atexit, sys\n"
          "def _peak():\n"
+         "    import resource\n"
          "    for line in open('/proc/self/status'):\n"
          "        if line.startswith('VmHWM:'):\n"
          "            sys.stderr.write('\\nVmHWM ' + line.split()[1] + '\\n')\n"
+         "    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
+         "    sys.stderr.write('\\nChildrenMaxRSS %d\\n' % children)\n"
          "atexit.register(_peak)\n"
          "import runpy\n"
          "sys.argv = sys.argv[1:]\n")
 
 
 def _run(argv: list, env=None, keep: bool = True) -> tuple[float, float, str, float]:
-    """(wall seconds, peak RSS in MB, stdout, CPU seconds) of one child process, alone
-    (wait4); ``keep=False`` sends its stdout to /dev/null. ``argv``: a Python script and
-    its arguments, or ``-m`` and a module and its arguments."""
+    """(wall seconds, peak RSS in MB: its own and what it started, stdout, CPU seconds) of
+    one child process, alone (wait4); ``keep=False`` sends its stdout to /dev/null.
+    ``argv``: a Python script and its arguments, or ``-m`` and a module and its
+    arguments."""
     if argv[0] == "-m":
         launch = f"runpy.run_module({argv[1]!r}, run_name='__main__', alter_sys=True)"
         argv = argv[1:]
@@ -223,7 +231,10 @@ def _run(argv: list, env=None, keep: bool = True) -> tuple[float, float, str, fl
         if child.returncode != 0:
             raise RuntimeError(f"{argv[3:]} failed ({child.returncode}): {said[-2000:]}")
     peaks = [line.split()[1] for line in said.splitlines() if line.startswith("VmHWM ")]
+    started = [line.split()[1] for line in said.splitlines()
+               if line.startswith("ChildrenMaxRSS ")]
     peak = int(peaks[-1]) / 1024 if peaks else usage.ru_maxrss / 1024  # no /proc: ru_maxrss
+    peak += int(started[-1]) / 1024 if started else 0  # what it started (see _PEAK)
     return seconds, peak, out.decode(), usage.ru_utime + usage.ru_stime
 
 
