@@ -49,10 +49,20 @@ class Unpacked(Exception):
     """A row whose attempt or token ``WORD`` cannot hold (its WORD is NULL)."""
 
 
-class _Packed:
+class _Reader:
+    """``query``: the rows of ``selected``, in seq order, ``where`` (SQL) says which."""
+
+    selected = ""
+
+    def query(self, where: str = "") -> str:
+        return f"SELECT {self.selected} FROM events{where} ORDER BY seq"
+
+
+class _Packed(_Reader):
     """seq, ts, key and worker as they are; attempt, token and the code from ``WORD``."""
 
-    sql = f"SELECT seq, ts, key, worker, {WORD}, {DETAIL} FROM events ORDER BY seq"
+    selected = f"seq, ts, key, worker, {WORD}, {DETAIL}"
+    packed = ("attempt", "token")  # the columns ``numbers`` gives
     kept = ("seq", "ts", "key", "worker")  # the batch's first columns, kept as fetched
     key, text = 2, 5  # the batch's key and detail columns
     # the types History.check accepts for the columns handed as they are (what sqlite3
@@ -75,10 +85,11 @@ class _Packed:
                       "token": (word >> CODE_BITS) & ((1 << TOKEN_BITS) - 1)}
 
 
-class _Plain:
+class _Plain(_Reader):
     """Every column as it is, the code from ``CODE``."""
 
-    sql = f"SELECT seq, ts, key, attempt, worker, token, {CODE}, {DETAIL} FROM events ORDER BY seq"
+    selected = f"seq, ts, key, attempt, worker, token, {CODE}, {DETAIL}"
+    packed = ()
     kept = ("seq", "ts", "key", "attempt", "worker", "token")
     key, text = 2, 7
     checked = tuple(enumerate(map(frozenset, ({int}, {int, float}, {str}, {int}, {str, NONE},

@@ -2,10 +2,11 @@
 
 One ``SELECT`` of the events in seq order, fetched in batches (``sqlevents``: SQLite names
 each row's move by its vocabulary code and packs it with attempt and token into one
-integer). No Python statement runs per row: per batch, C loops (``map``, sets of types per
-column) turn the rows into numbers (the code, the key's id, the failure the detail sets,
-whether a column holds a type the replay refuses), the written details decoded in one call
-by the replay's own reader (``many``: into the two members the fold reads); then numpy
+integer), the later seqs read by a forked child meanwhile on a big ledger (``ahead``,
+``sqlparts``). No Python statement runs per row: per batch, C loops (``map``, sets of types
+per column) turn the rows into numbers (the code, the key's id, the failure the detail
+sets, whether a column holds a type the replay refuses), the written details decoded in
+one call by the replay's own reader (``many``: into the two members the fold reads); then numpy
 orders the rows by key id (a stable sort: a key's rows stay in seq order) and checks every
 key's chain at once (``sqlchains.verdicts``). A key all of whose events the replay would
 apply without a word folds to the ``to`` of its last event and its add's digest; the other
@@ -46,26 +47,19 @@ import operator
 
 from toolkit.forensics.history import DETAIL_FIELDS, VOCABULARY
 from toolkit.forensics.model import STATES
-from toolkit.forensics.sqlchains import BAD, FIRST, NO_FAILURE, QUIET_MOVES, UNSET, verdicts
-from toolkit.forensics.sqlevents import CODE, PACKED, PLAIN, Unpacked, typed, usable
+from toolkit.forensics.sqlchains import QUIET_MOVES, verdicts
+from toolkit.forensics.sqlevents import CODE, PACKED, PLAIN, Unpacked, usable
+from toolkit.forensics.sqlparts import ABSENT, Ahead, merged, read
 
-__all__ = ["CODE", "QUIET_MOVES", "SLOW", "Folded", "scan", "slow_rows", "usable", "without"]
+__all__ = ["ABSENT", "CODE", "QUIET_MOVES", "SLOW", "Folded", "ahead", "scan", "slow_rows",
+           "usable", "without"]
 
 assert "input_digest" not in DETAIL_FIELDS  # only an add sets it: the fold below relies on it
 assert "failure" in DETAIL_FIELDS  # any event's detail may set it: the fold tracks it
 
 
 SLOW = object()  # the fold state of a key that is replayed
-
-
-class _Absent:
-    """The type of ``ABSENT`` alone (a failure of type ``object`` is ``BROKEN``'s)."""
-
-
-ABSENT = _Absent()  # the failure of a detail that sets none
-_PLAIN = type(None), str  # the failure values the fold judges (others: replayed)
 COLUMNS = ("seq", "ts", "op", "key", "frm", "to", "attempt", "worker", "token")
-BATCH = 1 << 16  # rows per fetch: the row tuples of one batch at a time, then columns
 
 
 # a key's fold by its verdict (an index in STATES, or SLOW_STATE), None: no row of the key
@@ -73,17 +67,6 @@ _NAMES = [*STATES, SLOW, None]
 # A detail read broken (not JSON, not an object): a failure no fold judges, so its key is
 # replayed, where the replay's reader says what is wrong with it.
 BROKEN = {"failure": object()}
-
-
-def _failure_ids(failures: list, ids: dict) -> list:
-    """The id of each detail's failure (``ABSENT``: none set) in ``ids``, new texts added;
-    ``BAD`` for a value of another type (a number, a list: the replay judges those)."""
-    if set(map(type, failures)) <= {str, type(None), _Absent}:  # hashable, and no
-        for value in set(failures) - ids.keys():  # 1 == True == 1.0 among them
-            ids[value] = len(ids)
-        return list(map(ids.__getitem__, failures))
-    return [ids.setdefault(value, len(ids)) if value.__class__ in _PLAIN or value is ABSENT
-            else BAD for value in failures]
 
 
 def one_by_one(decode):
@@ -98,7 +81,15 @@ def one_by_one(decode):
     return many
 
 
-def scan(db, decode, many=None, index=None):
+def ahead(db, many, numbering):
+    """A child process that reads the later events for ``scan`` while this one reads the
+    items table (``sqlparts.Ahead``; ``numbering``: how the items keys are numbered), or
+    None; call before reading the items rows, and hand it to ``scan`` (which reaps it)."""
+    (items,) = db.execute("SELECT count(*) FROM items").fetchone()
+    return Ahead.start(db, PACKED, many, items, numbering)
+
+
+def scan(db, decode, many=None, index=None, later=None):
     """One pass over the events → (columns {name: values}, state {key: the state its events
     fold to, or SLOW} (a ``Folded``), each key's add digest or None by key id). ``decode``
     reads a detail as ``parse_json_column`` does (the replay's reader), ``many`` (optional)
@@ -107,6 +98,8 @@ def scan(db, decode, many=None, index=None):
     ``BROKEN``'s where ``decode`` finds a problem. ``index`` ({key: id}, ids 0 .. n-1,
     filled in here): the keys numbered before (the items rows', in their order:
     ``Folded.numbered``); each other key of a row gets the next id, in order of first rows.
+    ``later``: an ``ahead`` reading the events from its split on (reaped here, whatever
+    happens).
 
     ``state`` holds every key of a row, ``SLOW`` for each key with a row the replay
     must see; the columns hold every row in seq order, the slow keys' too (the caller
@@ -117,72 +110,60 @@ def scan(db, decode, many=None, index=None):
     index = {} if index is None else index
     numbered = len(index)
     try:
-        return _scan(np, db.execute(PACKED.sql), PACKED, many, index, numbered)
+        try:
+            part = _read(np, db, PACKED, many, index, later)
+        finally:
+            if later is not None:
+                later.close()
     except Unpacked:  # an attempt or token WORD cannot hold (damage): each column as it is
         index = dict(itertools.islice(index.items(), numbered))
-        return _scan(np, db.execute(PLAIN.sql), PLAIN, many, index, numbered)
+        part = _read(np, db, PLAIN, many, index, None)
+    return _fold(np, part, index, numbered)
 
 
-def _scan(np, cursor, reader, many, index, numbered):
-    """``scan`` of the rows ``cursor`` hands as ``reader`` (``sqlevents``) reads them.
+def _read(np, db, reader, many, index, later):
+    """Every event row as ``reader`` reads them, one ``sqlparts.Part``: those from
+    ``later.split`` on as the child read them (if it failed, read here).
 
     Raises:
         Unpacked: from ``PACKED.numbers``.
     """
-    columns = {name: [] for name in reader.kept}
-    extends = [columns[name].extend for name in reader.kept]
-    codes, numbers, off, failures, key_ids = [], [], [], [], []
-    add_rows, add_digests = [], []  # each add's row with a detail written, its digest
-    ids = {ABSENT: UNSET, None: NO_FAILURE}  # failure -> id; the texts from 2 on
-    repeat, compress, is_not = itertools.repeat, itertools.compress, operator.is_not
-    number, new = index.get, index.setdefault
-    at = 0  # the batch's first row
-    while rows := cursor.fetchmany(BATCH):
-        batch = tuple(zip(*rows))
-        del rows
-        keys, texts, size = batch[reader.key], batch[reader.text], len(batch[0])
-        code, more = reader.numbers(np, batch)
-        codes.append(code)
-        numbers.append(more)
-        for extend, values in zip(extends, batch):
-            extend(values)
-        ok = typed(batch, reader.checked)
-        off.append(np.zeros(size, bool) if ok is None else ~np.array(ok, bool))
-        # each row's key by its id: one dict lookup each in C; a key seen first gets the
-        # next id (``len`` is read before ``new`` inserts it)
-        key_id = np.fromiter(map(number, keys, repeat(-1)), np.int64, size)
-        for row in np.flatnonzero(key_id < 0).tolist():
-            key_id[row] = new(keys[row], len(index))
-        key_ids.append(key_id)
-        written = list(map(is_not, texts, repeat(None)))  # NULL: "{}", which sets nothing
-        failure, digest = many(list(compress(texts, written)))
-        where = np.flatnonzero(np.array(written, bool))
-        fid = np.zeros(size, np.int32)  # UNSET
-        fid[where] = _failure_ids(failure, ids)
-        failures.append(fid)
-        adds = np.flatnonzero(code[where] == FIRST)  # (of the written details)
-        add_rows.append(where[adds] + at)
-        add_digests += map(digest.__getitem__, adds.tolist())
-        at += size
-    code, key_id = _concat(np, codes, np.int32), _concat(np, key_ids, np.int64)
-    keyed, folds, firsts = verdicts(np, key_id, code, _concat(np, failures, np.int32),
-                                    _concat(np, off, bool), list(ids))
+    if later is None:
+        return read(np, db.execute(reader.query()), reader, many, index)
+    numbered = len(index)
+    part = read(np, db.execute(reader.query(" WHERE seq < ?"), (later.split,)), reader, many,
+                index)
+    taken = later.take()
+    if taken is None or taken[1] != numbered:  # it failed (or read other items rows than
+        # these, which one snapshot never gives): its rows read here, by this numbering
+        rest = read(np, db.execute(reader.query(" WHERE seq >= ?"), (later.split,)), reader,
+                    many, index)
+        return merged(np, part, rest, index, numbered, [])
+    rest, _, new = taken
+    return merged(np, part, rest, index, numbered, new)
+
+
+def _fold(np, part, index, numbered):
+    """``scan``'s answer from the rows ``part`` holds (every event row, in seq order)."""
+    columns, code, key_id = part.columns, part.code, part.key_ids
+    keyed, folds, firsts = verdicts(np, key_id, code, part.fids, part.off, part.failures)
     verdict = np.full(len(index), len(_NAMES) - 1, np.int8)  # None: no row of the key
     verdict[keyed] = folds
     # each key's add is its first row (a key whose first row is anything else is SLOW):
     # its digest, when its detail was written and sets a text
-    found, add_rows = [None] * len(index), _concat(np, add_rows, np.int64)
+    found, add_rows = [None] * len(index), part.add_rows
     if len(add_rows):
         slot = np.minimum(np.searchsorted(add_rows, firsts), len(add_rows) - 1)
         has = add_rows[slot] == firsts
-        digests = [digest if digest.__class__ is str else None
-                   for digest in map(add_digests.__getitem__, slot[has].tolist())]
+        digests = list(map(part.add_digests.__getitem__, slot[has].tolist()))
         collections.deque(map(found.__setitem__, keyed[has].tolist(), digests), 0)
     for name in ("attempt", "token"):
         if name not in columns:
-            columns[name] = _concat(np, [more[name] for more in numbers], np.int64)
-    for part, name in enumerate(("op", "frm", "to")):
-        columns[name] = Words(code, part)
+            columns[name] = part.numbers[name]
+    for at, name in enumerate(("op", "frm", "to")):
+        columns[name] = Words(code, at)
+    if columns["key"] is None:  # (sqlparts.merged) each row's key a text, named by its id
+        columns["key"] = Keys(list(index), key_id)
     state = Folded(index, list(map(_NAMES.__getitem__, verdict.tolist())), found, numbered,
                    key_id)
     return {name: columns[name] for name in COLUMNS}, state, found
@@ -251,11 +232,27 @@ class Words:
         return np.array(_WORDS[self.part], dtype=object)[self.code]
 
 
+class Keys:
+    """The key column when every row's key is a text: ``names[id]`` for each row's key id
+    (no string per row kept); the keys by iteration, a numpy object array when a frame
+    asks."""
+
+    def __init__(self, names: list, ids):
+        self.names, self.ids = names, ids
+
+    def __len__(self):
+        return len(self.ids)
+
+    def __iter__(self):
+        return map(self.names.__getitem__, self.ids.tolist())
+
+    def __array__(self, dtype=None, copy=None):
+        import numpy as np
+
+        return np.array(self.names, dtype=object)[self.ids]
+
+
 _WORDS = [[triple[part] for triple in VOCABULARY] + [None] for part in range(3)]  # [-1]: None
-
-
-def _concat(np, parts, dtype):
-    return np.concatenate(parts) if parts else np.zeros(0, dtype)
 
 
 def slow_rows(db, columns, state, fields):

@@ -28,6 +28,7 @@ from toolkit.forensics.foreign import (
 from toolkit.forensics.history import History
 from toolkit.forensics import lines, sqlfold
 from toolkit.forensics.private import live_wal_connection, private_copy
+from toolkit.forensics.sqlparts import Snapshot
 from toolkit.forensics.sqlrows import (
     detail_reader,
     fold_items,
@@ -53,8 +54,9 @@ def _fingerprint(path):
 def connect(path, immutable: bool) -> sqlite3.Connection:
     mode = "immutable=1" if immutable else "mode=ro"
     uri = f"file:{urllib.parse.quote(os.path.abspath(path))}?{mode}"
-    db = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=5.0)
+    db = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=5.0, factory=Snapshot)
     db.execute("PRAGMA query_only=1")
+    db.again = uri if immutable else None  # no one writes it: another connection reads the same
     return db
 
 
@@ -229,12 +231,23 @@ def read_toolkit_sqlite(db, schema) -> Raw:
         raw.notes.append(salvaged_note(mark))
     history = History(Raw(), numbered=False)  # the fold, kept apart from the items table
     detail_of = detail_reader() if lines.FAST else parse_json_column
-    rows = item_rows(db, ", ".join(f'"{name}"' for name in ITEM_FIELDS))
+    fast = lines.FAST and sqlfold.usable(db)
+    # a child process reads the later events meanwhile, when that pays (sqlparts); reaped
+    # by scan, or below if anything here ends before
+    later = sqlfold.ahead(db, detail_of.many, lambda again: numbered(item_rows(again, '"key"'))) \
+        if fast else None
+    try:
+        rows = item_rows(db, ", ".join(f'"{name}"' for name in ITEM_FIELDS))
+        if fast:
+            # one lean pass folds every key, the items rows' keys numbered first (then
+            # matched by position); the replay reads again only the keys it doubts
+            folds, state, digests = sqlfold.scan(db, detail_of, detail_of.many,
+                                                 numbered(rows), later)
+    finally:
+        if later is not None:
+            later.close()
     slow = sqlfold.SLOW
-    if lines.FAST and sqlfold.usable(db):
-        # one lean pass folds every key, the items rows' keys numbered first (then matched
-        # by position); the replay reads again only the keys it doubts
-        folds, state, digests = sqlfold.scan(db, detail_of, detail_of.many, numbered(rows))
+    if fast:
         dropped = _replay(raw, history, sqlfold.slow_rows(db, folds, state, EVENT_FIELDS),
                           detail_of)
         raw.events = sqlfold.without(folds, dropped)
