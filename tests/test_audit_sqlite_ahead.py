@@ -6,6 +6,8 @@ import json
 import os
 import signal
 import sqlite3
+import subprocess
+import sys
 from unittest import mock
 
 from hypothesis import HealthCheck, given, settings
@@ -40,20 +42,28 @@ def _document(report) -> bytes:
     return out.getvalue()
 
 
-def _ahead(path):
+def _ahead(path, took=None):
     """The audit with a child for any number of events, a few rows per fetch (so that both
-    ranges span batches) → (report, the children's pids); asserts one was forked."""
-    pids, start = [], pool.start
+    ranges span batches) → (report, the children's pids); asserts one was forked, and with
+    ``took`` whether its rows were taken (False: it failed, its range read here)."""
+    pids, taken, start, take = [], [], pool.start, sqlparts.Ahead.take
 
     def recorded(task):
         pid, fd = start(task)
         pids.append(pid)
         return pid, fd
 
+    def kept(self):
+        taken.append(take(self))
+        return taken[-1]
+
     with mock.patch.object(sqlparts, "AHEAD_ROWS", 0), mock.patch.object(sqlparts, "BATCH", 3), \
-            mock.patch.object(pool, "start", recorded):
+            mock.patch.object(pool, "start", recorded), \
+            mock.patch.object(sqlparts.Ahead, "take", kept):
         report = audit(path, now=0.0)
     assert pids
+    if took is not None:
+        assert [part is not None for part in taken] == [took]
     return report, pids
 
 
@@ -114,11 +124,37 @@ def test_a_child_killed_mid_read_leaves_its_events_to_the_parent_same_audit(tmp_
         return read(*args)
 
     with mock.patch.object(sqlparts, "read", killed_in_the_child):
-        split, pids = _ahead(path)
+        split, pids = _ahead(path, took=False)
     for pid in pids:  # reaped: no such child of ours any more
         with pytest.raises(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)
     assert _document(split) == _document(_one_process(path))
+
+
+def _failures_ledger(path):
+    """Four keys, 13 events: "a" fails permanent; "b" and "c" transient, "d" permanent, then
+    retried (illegal). With 4 items rows the child reads from seq 5 on: its first failure
+    is "transient", the parent's "permanent"."""
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("BEGIN")
+    for statement in SCHEMA.strip().split(";"):
+        if statement.strip():
+            db.execute(statement)
+    failed = ("move", "unknown", "failed")
+    stories = {"a": [failed + ("permanent",)], "b": [failed + ("transient",)],
+               "c": [failed + ("transient",)],
+               "d": [failed + ("permanent",), ("move", "failed", "unknown", None)]}
+    for key, moves in stories.items():
+        for op, frm, to, failure in [("add", None, "pending", None),
+                                     ("move", "pending", "unknown", None), *moves]:
+            detail = json.dumps({"failure": failure} if to == "failed" else {})
+            db.execute('INSERT INTO events (ts, op, key, frm, "to", attempt, worker, token, '
+                       "detail) VALUES (1.0, ?, ?, ?, ?, 1, NULL, 0, ?)",
+                       (op, key, frm, to, detail))
+        db.execute("INSERT INTO items (key, state, failure, attempt, token, updated) "
+                   "VALUES (?, ?, ?, 1, 0, 1.0)", (key, moves[-1][2], moves[-1][3]))
+    db.execute("COMMIT")
+    db.close()
 
 
 def test_failures_first_seen_in_another_order_by_the_child_are_judged_as_one_process(
@@ -130,31 +166,51 @@ def test_failures_first_seen_in_another_order_by_the_child_are_judged_as_one_pro
     comes through the pipe as a copy): the retry is found illegal, no other key is
     replayed, and the ``audit --json`` bytes are one process's."""
     path = tmp_path / "ledger.sqlite"
-    db = sqlite3.connect(path, isolation_level=None)
-    db.execute("BEGIN")
-    for statement in SCHEMA.strip().split(";"):
-        if statement.strip():
-            db.execute(statement)
-    failed = ("move", "unknown", "failed")
-    stories = {"a": [failed + ("permanent",)], "b": [failed + ("transient",)],
-               "c": [failed + ("transient",)],
-               "d": [failed + ("permanent",), ("move", "failed", "unknown", None)]}
-    for key, moves in stories.items():  # 13 events, 4 items: the child reads seq 5 on
-        for op, frm, to, failure in [("add", None, "pending", None),
-                                     ("move", "pending", "unknown", None), *moves]:
-            detail = json.dumps({"failure": failure} if to == "failed" else {})
-            db.execute('INSERT INTO events (ts, op, key, frm, "to", attempt, worker, token, '
-                       "detail) VALUES (1.0, ?, ?, ?, ?, 1, NULL, 0, ?)",
-                       (op, key, frm, to, detail))
-        db.execute("INSERT INTO items (key, state, failure, attempt, token, updated) "
-                   "VALUES (?, ?, ?, 1, 0, 1.0)", (key, moves[-1][2], moves[-1][3]))
-    db.execute("COMMIT")
+    _failures_ledger(path)
+    db = sqlite3.connect(path)
     db.execute("PRAGMA journal_mode=WAL")
     db.close()
     with mock.patch.object(sqlfold, "slow_rows", wraps=sqlfold.slow_rows) as slow_rows:
-        split, _ = _ahead(path)
+        split, _ = _ahead(path, took=True)
     (_, _, state, _), _ = slow_rows.call_args
     assert {key for key, last in state.items() if last is sqlfold.SLOW} == {"d"}  # no other
     assert [(a.key, a.kind) for a in split.anomalies if a.kind == "illegal_transition"] == \
         [("d", "illegal_transition")]
     assert _document(split) == _document(_one_process(path))
+
+
+_DIE_WRITING = """
+import os, signal, sqlite3, sys
+from toolkit.ledger.sqlite import SCHEMA
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+db.execute("PRAGMA journal_mode=WAL")
+db.execute("PRAGMA wal_autocheckpoint=0")  # every page stays in the -wal
+db.execute("BEGIN")
+for statement in SCHEMA.strip().split(";"):
+    if statement.strip():
+        db.execute(statement)
+db.execute("ATTACH ? AS source", (sys.argv[2],))
+for table in ("events", "items"):
+    db.execute(f"INSERT INTO main.{table} SELECT * FROM source.{table}")
+db.execute("COMMIT")
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_writer_killed_with_its_history_in_the_wal_audits_in_two_processes_as_one(tmp_path):
+    """Fault: the writer is SIGKILLed after committing a whole ledger (a permanent failure
+    retried among them) into its -wal (no checkpoint: the main file holds nothing of it).
+    Property: the audit reads a private copy with a child reading the later events
+    (through the copy's WAL too: its rows taken, not read again here): the ``audit --json``
+    bytes are one process's; nothing is left beside the ledger."""
+    source, path = tmp_path / "source.sqlite", tmp_path / "ledger.sqlite"
+    _failures_ledger(source)
+    died = subprocess.run([sys.executable, "-c", _DIE_WRITING, str(path), str(source)])
+    assert died.returncode == -signal.SIGKILL
+    assert os.path.getsize(f"{path}-wal") > os.path.getsize(path)
+    beside = sorted(os.listdir(tmp_path))
+    split, _ = _ahead(path, took=True)
+    assert len(split.rows) == 4 and ("d", "illegal_transition") in \
+        [(a.key, a.kind) for a in split.anomalies]
+    assert _document(split) == _document(_one_process(path))
+    assert sorted(os.listdir(tmp_path)) == beside

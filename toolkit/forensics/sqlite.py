@@ -51,12 +51,14 @@ def _fingerprint(path):
     return stat.st_size, stat.st_mtime_ns, os.path.exists(f"{path}-wal")
 
 
-def connect(path, immutable: bool) -> sqlite3.Connection:
+def connect(path, immutable: bool, private: bool = False) -> sqlite3.Connection:
+    """``private``: the file is a private copy (no one else writes it)."""
     mode = "immutable=1" if immutable else "mode=ro"
     uri = f"file:{urllib.parse.quote(os.path.abspath(path))}?{mode}"
     db = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=5.0, factory=Snapshot)
     db.execute("PRAGMA query_only=1")
-    db.again = uri if immutable else None  # no one writes it: another connection reads the same
+    # no one writes it: another connection reads the same snapshot (sqlparts.Ahead)
+    db.again = uri if immutable or private else None
     return db
 
 
@@ -77,7 +79,7 @@ def read_database(path, adapters):
     if os.path.exists(f"{path}-wal") and not live_wal_connection(path):
         # a dead writer's WAL: even mode=ro would create or rebuild -shm beside it
         with private_copy(path) as copy:
-            return _read_database(copy, adapters)
+            return _read_database(copy, adapters, private=True)
     try:
         return _read_database(path, adapters)
     except sqlite3.OperationalError as exc:
@@ -93,18 +95,18 @@ def read_database(path, adapters):
             db.execute("SELECT count(*) FROM sqlite_master").fetchall()  # rolls the copy back
         finally:
             db.close()
-        name, raw = _read_database(copy, adapters)
+        name, raw = _read_database(copy, adapters, private=True)
     raw.finding(None, "hot_journal", f"{os.path.basename(journal)}: a writer died mid-transaction; "
                 "audited the last committed state (rolled back on a private copy)")
     return name, raw
 
 
-def _read_database(path, adapters):
+def _read_database(path, adapters, private: bool = False):
     """Read with sqlite3's own UTF-8 decoding (the fast path); a text cell that is not
     UTF-8 fails that read as a whole, and then the database is read again decoding every
     text with its odd bytes escaped, each damaged cell a corrupt_record naming its row."""
     try:
-        return _read_snapshot(path, adapters, None)
+        return _read_snapshot(path, adapters, None, private=private)
     except sqlite3.OperationalError as exc:
         if "Could not decode to UTF-8" not in str(exc):
             raise
@@ -137,13 +139,13 @@ def _undecodable(db, schema, raw, bad):
                             "(kept with odd bytes escaped)")
 
 
-def _read_snapshot(path, adapters, text_factory, bad=()):
+def _read_snapshot(path, adapters, text_factory, bad=(), private: bool = False):
     with open(path, "rb") as handle:
         header = handle.read(100)
     immutable = header[18:20] == b"\x02\x02" and not os.path.exists(f"{path}-wal")
     for _ in range(2):
         before = _fingerprint(path)
-        db = connect(path, immutable)
+        db = connect(path, immutable, private)
         if text_factory is not None:
             db.text_factory = text_factory
         try:

@@ -14,10 +14,10 @@ same file again, numbers the items keys as this process does (reading them itsel
 reads the events from a seq on (``split``), its ``Part`` pickled down a pipe: the keys as
 ids (the key column then named by id, ``sqlfold.Keys``: no string per row comes back),
 only the keys past the items' looked up here. Only when a second
-connection reads exactly the snapshot ours reads: an ``immutable=1`` connection
-(``Snapshot.again``: no one writes the file; if someone did, ``sqlite.py`` notices by the
-file's fingerprint after the whole read, the child's included, and reads it all again with
-``mode=ro``), text decoded by sqlite3 itself (the lenient pass collects its undecodable
+connection reads exactly the snapshot ours reads (``Snapshot.again``): an ``immutable=1``
+connection (no one writes the file; if someone did, ``sqlite.py`` notices by the file's
+fingerprint after the whole read, the child's included, and reads it all again with
+``mode=ro``) or one to a private copy (``private.py``: a dead writer's WAL), text decoded by sqlite3 itself (the lenient pass collects its undecodable
 cells in this process's memory), no other thread (a lock held at the fork would stay held
 in the child), nothing frozen in the GC (``pool.start`` thaws) and enough events to pay
 for the fork. A child that fails in any way (killed, damage it cannot pack) gives
@@ -57,7 +57,8 @@ _PLAIN = type(None), str  # the failure values the fold judges (others: replayed
 
 class Snapshot(sqlite3.Connection):
     """A connection that knows whether another one would read the same bytes: ``again``
-    is its URI when it was opened ``immutable=1`` (set by ``sqlite.connect``), else None."""
+    is its URI when it was opened ``immutable=1`` or to a private copy (set by
+    ``sqlite.connect``), else None."""
 
     again = None
 
