@@ -29,8 +29,9 @@ fresh processes, a host loaded 4-12 by others). Callgrind, imports subtracted: o
 in all, +9%); the bare ``SELECT * FROM events`` 13.6 G. CPU, medians of 3-5 interleaved
 pairs: this process 3.0-3.4 s where one process took 4.5-4.7 s; both together 0.5-0.7 s more
 than one (the fork's page faults, the pickle both ways, the child's read of the items keys);
-the two about as long from the fork on (child 1.8-2.2 s, this process 1.6-2.1 s). So it
-shortens the audit only while a core is idle: on a host busy with other work it is the
+the two about as long from the fork on (child 1.8-2.2 s, this process 1.6-2.1 s). Wall, 4
+pairs at load 1.5: 4.93 -> 3.87 s, the SELECT 1.86 s (2.65x -> 2.08x). So it shortens the
+audit only while a core is idle: on a host busy with other work (load 4-9) it took the
 same wall time or a little more, for more CPU.
 """
 
