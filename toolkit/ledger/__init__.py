@@ -124,8 +124,9 @@ class Ledger:
 
     # -- primitives every backend implements -------------------------------
     def _txn(self):
-        """A context manager: exclusive, all-or-nothing. Or None: the ledger's lock (held
-        by the caller) is the whole transaction, the one write in ``_write`` its commit."""
+        """A context manager: exclusive, all-or-nothing. A backend whose ledger lock (held
+        by the caller) is the whole transaction, the one write in ``_write`` its commit,
+        sets ``_txn = None`` instead (JSONL): ``Commit`` then calls nothing."""
         raise NotImplementedError
 
     def _load(self, key: str) -> Item | None:

@@ -100,7 +100,7 @@ class Commit:
     wrote nothing (a guard failed, ``add`` of a known key) waits for nothing.
     A class, not a generator: this runs once per transition. ``sync=False`` defers
     the fsync only where the backend can (``Ledger.defers_sync``). A backend whose
-    ``_txn()`` is None (JSONL: the lock is the transaction) pays no context manager.
+    ``_txn`` is None (JSONL: the lock is the transaction) pays no call and no context manager.
     """
 
     __slots__ = ("ledger", "txn", "written", "sync")
@@ -114,8 +114,12 @@ class Commit:
         if group is not None and group._broken is not None:
             group.check()  # after a failed fsync, write nothing more
         ledger._lock.acquire()
+        begin = ledger._txn
+        if begin is None:  # the lock is the whole transaction (JSONL): no call to make
+            self.txn = None
+            return self.commit
         try:
-            txn = self.txn = ledger._txn()
+            txn = self.txn = begin()
             if txn is not None:
                 txn.__enter__()
         except BaseException:

@@ -53,7 +53,7 @@ class JsonlLedger(Ledger):
         self.view = view
         self._end = None  # the file's size after our last append (None: ask fstat)
         self._held = None  # (st_dev, st_ino) of self._fd (None: ask fstat; _check_named)
-        self._named = os.fspath(self.path)  # the path as os.stat takes it, converted once
+        self._named = os.fspath(self.path)  # the path as os.stat takes it (bytes once open)
         if group_commit and self.durable:
             self._group = GroupCommit(lambda: os.fsync(self._fd),
                                       f"JSONL ledger {str(self.path)!r}")
@@ -75,6 +75,9 @@ class JsonlLedger(Ledger):
         try:
             created = not self.path.exists()
             self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+            # Encoded once, now that it is known to encode: the path check's stat per append
+            # then skips the conversion of a str (os.stat would encode it each time).
+            self._named = os.fsencode(self._named)
             if created and self.durable:
                 fsync_dir(self.path.parent)  # the new file's name survives a power cut too
             self._replay()
@@ -141,10 +144,10 @@ class JsonlLedger(Ledger):
         the user's path for its private name: ``shown``)."""
         return damage_words(self, refusing, shown)
 
-    def _txn(self):
-        # The in-process lock (held by the caller) and the file lock make this
-        # process the only writer; the single append in _write is the commit.
-        return None
+    # No transaction to begin (``Ledger._txn``): the in-process lock (held by the caller)
+    # and the file lock make this process the only writer; the one append in _write is
+    # the commit.
+    _txn = None
 
     # ``_state`` holds each item as an Item, or as the ItemRow a write folded (``_write``):
     # the Item (a frozen dataclass: 21 attribute sets) is built when someone reads it, at
@@ -258,12 +261,15 @@ class JsonlLedger(Ledger):
         if self.damaged:  # a history we cannot read whole
             raise LedgerError(self.corruption())
         seq = self._seq + 1
-        self._append(event_line(seq, *parts))  # one write: the line, encoded once
+        # The event's fields in one tuple: the line's arguments, then the history's entry
+        # (one tuple fewer kept per event than (seq, parts): less for the GC to scan).
+        fields = (seq, *parts)
+        self._append(event_line(*fields))  # one write: the line, encoded once
         # Memory changes only after the line is written (and fsynced, unless group commit
         # fsyncs it before this call's caller is answered: see group.py).
         self._seq = seq
         self._state[new[0]] = new  # an ItemRow: its Item is built when read (_load)
-        self._history.append((seq, parts))  # its Event is built when the history is read
+        self._history.append(fields)  # its Event is built when the history is read
         return seq
 
     def _items(self):
@@ -274,13 +280,13 @@ class JsonlLedger(Ledger):
         return list(state.values())
 
     def _events(self):
-        history = self._history  # Events read from the file, (seq, parts) of our writes
+        history = self._history  # Events read from the file, the fields of our writes
         if self._history_read is not None:  # the file's, read again once asked for
             history[:0] = replay_history(self, self._fd)
             self._history_read = None
         for index, entry in enumerate(history):
             if type(entry) is tuple:
-                history[index] = Event(entry[0], *entry[1])  # once: kept as built
+                history[index] = Event(*entry)  # once: kept as built
         return list(history)
 
     def compact(self) -> int:

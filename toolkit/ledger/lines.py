@@ -69,24 +69,29 @@ def _respaced(seq, ts, op, key, frm, to, attempt, worker, token, detail) -> byte
     ``", "``), or None when the two encoders could differ.
 
     orjson writes compact UTF-8; ``_LINE`` ASCII with spaces after separators. They agree,
-    once respaced, on what this accepts: states as ``Event.to_json`` reads them, every
-    other part and every value of a flat ``detail`` of a type both write alike
-    (``_ALIKE``, floats in ``_plain_float``'s range), ASCII text without escapes (no
-    backslash; no DEL, which ``_LINE`` escapes), no ``:`` or ``,`` inside a string. The last is checked on the respaced line's length: orjson
+    once respaced, on what this accepts: states as ``Event.to_json`` reads them, the
+    other parts of the types the ledger gives (int seq, attempt and token; text op, key
+    and worker, or no worker; a float ts in ``_plain_float``'s positive range, or an int:
+    each a ``type(x) is`` test, cheaper than a set's over a ``map``; anything else takes
+    the other path, which writes the same bytes), every value of a flat ``detail`` of a
+    type both write alike (``_ALIKE``, floats in ``_plain_float``'s range), ASCII text
+    without escapes (no backslash; no DEL, which ``_LINE`` escapes), no ``:`` or ``,``
+    inside a string. The last is checked on the respaced line's length: orjson
     writes exactly the separators' 10 + n colons and 8 + n commas (9 when n is 0), so a
     longer line has one inside a string. What orjson refuses (a lone surrogate, an int
     beyond 64 bits) or would alter (NaN, written null) takes the other path.
 
-    The checks cost less than the encoding: one C pass over the types of the parts and
-    one over the detail's (``frozenset.issuperset`` iterates a ``map`` without building
-    a set); only a detail holding a float (a claim's expiry) or a stranger is looked at
+    The checks cost less than the encoding: a ``type`` test per part and one C pass over
+    the detail's types (``frozenset.issuperset`` iterates a ``map`` without building a
+    set); only a detail holding a float (a claim's expiry) or a stranger is looked at
     value by value (``_alike``).
     """
-    if not (type(detail) is dict
+    if not (type(detail) is dict and type(seq) is int and type(op) is str
+            and type(key) is str and type(attempt) is int and type(token) is int
+            and (worker is None or type(worker) is str)
             and type(to) in _TEXTS and (frm is None or type(frm) in _TEXTS)  # as to_json
-            and _ALIKE.issuperset(map(type, (seq, op, key, attempt, worker, token)))
-            and (type(ts) is int or (type(ts) is float
-                                     and (ts == 0 or 1e-4 <= abs(ts) < 1e16)))  # _plain_float
+            and (type(ts) is float and 1e-4 <= ts < 1e16  # _plain_float, for a clock's ts
+                 or type(ts) is int)
             and (_ALIKE.issuperset(map(type, detail.values())) or _alike(detail.values()))):
         return None
     try:

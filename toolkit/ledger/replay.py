@@ -212,7 +212,7 @@ def replay(ledger, fd: int) -> None:
     state: dict = {}  # key -> Item (a snapshot line's) or ItemRow (an event's fold)
     ledger._state = state
     ledger._current = state.get  # what a transaction reads: no Python call per read
-    ledger._history = []  # (seq, parts) of our writes; the file's events: ``history``
+    ledger._history = []  # (seq, *parts) of our writes; the file's events: ``history``
     ledger.version = None  # the header's; None: no header (yet)
     ledger.salvaged = None  # the header's mark of a salvage (salvage.py)
     ledger._header = None  # line 1 as an object (None: no header)

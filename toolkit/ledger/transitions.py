@@ -113,7 +113,7 @@ def bad_artifact(after) -> str | None:
     ``Ledger.move`` refuses such a write; ``why_illegal`` does not ask it, so the
     checker and the forensic replay judge recorded histories by their edges alone.
     """
-    path, size, digest = (after.get(name) for name in ARTIFACT_FIELDS)
+    path, size, digest = after.get(_PATH), after.get(_SIZE), after.get(_SHA256)  # no generator
     if not isinstance(path, str) or not path:
         return f"artifact_path must be a non-empty path, not {path!r}"
     if type(size) is not int or size < 0:
