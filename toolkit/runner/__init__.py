@@ -176,7 +176,7 @@ class Runner(Salvaged, Reuse, PageByPage, Lease, Pipeline):
         ``fields`` go with the move the reply makes (``Salvaged._page_one``)."""
         if budget.submits >= self.policy.submits:
             return REST
-        why = self._held_back(item)  # a page goes out only on an intact checkpoint
+        why = self._held_back(item, token)  # a page goes out only on an intact checkpoint
         if why is not None:
             if why is not LATER:
                 self._move(item, S.NEEDS_REVIEW, token, reason=why)
@@ -210,12 +210,14 @@ class Runner(Salvaged, Reuse, PageByPage, Lease, Pipeline):
     def _after_timeout(self, item, token):
         return CONTINUE  # no reply proves nothing: stay unknown, reconcile by lookup
 
-    def _look_up(self, item, token, budget):
-        """The provider's job of the item's request key; None when "not found" is the answer
-        (the contract's lag used up); ``UNANSWERED`` when the lookup budget went on tries
-        that got no answer (lookup unavailable, no reply) or on a lag not yet used up."""
+    def _look_up(self, item, token, budget, key=None):
+        """The provider's job of ``key`` (default: the item's request key); None when "not
+        found" is the answer (the contract's lag used up); ``UNANSWERED`` when the lookup
+        budget went on tries that got no answer (lookup unavailable, no reply) or on a lag
+        not yet used up. The one rule for "not visible yet" against "no such job": every
+        lookup of the runner asks here (a finished page's too, ``PageByPage._finished_page``)."""
         self._stage = "lookup"
-        key = item.request_key
+        key = key or item.request_key
         misses = 0
         limit = max(self.policy.lookups, self.contract.lag + 1)
         while True:
@@ -239,6 +241,8 @@ class Runner(Salvaged, Reuse, PageByPage, Lease, Pipeline):
 
     def _unknown(self, item, token, budget):
         """Query before resubmitting: the provider's answer, then its contract, decide."""
+        if self._all_pages_done(item):  # a page-by-page done, released: no request in flight
+            return self._reassemble(item, token)
         item, page = self._page_one(item)  # a long document released before its first page
         job = self._look_up(item, token, budget)
         if job is None:  # a salvaged ledger: a later attempt's, a retry the lost lines held

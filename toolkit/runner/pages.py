@@ -21,7 +21,9 @@ pages' jobs (``_restored``): each page fetched again, never executed again,
 joined as the checkpoints were, and kept only with the SHA-256 ``partial``
 recorded; the provider cannot answer now: the item rests as it is for a later
 run; it no longer holds a page, or they join to other bytes: the item is parked
-(the finished pages are no longer proven).
+(the finished pages are no longer proven). A page's job is looked up under the
+contract's lag like any request (``Runner._look_up``): a job the lookup cannot
+see yet is asked again, and only "not found" after the lag is "no such job".
 """
 
 import hashlib
@@ -34,7 +36,8 @@ from toolkit.identity import idem_key, page_key
 from toolkit.ledger import State
 from toolkit.provider import JobStatus
 from toolkit.runner.artifacts import stat_fields
-from toolkit.runner.pipeline import PAGE_BY_PAGE
+from toolkit.runner.pipeline import PAGE_BY_PAGE, _Budget
+from toolkit.runner.salvaged import UNANSWERED
 
 S = State
 CONTINUE, REST = True, False
@@ -55,14 +58,22 @@ class PageByPage:
         return item.request_key, {**self.options, PAGE_BY_PAGE: True,
                                   "page": item.pages_done + 1}
 
+    def _all_pages_done(self, item) -> bool:
+        """Whether every page of a long document is done (a page-by-page ``done`` released
+        by ``resolve``: ``unknown`` with ``pages_done`` its page count): no page is left to
+        send or look up, only its output to verify or assemble again (``_reassemble``)."""
+        return item.pages_done is not None and item.key in self._pages and \
+            item.pages_done >= self._pages[item.key]
+
     def _unsendable(self, item) -> str | None:
-        """Why the next page of a long document must not be sent (None: send it)."""
+        """Why the next page of a long document must not be sent (None: send it).
+        "No page left" comes first: a checkpoint rebuilt never makes a page past the last."""
         if item.pages_done is None:
             return None  # a whole document
-        if item.pages_done and not self._artifact_intact(item):
-            return DAMAGED
         if item.pages_done >= self._pages.get(item.key, 0):
             return "no page left to send: the pages are done, their assembly is not verified"
+        if item.pages_done and not self._artifact_intact(item):
+            return DAMAGED
         return None
 
     def _resume_pages(self, item) -> int | None:
@@ -72,30 +83,30 @@ class PageByPage:
     def _partial(self, item, token, budget):
         """Resume a long document at its next page, from an intact checkpoint only (rebuilt
         from its pages' jobs if it was lost or damaged: ``_restored``)."""
-        why = self._held_back(item)
+        why = self._held_back(item, token)
         if why is not None:
             if why is not LATER:
                 self._move(item, S.NEEDS_REVIEW, token, reason=why)
             return REST
         return self._intent(item, token, budget, pages_done=self._resume_pages(item))
 
-    def _held_back(self, item):
+    def _held_back(self, item, token):
         """``_unsendable``, once a lost or damaged checkpoint was rebuilt if it could be:
         None (send), ``LATER`` (the provider did not answer: rest as it is), or why not."""
         why = self._unsendable(item)
         if why != DAMAGED:
             return why
-        restored = self._restored(item)
+        restored = self._restored(item, token)
         return restored if restored is None or restored is LATER else f"{why}: {restored}"
 
-    def _restored(self, item):
+    def _restored(self, item, token):
         """Rebuild the checkpoint of pages 1..``pages_done`` at its recorded path from the
         pages' finished jobs (``_rejoin``). None once it is there with the recorded SHA-256;
         ``LATER`` when the provider did not answer or a file under --out could not be
         written (nothing changed: a later run tries again); else why not (parks the item)."""
         target = self._artifact_file(item)
         try:
-            whole = self._rejoin(item, target)
+            whole = self._rejoin(item, target, token)
         except (TransientError, TimeoutError):
             return LATER
         except OSError as exc:  # e.g. .checkpoints removed meanwhile: nothing recorded changed
@@ -112,7 +123,8 @@ class PageByPage:
         """Append a verified page to the checkpoint; commit ``partial``, or ``done`` at the end."""
         page, total = item.pages_done + 1, self._pages[item.key]
         if item.pages_done and not self._artifact_intact(item):
-            restored = self._restored(item)  # the page in hand waits: a later run fetches it
+            # the page in hand waits: a later run fetches it
+            restored = self._restored(item, token)
             if restored is LATER:
                 part.unlink(missing_ok=True)
                 return REST
@@ -152,12 +164,13 @@ class PageByPage:
                 path.unlink(missing_ok=True)
 
     def _reassemble(self, item, token):
-        """A page-by-page ``done`` whose file is damaged: fetch every page again, join them
-        as the checkpoints did, and accept only the recorded SHA-256 (``_rejoin``). Never
-        re-executed."""
+        """A page-by-page ``done`` whose file is damaged (or such a ``done`` released to
+        ``unknown``, ``_all_pages_done``): fetch every page again, join them as the
+        checkpoints did, and accept only the recorded SHA-256 (``_rejoin``); ``done`` with
+        the file written. Never re-executed."""
         final = self._output_path(item)
         try:
-            whole = self._rejoin(item, final)
+            whole = self._rejoin(item, final, token)
         except (TransientError, TimeoutError):
             return REST  # try again in a later run
         except OSError as exc:  # still done with its old file: a later run assembles again
@@ -171,10 +184,10 @@ class PageByPage:
                        "pages join to other bytes")
             return REST
         self._move(item, S.DONE, token, note="assembled again from its pages' jobs",
-                   **stat_fields(final))
+                   artifact_path=roots.relative(final, self.out_dir), **stat_fields(final))
         return REST
 
-    def _rejoin(self, item, target) -> bool:
+    def _rejoin(self, item, target, token) -> bool:
         """Pages 1..``pages_done`` fetched from their finished jobs and joined (``_join_pages``),
         placed at ``target`` only with the recorded size and SHA-256: True; False when they
         join to other bytes (nothing placed).
@@ -191,14 +204,14 @@ class PageByPage:
         """
         folder = self._checkpoint_dir()
         folder.mkdir(parents=True, exist_ok=True)
-        data = self._join_pages(item, folder)
+        data = self._join_pages(item, folder, token)
         if len(data) != item.artifact_size or \
                 hashlib.sha256(data).hexdigest() != item.artifact_sha256:
             return False
         documents.write_atomic(data, target)  # temp, fsync, rename, fsync of the folder
         return True
 
-    def _join_pages(self, item, folder) -> bytes:
+    def _join_pages(self, item, folder, token) -> bytes:
         """Fetch pages 1..``pages_done`` from their finished jobs and join them page after
         page, exactly as the checkpoints were (the same bytes). Each page's file is read
         once, verified in memory and removed.
@@ -210,7 +223,7 @@ class PageByPage:
         """
         joined = None
         for page in range(1, item.pages_done + 1):
-            job = self._finished_page(item, page)
+            job = self._finished_page(item, page, token)
             if job is None:
                 raise PermanentError(f"page {page} has no finished job to fetch")
             part = folder / f"{item.key}.p{page:04d}.part"
@@ -225,10 +238,19 @@ class PageByPage:
             joined = documents.joined([joined, data] if page > 1 else [data])
         return joined
 
-    def _finished_page(self, item, page: int):
-        """The succeeded job of one page: its key under the newest attempt that has one."""
+    def _finished_page(self, item, page: int, token):
+        """The succeeded job of one page: its key under the newest attempt that has one,
+        each key looked up as any request is (``Runner._look_up``, its own lookups): a job
+        a lagging lookup cannot see yet is asked again, never taken for "no job".
+
+        Raises:
+            TransientError: a lookup got no answer (a later run asks again).
+        """
         for attempt in range(item.attempt, 0, -1):
-            job = self.provider.lookup(idem_key(page_key(item.key, page), attempt))
+            key = idem_key(page_key(item.key, page), attempt)
+            job = self._look_up(item, token, _Budget(), key=key)
+            if job is UNANSWERED:
+                raise TransientError(f"page {page}: the lookup of its job got no answer")
             if job is not None and job.status is JobStatus.SUCCEEDED:
                 return job
         return None
