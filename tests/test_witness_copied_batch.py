@@ -107,8 +107,9 @@ def test_sqlite_ledger_with_every_row_deleted_and_no_witness_is_marked_and_runs_
 
 def test_sqlite_first_run_killed_before_its_first_event_reruns_without_refusal(tmp_path):
     """The same rule must not refuse a legitimate rerun: a first run on a new SQLite ledger
-    SIGKILLed before its first intent (tables made, roots file written, no row) is marked
-    and runs on: every document done, none twice."""
+    SIGKILLed before its first intent (tables made, roots file written, no row) runs on:
+    every document done, none twice (nothing was sent: no mark either,
+    ``test_witness_first_run_killed``)."""
     import json
     import subprocess
     import sys

@@ -78,10 +78,11 @@ def _salvage(args) -> int:
         found = witness.missing(out, path) if out is not None else None
         if found is None:
             raise ToolkitError(f"no ledger at {path!r}" + (
-                f", and the witness in {str(out)!r} knows none there" if out is not None else
+                f", and the witness in {str(out)!r} saw none hold history there"
+                if out is not None else
                 "; a deleted one is salvaged from what the witness in its run's --out says: "
                 "give --out OUT"))
-        words = f"all of it ({witness.gone_words(found[0], Path(path), found[1])})"
+        words = witness.lost_words(found[0], Path(path), found[1])
         result = salvage_sqlite(None, path, new, loss=lambda _: words)
     elif not Path(path).is_file():  # a FIFO or a device is never opened
         raise ToolkitError(f"no ledger at {path!r}")

@@ -16,10 +16,12 @@ the ledger's own first write and carried by every copy; another ledger has anoth
 At the start of a run, before anything is sent (``check``), against that entry:
 
   no history (no file, 0 bytes, JSONL: a new ledger is made *marked as salvaged*
-   or a header alone)           (``from``: the missing path, ``lost``: everything), so
-                                the run looks up every request before sending it
-                                (``runner.salvaged``); SQLite: refused,
+   or a header alone) where     (``from``: the missing path, ``lost``: everything), so
+   the witness saw it hold      the run looks up every request before sending it
+   some (seq > 0: ``missing``)  (``runner.salvaged``); SQLite: refused,
                                 naming ``ledger L --salvage NEW`` (from nothing)
+  no history, witnessed at      nothing: no intent was recorded, so none was sent (a run
+   seq 0 only                   stopped before its first); the ledger is not behind
   a lower last seq, or a copy   an older copy: refused (exit 2), naming ``ledger L
    of a ledger witnessed at a   --salvage NEW``, which reads this witness and marks
    higher seq elsewhere         the new ledger (``loss``)
@@ -239,39 +241,46 @@ def check(out, ledger) -> dict | None:
 
 
 def missing(out, ledger_path) -> tuple[str, dict] | None:
-    """``(folder, entry)``: the witness entry, in ``out``'s circle, for a ledger with no
-    history (``no_history``); None: no entry, or the ledger has history: a run on it would
-    start an empty history where the witness saw one begin.
+    """``(folder, entry)``: the witness entry, in ``out``'s circle, that saw a ledger with
+    no history (``no_history``) hold some; None: none did, or the ledger has history: a
+    run on it would start an empty history where the witness saw one begin.
 
-    With no witness entry (a batch folder copied elsewhere: entries are per real path),
-    the roots file a run writes beside its ledger before its first send
-    (``<ledger>.roots.json``) still says runs used it: ``(that file, {})``."""
+    An entry at seq 0 saw no history either: a run records seq 0 at its start, and nothing
+    more until its first intent is durable, so a run stopped before then (``kill -9``, a
+    refusal) sent nothing. Such a ledger is not behind its witness, and the roots file that
+    run may have written says no more. With no entry at all (a batch folder copied
+    elsewhere: entries are per real path), the roots file a run writes beside its ledger
+    before its first send (``<ledger>.roots.json``) still says runs used it: ``(that file,
+    {})``."""
     if "://" in os.fspath(ledger_path) or not no_history(ledger_path):
         return None
-    real = real_path(ledger_path)
+    real, seen_at_zero = real_path(ledger_path), False
     for folder in circle(out, ledger_path):
         entry = read(folder).get(real)
-        if entry is not None:
+        if entry is not None and entry["seq"] > 0:
             return folder, entry
+        seen_at_zero = seen_at_zero or entry is not None
     marker = roots.roots_file(ledger_path)
-    if os.path.lexists(marker):
+    if not seen_at_zero and os.path.lexists(marker):
         return str(marker), {}
     return None
 
 
-def gone_words(folder, real: Path, entry: dict) -> str:
-    """What a ledger with no history lost, in the words of the witness that saw it (or of
-    its roots file: ``missing``)."""
+def lost_words(folder, real: Path, entry: dict) -> str:
+    """What a ledger with no history lost (``missing``'s ``(folder, entry)``), in the words
+    of the witness that saw it reach a seq (all of it), or of its roots file (which says
+    only that runs used it: whatever it held)."""
     if "seq" not in entry:
-        return f"{folder} says runs used {real.name}; it is missing or empty now"
-    return f"runs into {folder} saw {real.name} reach seq {entry.get('seq')}; it is missing " \
-        "or empty now"
+        return (f"whatever it held ({folder} says runs used {real.name}; it is missing or "
+                "empty now)")
+    return (f"all of it (runs into {folder} saw {real.name} reach seq {entry['seq']}; it is "
+            "missing or empty now)")
 
 
 def replace_missing(out, ledger_path) -> None:
-    """Before a run opens a ledger: a JSONL ledger the witness of ``out``'s circle knows and
-    that has no history (missing, empty, its header alone: ``no_history``) is made anew
-    *marked as salvaged* (lost: all), so the run looks up every request before sending it.
+    """Before a run opens a ledger: a JSONL ledger the witness of ``out``'s circle saw hold
+    history and that has none now (missing, empty, its header alone: ``missing``) is made
+    anew *marked as salvaged* (``lost_words``), so the run looks up every request first.
     An SQLite one with its tables and no row is marked in place (``mark_rowless``); one
     missing or of 0 bytes is refused (salvaged from nothing, by a person).
 
@@ -289,18 +298,18 @@ def replace_missing(out, ledger_path) -> None:
     if entry:
         out = folder  # salvage reads that witness
     real = Path(real_path(ledger_path))
-    gone = gone_words(folder, real, entry)
+    lost = lost_words(folder, real, entry)
     if real.suffix.lower() != ".jsonl":
         # Its tables with no row: marked salvaged in place, as a JSONL ledger is made anew
         # marked; missing or 0 bytes (no tables to mark): salvaged from nothing, by a person.
         from toolkit.ledger.salvage_sqlite import mark_rowless
 
         if os.path.isfile(real) and os.path.getsize(real) and mark_rowless(real, {
-                "from": f"{real.name} (no rows)", "lost": f"all of it ({gone})"}):
+                "from": f"{real.name} (no rows)", "lost": lost}):
             return
-        raise LedgerError(f"ledger {str(ledger_path)!r} lost its history: {gone}; put it back, "
+        raise LedgerError(f"ledger {str(ledger_path)!r} lost its history: {lost}; put it back, "
                           f"or {salvage_advice(ledger_path, 'sqlite', out)}")
-    mark = {"from": f"{real.name} (missing)", "lost": f"all of it ({gone})"}
+    mark = {"from": f"{real.name} (missing)", "lost": lost}
     tmp = real.with_name(f".{real.name}.witness-{os.getpid()}")
     lock = os.open(f"{real}{LOCK}", os.O_RDWR | os.O_CREAT, 0o644)
     try:
