@@ -3,7 +3,7 @@
 import os
 import sys
 
-from toolkit.advice import toolkit_command
+from toolkit.advice import absolute, toolkit_command
 from toolkit.cli import command, emit, table
 from toolkit.errors import LedgerError, ToolkitError
 from toolkit.forensics.model import ACTIONS
@@ -175,7 +175,7 @@ def readable(read, ledger, path):
             raise
         cell = _first_undecodable(ledger.path)
     raise ToolkitError(f"ledger {str(path)!r}: {cell or 'a text cell'} is not UTF-8 text, so "
-                       f"its items cannot be listed: `{toolkit_command('audit', path)}` reports every such cell "
+                       f"its items cannot be listed: `{toolkit_command('audit', absolute(path))}` reports every such cell "
                        "(nothing was changed)")
 
 
