@@ -219,8 +219,11 @@ def _item(item) -> dict:
 
 
 def _one_line(text: str) -> str:
-    """A file name as one table cell: a newline (or any control character) escaped."""
-    return "".join(ch if ch.isprintable() and ch != "\\" else repr(ch)[1:-1] for ch in text)
+    """A file name as one table cell: a newline (or any control character) escaped, the
+    stored name's backslashes as they are (``roots.shown``)."""
+    from toolkit.roots import shown
+
+    return shown(text)
 
 
 @command("provider-stats", "Counters of a fake provider's database: submits, executions, successes.")

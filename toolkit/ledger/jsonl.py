@@ -19,7 +19,7 @@ import dataclasses
 import json
 import os
 
-from toolkit.advice import absolute, salvaged_name, toolkit_command
+from toolkit.advice import salvaged_name, toolkit_command
 from toolkit.documents import fsync_dir
 from toolkit.errors import LedgerBusyError, LedgerError, StorageError
 from toolkit.ledger import Event, Item, Ledger
@@ -252,7 +252,7 @@ class JsonlLedger(Ledger):
                 f"JSONL ledger {str(self.path)!r} is {named.st_size} bytes where this run's "
                 f"appends end at {self._end} (seen at {when}): truncated or written by another "
                 "program while this run wrote it; the run stopped; run "
-                f"{toolkit_command('ledger', absolute(self.path), '--salvage', salvaged_name(self.path))}"
+                f"{toolkit_command('ledger', self.path, '--salvage', salvaged_name(self.path))}"
                 " and run on that new ledger")
 
     def _write(self, old, new, parts):

@@ -45,11 +45,11 @@ def damaged(path, why: str, new=None, out=None) -> DamagedLedgerError:
             recover = handle.read(16) == b"SQLite format 3\x00"
     except OSError:
         recover = False
-    recover = f"`{shell_words('sqlite3', absolute(path), '.recover')}` shows the rows still readable; " \
-        if recover else ""
+    recover = f"`{shell_words('sqlite3', absolute(path), '.recover')}` shows the rows still " \
+        "readable; " if recover else ""
     return DamagedLedgerError(
         f"SQLite ledger {str(path)!r} is damaged ({why}): no run, view or salvage reads it, "
         f"and running again repeats this; {recover}move it aside "
         f"(`{shell_words('mv', absolute(path), absolute(f'{path}.damaged'))}`), salvage from "
-        f"nothing (`{toolkit_command('ledger', absolute(path), '--salvage', new, '--out', out)}`: the witness "
-        f"there says what was lost), then run with --ledger {shell_words(new)}")
+        f"nothing (`{toolkit_command('ledger', absolute(path), '--salvage', new, '--out', out)}`: "
+        f"the witness there says what was lost), then run with --ledger {shell_words(new)}")
