@@ -248,7 +248,8 @@ def test_raw_ff_byte_and_literal_backslash_x_names_stay_distinct_and_audit_input
     status, out, _ = cli(capsys, "ledger", path, "--json")
     shown = cli(capsys, "ledger", path)[1]
     assert len({row["source"] for row in json.loads(out)["per_item"]}) == 4
-    # stored bad\\xff.pdf, bad\\\\xff.pdf, a<newline>b.pdf, a\\\\nb.pdf; shown with every
-    # backslash doubled and the newline escaped: four different texts
-    assert all(shown.count(text) == 1 for text in
-               ("bad\\\\xff.pdf", "bad\\\\\\\\xff.pdf", "a\\nb.pdf", "a\\\\\\\\nb.pdf"))
+    # stored bad\\xff.pdf, bad\\\\xff.pdf, a<newline>b.pdf, a\\\\nb.pdf; shown as stored, the
+    # newline escaped, no backslash doubled again (o40 LOW 2): four different texts
+    cells = [line.split()[3] for line in shown.splitlines()[2:] if len(line.split()) > 3]
+    assert sorted(cells) == sorted(["bad\\xff.pdf", "bad\\\\xff.pdf", "a\\nb.pdf",
+                                    "a\\\\nb.pdf"]), shown

@@ -8,7 +8,11 @@ pyproject's ``[project.scripts]``, is the same program; a bare ``toolkit`` does 
 
 Every other word -- a path, a key, a URL -- goes through ``shlex.quote``: a path with a
 space, a quote, a backslash or a ``$`` reaches the program as the same bytes (``repr``
-would double a backslash, and its double quotes let bash expand ``$HOME``). This module
+would double a backslash, and its double quotes let bash expand ``$HOME``). A word that
+names a file is given absolute (``absolute``; a ``Path`` word is made so here): the command
+then works from any folder, and a name starting with ``-`` (``-bad.sqlite``) starts with
+``/``, never read as an option by ``mv`` or argparse. Option names, keys, URLs and the
+placeholders a person fills in (``OUT``, ``KEY``) are plain ``str`` and stay as given. This module
 sits at the package's top so that ledger, runner and cli modules all build advice here
 without importing one another (imports stay one-way).
 """
@@ -20,8 +24,9 @@ PROGRAM = "python -m toolkit"
 
 
 def shell_words(*words) -> str:
-    """``words`` (str or path-like) as one bash command line, each quoted as needed."""
-    return " ".join(shlex.quote(os.fspath(word) if isinstance(word, os.PathLike) else str(word))
+    """``words`` as one bash command line, each quoted as needed; a path-like word (a file)
+    absolute."""
+    return " ".join(shlex.quote(absolute(word) if isinstance(word, os.PathLike) else str(word))
                     for word in words)
 
 
@@ -40,6 +45,7 @@ def absolute(path) -> str:
 def salvaged_name(ledger_path, suffix: str = "") -> str:
     """A new ledger's path for ``ledger L --salvage NEW`` beside ``ledger_path``:
     ``<folder>/<stem>.salvaged<suffix>`` (``suffix`` the ledger's own when not given), so
-    the advice names a real file a person can paste, not a placeholder."""
-    stem, own = os.path.splitext(os.fspath(ledger_path))
+    the advice names a real file a person can paste, not a placeholder; absolute, as every
+    file an advice names."""
+    stem, own = os.path.splitext(absolute(ledger_path))
     return f"{stem}.salvaged{suffix or own or '.jsonl'}"

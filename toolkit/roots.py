@@ -82,6 +82,35 @@ def escaped_name(raw: bytes) -> str:
     return raw.replace(b"\\", b"\\\\").decode("utf-8", "backslashreplace")
 
 
+def shown(text: str) -> str:
+    """``text`` (a stored name, a key, a detail) as one printable line, for people: each
+    character that does not print escaped -- ``\\n``, ``\\t``, ``\\x01`` below 0x80,
+    ``\\u0085`` (``\\udcff`` a lone surrogate) above -- everything else as it is, a backslash
+    included. Never escaped twice: a stored name has each literal backslash doubled already
+    (``escaped_name``), so shown ``new\\nline.pdf`` is a newline, ``lit\\\\nname.pdf`` a
+    backslash and an ``n``, ``bad\\xff.pdf`` a byte that is not UTF-8 (``\\xNN`` is never a
+    character below 0x80 here: those print, or are escaped the same way only when they do
+    not, and UTF-8 never fails on them)."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else
+                   repr(ch)[1:-1] if ord(ch) < 0x80 else
+                   f"\\u{ord(ch):04x}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08x}"
+                   for ch in text)
+
+
+def quoted(text: str) -> str:
+    """``text`` in quotes, as a message names a stored name: ``shown``, in the quotes
+    ``repr`` would choose (``repr`` itself would double each backslash again). A value
+    that is no text (a foreign ledger's number) is its ``repr``."""
+    if not isinstance(text, str):
+        return repr(text)
+    text = shown(text)
+    if "'" in text and '"' not in text:
+        return f'"{text}"'
+    return "'" + text.replace("'", "\\'") + "'"
+
+
 _ESCAPE = re.compile(r"\\(\\|x[0-9a-fA-F]{2})")
 
 

@@ -5,8 +5,8 @@ import os
 import sys
 
 from toolkit.cli import command, emit, finite
-from toolkit.cli.run_summary import (cancel_command, emit_counts, ledger_counts, say_refused,
-                                     say_stopped, say_unsettled)
+from toolkit.cli.run_summary import (emit_counts, ledger_counts, say_refused, say_stopped,
+                                     say_strays, say_unsettled)
 from toolkit.errors import StorageError, ToolkitError
 
 
@@ -218,14 +218,7 @@ def _run(parser):
             say_unsettled(runner.unsettled, runner.held)
             return 1
         if runner.strays:  # never claim rest while older items are left behind
-            shown = ", ".join(f"{item.key[:12]} ({item.source}, {item.state.value})"
-                              for item in runner.strays[:5])
-            more = f" and {len(runner.strays) - 5} more" if len(runner.strays) > 5 else ""
-            print(f"{len(runner.strays)} item(s) not at rest whose content is no longer among "
-                  f"the inputs (changed or removed): {shown}{more}; put the input back and run "
-                  "again, or cancel each:", file=sys.stderr)
-            for item in runner.strays:
-                print(f"  {cancel_command(args, item.key)}", file=sys.stderr)
+            say_strays(args, runner.strays)
             return 1
         if runner.local_errors:  # done items whose artifact is not under --out yet
             print("some artifacts are not in --out: clear the way and run again",

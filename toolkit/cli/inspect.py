@@ -3,7 +3,7 @@
 import os
 import sys
 
-from toolkit.advice import toolkit_command
+from toolkit.advice import absolute, toolkit_command
 from toolkit.cli import command, emit, table
 from toolkit.errors import LedgerError, ToolkitError
 from toolkit.forensics.model import ACTIONS
@@ -176,7 +176,7 @@ def readable(read, ledger, path):
             raise
         cell = _first_undecodable(ledger.path)
     raise ToolkitError(f"ledger {str(path)!r}: {cell or 'a text cell'} is not UTF-8 text, so "
-                       f"its items cannot be listed: `{toolkit_command('audit', path)}` reports every such cell "
+                       f"its items cannot be listed: `{toolkit_command('audit', absolute(path))}` reports every such cell "
                        "(nothing was changed)")
 
 
@@ -220,8 +220,11 @@ def _item(item) -> dict:
 
 
 def _one_line(text: str) -> str:
-    """A file name as one table cell: a newline (or any control character) escaped."""
-    return "".join(ch if ch.isprintable() and ch != "\\" else repr(ch)[1:-1] for ch in text)
+    """A file name as one table cell: a newline (or any control character) escaped, the
+    stored name's backslashes as they are (``roots.shown``)."""
+    from toolkit.roots import shown
+
+    return shown(text)
 
 
 @command("provider-stats", "Counters of a fake provider's database: submits, executions, successes.")

@@ -34,8 +34,10 @@ def _existing(path, *, writes: bool = True) -> None:
 
 
 def _one_line(value) -> str:
-    text = "-" if value is None else str(value)
-    return "".join(ch if ch.isprintable() and ch != "\\" else repr(ch)[1:-1] for ch in text)
+    """A value as one line (``roots.shown``); ``-`` for none."""
+    from toolkit.roots import shown
+
+    return shown("-" if value is None else str(value))
 
 
 @command("review", "List every needs_review item with its reason and evidence (job, lookups, "

@@ -73,6 +73,36 @@ def say_unsettled(unsettled: int, held) -> None:
               file=sys.stderr)
 
 
+def say_strays(args, strays) -> None:
+    """Items of the ledger not at rest whose content is not among this run's inputs: a file
+    changed or removed, or another run's work on this ledger (``run --inputs B`` while a run
+    of A is live: A's queued and in-flight items). Cancelling another live run's item would
+    take its work away, so while a live run holds a lease on this ledger (as ``claim``
+    judges it: ``lease_held``) no cancel is advised: the items it holds are its own, and the
+    unleased ones may be its queue; wait for it to end. Otherwise each gets its cancel."""
+    import time
+
+    from toolkit.ledger import lease_held
+
+    now = time.time()
+    held = [item for item in strays if item.lease_owner is not None and lease_held(item, now)]
+    shown = ", ".join(f"{item.key[:12]} ({item.source}, {item.state.value})"
+                      for item in strays[:5])
+    more = f" and {len(strays) - 5} more" if len(strays) > 5 else ""
+    if held:
+        holders = ", ".join(dict.fromkeys(_holder(item) for item in held))
+        print(f"{len(strays)} item(s) not at rest are not among these inputs: {shown}{more}; "
+              f"a live run on this ledger ({holders}) holds {len(held)} of them, and the others "
+              "may be its queued work: wait for it to end and run again (one still listed "
+              "then had its input changed or removed)", file=sys.stderr)
+        return
+    print(f"{len(strays)} item(s) not at rest whose content is no longer among the inputs "
+          f"(changed or removed, or another run's inputs on this ledger): {shown}{more}; put "
+          "the input back and run again, or cancel each:", file=sys.stderr)
+    for item in strays:
+        print(f"  {cancel_command(args, item.key)}", file=sys.stderr)
+
+
 def _holder(item) -> str:
     """The live run holding ``item``'s lease, as the lease records it: its pid (and host)."""
     host = (item.lease_host or "").partition("/")[0]

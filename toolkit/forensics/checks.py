@@ -48,17 +48,17 @@ def locate(root: str | None, recorded: str) -> tuple[str | None, str | None]:
     if root is None:
         if ".." in recorded and not os.path.isabs(recorded) \
                 and os.path.normpath(recorded).split(os.sep)[0] == "..":
-            return None, f"{recorded!r} climbs out of the artifacts folder"
+            return None, f"{roots.quoted(recorded)} climbs out of the artifacts folder"
         return None, None
     base, real_root = os.path.abspath(root), os.path.realpath(root)
     full = os.path.normpath(os.path.join(base, recorded))  # an absolute recorded path wins
     if not (inside(full, base) or inside(full, real_root)):
-        return None, f"{recorded!r} is outside {root!r}"
+        return None, f"{roots.quoted(recorded)} is outside {root!r}"
     real = os.path.realpath(full)
     if not inside(real, real_root):
         # Named relative to the folder, never absolute: a report (or a committed notebook)
         # must not carry the auditing machine's own directories.
-        return None, (f"{recorded!r} resolves to {os.path.relpath(real, real_root)!r} "
+        return None, (f"{roots.quoted(recorded)} resolves to {os.path.relpath(real, real_root)!r} "
                       f"from {root!r}, outside it")
     return real, None
 
@@ -128,7 +128,7 @@ def shared_outputs(items, root: str, rule: str) -> list[Anomaly]:
             others = [str(other) for other, _ in named if other != key]
             listed = ", ".join(map(repr, others[:3])) + (" …" if len(others) > 3 else "")
             found.append(Anomaly(key, "shared_output", (
-                f"{path!r} is also the output --output-name gives {len(others)} other "
+                f"{roots.quoted(path)} is also the output --output-name gives {len(others)} other "
                 f"item(s) ({listed}): one file cannot be the output of {len(named)} "
                 "documents; a person decides whose it is")))
     return found
@@ -142,7 +142,7 @@ def check_whole_pdf(key, path: str, real: str) -> list[Anomaly]:
     verdict = preflight(real)
     if verdict.ok:
         return []
-    return [Anomaly(key, "artifact_missing", f"{path!r} is not a whole, readable PDF: "
+    return [Anomaly(key, "artifact_missing", f"{roots.quoted(path)} is not a whole, readable PDF: "
                     f"{verdict.reason}")]
 
 
@@ -152,12 +152,12 @@ NOT_CHECKED = "recorded but not checked"
 # The words of a done item's artifact not looked at, worded when read (``model.Worded``): a
 # batch copied without its outputs has one per done item.
 def _no_folder(path) -> str:
-    return f"{path!r} {NOT_CHECKED}: no artifacts folder (give --artifacts to verify its size " \
-        "and SHA-256)"
+    return f"{roots.quoted(path)} {NOT_CHECKED}: no artifacts folder (give --artifacts to " \
+        "verify its size and SHA-256)"
 
 
 def _no_root(path) -> str:
-    return (f"{path!r} {NOT_CHECKED}: no artifacts folder (no outputs root recorded in "
+    return (f"{roots.quoted(path)} {NOT_CHECKED}: no artifacts folder (no outputs root recorded in "
             f"<ledger>{roots.SUFFIX}; give --artifacts to verify its size and SHA-256)")
 
 
@@ -190,22 +190,24 @@ def check_artifact(item, root: str | None, output_name: str | None = None,
     found = []
     if (type(sha) is not str or not sha) and output_name is not None and real is not None:
         if not os.path.isfile(real):
-            return [Anomaly(key, "artifact_missing", f"{path!r}: no such file")]
+            return [Anomaly(key, "artifact_missing", f"{roots.quoted(path)}: no such file")]
         return check_whole_pdf(key, path, real)
     if type(sha) is not str or not sha:
         found.append(Anomaly(key, "done_without_artifact",
-                             f"{path!r} has no SHA-256 recorded: nothing to verify against"))
+                             f"{roots.quoted(path)} has no SHA-256 recorded: nothing to "
+                             "verify against"))
     if real is None:
         return found
     actual_size, actual_sha, problem = file_digest(real)
     if problem:
-        return found + [Anomaly(key, "artifact_missing", f"{path!r}: {problem}")]
+        return found + [Anomaly(key, "artifact_missing", f"{roots.quoted(path)}: {problem}")]
     if type(size) is int and size != actual_size:
         found.append(Anomaly(key, "artifact_mismatch",
-                             f"{path!r}: size {actual_size}, recorded {size}"))
+                             f"{roots.quoted(path)}: size {actual_size}, recorded {size}"))
     elif type(sha) is str and sha and sha.lower() != actual_sha:
         found.append(Anomaly(key, "artifact_mismatch",
-                             f"{path!r}: sha256 {actual_sha[:12]}…, recorded {sha[:12]}…"))
+                             f"{roots.quoted(path)}: sha256 {actual_sha[:12]}…, "
+                             f"recorded {sha[:12]}…"))
     return found
 
 

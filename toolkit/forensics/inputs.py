@@ -55,7 +55,7 @@ class Folder:
             return None, why
         full = os.path.normpath(os.path.join(self.base, recorded))  # an absolute name wins
         if not (inside(full, self.base) or inside(full, self.real_root)):
-            return None, f"{recorded!r} is outside {self.root!r}"
+            return None, f"{roots.quoted(recorded)} is outside {self.root!r}"
         if full in (self.base, self.real_root):
             return self.real_root, None  # the folder itself: not a regular file
         folder = os.path.dirname(full)
@@ -63,7 +63,8 @@ class Folder:
         if parent is None:
             parent = self._parents[folder] = os.path.realpath(folder)
         if not inside(parent, self.real_root):
-            return None, (f"{recorded!r} is in {os.path.relpath(parent, self.real_root)!r} "
+            return None, (f"{roots.quoted(recorded)} is in "
+                          f"{os.path.relpath(parent, self.real_root)!r} "
                           f"from {self.root!r}, outside it")
         return os.path.join(parent, os.path.basename(full)), None
 

@@ -274,11 +274,19 @@ def _for_user(exc: ToolkitError, name, path) -> ToolkitError:
 
 def public_text(text: str, name, path) -> str:
     """``text`` naming the user's ``path`` for the private ``name``, and the salvage's new
-    file beside the ledger (never in the private folder, gone once the view closes: o37)."""
-    from toolkit.advice import salvaged_name
+    file beside the ledger (never in the private folder, gone once the view closes: o37).
+    In this order: the salvage's file; the name shown (``repr``) as the user gave it; the
+    name as a word of an advised command (``shlex.quote``) absolute, as ``advice`` gives
+    every file (o40: a relative ``-l.jsonl`` read as an option); any other mention."""
+    import shlex
 
-    for private, public in ((salvaged_name(name), salvaged_name(os.path.abspath(path))),
-                            (os.fspath(name), os.fspath(path))):
+    from toolkit.advice import absolute, salvaged_name
+
+    name, path = os.fspath(name), os.fspath(path)
+    for private, public in ((salvaged_name(name), salvaged_name(path)),
+                            (repr(name), repr(path)),
+                            (shlex.quote(name), shlex.quote(absolute(path))),
+                            (name, path)):
         text = text.replace(private, public)
     return text
 

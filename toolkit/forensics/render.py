@@ -3,14 +3,15 @@
 import itertools
 import textwrap
 
+from toolkit.roots import shown
+
 
 def _safe(value, width: int | None = None) -> str:
-    """Printable text: control characters and lone surrogates escaped, cut to ``width``."""
+    """Printable text (``roots.shown``: what does not print escaped, a backslash as it is,
+    never twice), cut to ``width``."""
     # None, and pandas' missing text (a NaN in a str column): what JSON writes as null
     text = "-" if value is None or (type(value) is float and value != value) else str(value)
-    if not text.isprintable() or "\\" in text:  # a literal backslash too: one to one
-        text = text.encode("unicode_escape", "backslashreplace").decode("ascii")
-    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    text = shown(text)
     if width is not None and len(text) > width:
         text = text[:width - 1] + "…"
     return text

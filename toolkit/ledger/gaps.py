@@ -26,7 +26,7 @@ counted in the header above them (``snapshot_damage``): one deleted or copied, o
 header deleted (with it a salvage's mark, the only record that keys were lost), shows.
 """
 
-from toolkit.advice import salvaged_name, toolkit_command
+from toolkit.advice import absolute, salvaged_name, toolkit_command
 
 SHOWN = 5  # ranges named in a message; the rest are counted
 # The longest line the ledger's replay and the audit read (bytes, newline excluded): both
@@ -187,6 +187,6 @@ def damage_words(ledger, refusing: str, shown=None) -> str | None:
         damage.append(ledger.snapshot_damage[1])
     path = ledger.path if shown is None else shown
     return (f"JSONL ledger {str(path)!r} {' and '.join(damage)}; refusing {refusing}: "
-            f"run {toolkit_command('audit', path)}, then "
-            f"{toolkit_command('ledger', path, '--salvage', salvaged_name(path))}"
+            f"run {toolkit_command('audit', absolute(path))}, then "
+            f"{toolkit_command('ledger', absolute(path), '--salvage', salvaged_name(path))}"
             ) if damage else None

@@ -15,7 +15,7 @@ import json
 import os
 from pathlib import Path
 
-from toolkit.advice import salvaged_name, toolkit_command
+from toolkit.advice import absolute, salvaged_name, toolkit_command
 
 # Line 1 of every ledger this toolkit writes; a file without it whose lines are all
 # toolkit events (every ledger written before the header existed) is upgraded by the
@@ -78,8 +78,8 @@ def header_problem(where: str, header: dict | None) -> str | None:
         return newer_version(where, version)
     return (f"{where!r} names format version {version} in line 1, and versions start at 1: "
             f"line 1 was edited; set \"version\": {VERSION} in line 1 and run "
-            f"{toolkit_command('audit', where)}, then "
-            f"{toolkit_command('ledger', where, '--salvage', salvaged_name(where))}")
+            f"{toolkit_command('audit', absolute(where))}, then "
+            f"{toolkit_command('ledger', absolute(where), '--salvage', salvaged_name(where))}")
 
 
 # A file holding only the start of a header line. No writer of this toolkit leaves one (the
@@ -101,8 +101,8 @@ def newer_version(where: str, version: int) -> str:
     return (f"{where!r} is a JSONL ledger of format version {version}; this toolkit reads "
             f"version {VERSION}: open it with the newer toolkit that wrote it; if none did "
             f"(line 1 edited), set \"version\": {VERSION} in line 1 and run "
-            f"{toolkit_command('audit', where)}, then "
-            f"{toolkit_command('ledger', where, '--salvage', salvaged_name(where))}")
+            f"{toolkit_command('audit', absolute(where))}, then "
+            f"{toolkit_command('ledger', absolute(where), '--salvage', salvaged_name(where))}")
 
 
 def no_history(ledger_path) -> bool:

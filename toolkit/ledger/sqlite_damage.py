@@ -8,7 +8,7 @@ raise the same error with the same advice.
 
 import os
 
-from toolkit.advice import shell_words, toolkit_command
+from toolkit.advice import absolute, shell_words, toolkit_command
 from toolkit.errors import LedgerError
 
 # What SQLite answers for a file whose own bytes are wrong (cut short by an interrupted copy
@@ -37,18 +37,19 @@ def damaged(path, why: str, new=None, out=None) -> DamagedLedgerError:
     for good parked, every new request looked up before it is sent)."""
     from toolkit.storage import recorded
 
-    out = out or recorded(os.path.realpath(path)).get("out") or "OUT"
-    new = new or f"{os.path.splitext(str(path))[0]}.salvaged.sqlite"
+    out = out or recorded(os.path.realpath(path)).get("out")
+    out = absolute(out) if out else "OUT"  # OUT: a placeholder the person fills in
+    new = absolute(new or f"{os.path.splitext(str(path))[0]}.salvaged.sqlite")
     try:  # .recover reads an SQLite file only
         with open(path, "rb") as handle:
             recover = handle.read(16) == b"SQLite format 3\x00"
     except OSError:
         recover = False
-    recover = f"`{shell_words('sqlite3', path, '.recover')}` shows the rows still readable; " \
-        if recover else ""
+    recover = f"`{shell_words('sqlite3', absolute(path), '.recover')}` shows the rows still " \
+        "readable; " if recover else ""
     return DamagedLedgerError(
         f"SQLite ledger {str(path)!r} is damaged ({why}): no run, view or salvage reads it, "
         f"and running again repeats this; {recover}move it aside "
-        f"(`{shell_words('mv', path, f'{path}.damaged')}`), salvage from nothing "
-        f"(`{toolkit_command('ledger', path, '--salvage', new, '--out', out)}`: the witness "
-        f"there says what was lost), then run with --ledger {shell_words(new)}")
+        f"(`{shell_words('mv', absolute(path), absolute(f'{path}.damaged'))}`), salvage from "
+        f"nothing (`{toolkit_command('ledger', absolute(path), '--salvage', new, '--out', out)}`: "
+        f"the witness there says what was lost), then run with --ledger {shell_words(new)}")

@@ -28,7 +28,7 @@ either way A goes on. One of them sends; an intent of the same item later (a ret
 keeps its first seq, so the order never flips while both count.
 """
 
-from toolkit.advice import toolkit_command
+from toolkit.advice import absolute, toolkit_command
 from toolkit.identity import task_key
 from toolkit.ledger import PERMANENT, TRANSIENT, State
 from toolkit.runner.inputs import entry_name
@@ -94,7 +94,8 @@ def _line(name: str, item, paged_now: bool, threshold, ledger_path) -> str:
         f"whole (--page-by-page-from {threshold} is above its page count)"  # o38 F4
     again = "the --page-by-page-from it was run with" if not paged_now else \
         "no --page-by-page-from, or a PAGES above its page count"
-    cancel = toolkit_command("cancel", "--ledger", str(ledger_path or "LEDGER"), "--provider-db",
+    ledger = absolute(ledger_path) if ledger_path else "LEDGER"
+    cancel = toolkit_command("cancel", "--ledger", ledger, "--provider-db",
                              "DB", "--key", item.key)
     other_way = f"cancel that item to send it so ({cancel}; DB: the run's provider database)" \
         if item.state is not S.DONE else "start another batch (another --ledger, --new-batch)"

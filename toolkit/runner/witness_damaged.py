@@ -22,7 +22,7 @@ import os
 from pathlib import Path
 
 from toolkit import roots
-from toolkit.advice import salvaged_name, shell_words, toolkit_command
+from toolkit.advice import absolute, salvaged_name, shell_words, toolkit_command
 from toolkit.errors import LedgerError
 
 NAME = ".witness.json"
@@ -32,7 +32,9 @@ ASIDE = NAME + ".damaged"  # a moved-aside witness: the advice's names, and the 
 def salvage_advice(ledger_path, kind: str, out) -> str:
     """The one way on for a ledger whose history the witnesses cannot vouch for."""
     new = salvaged_name(ledger_path, ".jsonl" if kind == "jsonl" else ".sqlite")
-    return (f"salvage it: {toolkit_command('ledger', ledger_path, '--salvage', new, '--out', out)}"
+    command = toolkit_command('ledger', absolute(ledger_path), '--salvage', new, '--out',
+                              absolute(out))
+    return (f"salvage it: {command}"
             " (the new ledger is marked: every request it never recorded is looked up before "
             f"it is sent), then run with --ledger {shell_words(new)}")
 

@@ -40,7 +40,8 @@ from toolkit.runner.ops import health_marker, require_healthy
 from toolkit.runner.reclaim import recover_abandoned
 from toolkit.runner.pipeline import odd_key, routed_options
 from toolkit.runner.registry import STRATEGIES, resolve_strategy
-from toolkit.runner.workers_stop import ask, terminal_signals_ignored_by_children, watching
+from toolkit.runner.workers_stop import (PoolStop, ask, terminal_signals_ignored_by_children,
+                                         watching)
 
 
 class QueueRunner(Runner):
@@ -168,6 +169,8 @@ def run_workers(ledger_url, provider_db, inputs, out_dir, workers: int, contract
     The provider is the fake one at ``provider_db`` (its jobs beside it, as
     ``provider_at`` does) or the service at ``provider_url``. ``hook`` (picklable)
     is each worker's runner hook; ``verify`` hashes every done artifact (``--verify``).
+    ``start_method``: ``spawn`` or ``forkserver`` (a forked worker would inherit the stop's
+    write end: ``workers_stop.PoolStop``).
     ``stop`` (the CLI's ``signals.Stop``: ``asked``, ``attach(to)``): a stop asked goes to
     every worker (an Event), and each stops at the end of its step under way
     (``workers_stop``); asked before a worker starts, it is not started.
@@ -219,7 +222,7 @@ def _shards(inputs, workers) -> list[tuple[str, ...]]:
 
 def _run_processes(spec, workers, context, shards=None, stop=None) -> list[dict]:
     pipes, processes = [], []
-    asked = context.Event()  # the pool's stop: set once, seen by every worker, any time
+    asked = PoolStop(context)  # set once, seen by every worker, any time (a pipe)
     if stop is not None:
         stop.attach(lambda name: asked.set())  # from a signal handler: one flag, no lock
     try:
@@ -228,14 +231,16 @@ def _run_processes(spec, workers, context, shards=None, stop=None) -> list[dict]
                 break  # asked before this one started: it never starts
             reader, writer = context.Pipe(duplex=False)
             mine = spec if shards is None else dataclasses.replace(spec, inputs=shards[n])
-            process = context.Process(target=_work, args=(mine, writer, asked),
+            process = context.Process(target=_work, args=(mine, writer, asked.worker_end),
                                       name=f"toolkit-worker-{n + 1}")
             with terminal_signals_ignored_by_children():  # a signal now: taken after it
                 process.start()
                 processes.append(process)
             writer.close()  # the child holds its own end
             pipes.append(reader)
-        return [_report(reader, process) for reader, process in zip(pipes, processes)]
+        reports = [_report(reader, process) for reader, process in zip(pipes, processes)]
+        asked.close()
+        return reports
     except BaseException:  # the run stopped at once (a second signal): its workers too,
         for process in processes:  # even one still starting (no PDEATHSIG set yet)
             with contextlib.suppress(OSError, ValueError):
@@ -286,7 +291,7 @@ def _stops_at_a_step_end(runner) -> bool:
 
 def _work(spec: _Spec, conn, asked=None) -> None:
     """One worker process: its own ledger connection and provider, one run of the batch;
-    ``asked`` (an Event): the pool's stop (``workers_stop.watching``)."""
+    ``asked`` (``PoolStop.worker_end``): the pool's stop (``workers_stop.watching``)."""
     _die_with_parent()
     box = watching(asked, _stops_at_a_step_end) if asked is not None else {"asked": False}
     report = {"worker": default_worker(), "halted": None, "error": None, "stopped": None}

@@ -1,11 +1,12 @@
 """``run --workers N`` stopped by a signal: the run (the parent) decides, the workers obey.
 
-The first SIGTERM, SIGHUP or Ctrl-C to the run sets one Event shared with its workers
-(``workers._run_processes``); each worker's watcher thread then asks its runner to stop at
-the end of the step under way, as a one-process run stops (every lease released, nothing
-left ``unknown`` that a step had not yet sent). A worker still starting (Python, its
-imports) is never sent a signal that would kill it: it reads the Event once its runner is
-made. A second signal ends the run at once, and its workers with it (as ``kill -9``).
+The first SIGTERM, SIGHUP or Ctrl-C to the run sets the pool's stop (``PoolStop``: the
+parent closes the one write end of a pipe whose read end every worker holds); each
+worker's watcher thread then asks its runner to stop at the end of the step under way, as
+a one-process run stops (every lease released, nothing left ``unknown`` that a step had not
+yet sent). A worker still starting (Python, its imports) is never sent a signal that would
+kill it: it reads the stop once its runner is made. A second signal ends the run at once,
+and its workers with it (as ``kill -9``).
 """
 
 import contextlib
@@ -40,20 +41,49 @@ def terminal_signals_ignored_by_children():
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
+class PoolStop:
+    """The pool's stop, set once by the parent (from a signal handler), seen by every worker
+    any time: a pipe, whose write end only the parent holds and closes to stop (each worker
+    holds the read end, ``worker_end``, and reads EOF). Not a ``multiprocessing.Event``: its
+    named semaphores are registered with the resource tracker, which, the run killed with
+    ``kill -9``, printed "There appear to be 5 leaked semaphore objects" (o40 LOW 3); a
+    pipe is the kernel's, gone with its last holder. The parent dead, the workers read EOF
+    too: they stop at their step's end, if ``PR_SET_PDEATHSIG`` has not ended them first."""
+
+    def __init__(self, context):
+        if context.get_start_method() == "fork":  # a forked worker would hold the write end
+            raise ValueError("the pool's stop needs workers started by spawn or forkserver")
+        self.worker_end, self._write_end = context.Pipe(duplex=False)
+        self._set = False
+
+    def set(self) -> None:  # from a signal handler: one flag, one close (a second: no-op)
+        self._set = True
+        self._write_end.close()
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def close(self) -> None:
+        """The pool ended: both ends closed (its workers are gone)."""
+        self._write_end.close()
+        self.worker_end.close()
+
+
 def watching(asked, honours) -> dict:
-    """A worker's side of the pool's stop: once ``asked`` (an Event the parent sets on a
-    signal) is set, the runner in ``box["runner"]`` is asked to stop at the end of its step
+    """A worker's side of the pool's stop: once ``asked`` (``PoolStop.worker_end``) reads
+    EOF, the parent having set the stop, the runner in ``box["runner"]`` is asked to stop at the end of its step
     under way (``Runner.stop_asked``), or at once when its ``process`` is not the safe
     runner's (``honours(runner)`` false: ``KeyboardInterrupt`` in the main thread); asked
     before the runner is made, ``workers._work`` asks it when it is (``box["asked"]``). A
-    thread waits on the Event: no signal reaches a worker still starting (Python, its
+    thread waits on the pipe: no signal reaches a worker still starting (Python, its
     imports), where it would kill it."""
     import threading
 
     box = {"runner": None, "asked": False, "lock": threading.Lock(), "honours": honours}
 
     def watch():
-        asked.wait()
+        with contextlib.suppress(OSError, EOFError):
+            asked.poll(None)  # readable: EOF, the parent's end closed (nothing is written)
         box["asked"] = True
         if box["runner"] is not None:
             ask(box)
