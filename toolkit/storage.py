@@ -235,6 +235,39 @@ def take_exclusive(fd: int) -> str | None:
     return None
 
 
+def open_exclusive(path, flags: int, mode: int = 0o644) -> tuple[int | None, str | None]:
+    """Open ``path`` and take an exclusive ``flock`` on the file itself, never waiting:
+    ``(fd, None)`` once held (until ``fd`` is closed), else ``(None, who holds it)``.
+
+    How a JSONL ledger's writers exclude each other on the ledger file, not only on
+    ``<ledger>.lock``: a lock file can be deleted under its holder (the next opener makes a
+    new one and takes it), the ledger cannot without the holder's next append seeing it.
+    The classic race of a lock on a file that is replaced or unlinked: between our open and
+    our flock, the holder may ``os.replace`` a new file over the name (a compaction or an
+    upgrade, which locks the new file before it takes the name) and close the old one, whose
+    lock we would then get. So the name is checked to still be the file we hold; if not,
+    we open it again (a few times: a name replaced on every try is held by someone).
+
+    Raises:
+        OSError: from ``os.open`` (the caller words it).
+    """
+    for _ in range(3):
+        fd = os.open(path, flags, mode)
+        holder = take_exclusive(fd)
+        if holder is not None:
+            os.close(fd)
+            return None, holder
+        held = os.fstat(fd)
+        try:
+            named = os.stat(path)
+        except FileNotFoundError:  # removed after our open: the name is another file's now
+            named = None
+        if named is not None and (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino):
+            return fd, None
+        os.close(fd)
+    return None, "a process replacing it"
+
+
 def roots_file(ledger_path) -> Path | None:
     """Where a file ledger's roots are recorded (None for a PostgreSQL URL); ``roots`` writes
     them, and the ledger's own messages read them here."""

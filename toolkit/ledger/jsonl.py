@@ -11,11 +11,13 @@ newline before the next append. Interior lines that do not parse are reported in
 (lines deleted: ``gaps.py``) in ``missing_seqs``, event lines out of seq order (copied,
 moved) in ``disorder``, snapshot lines the header does not count in ``snapshot_damage``.
 Any of them makes the ledger refuse writes (``corruption``). One writer process at a
-time: a second one gets ``LedgerBusyError`` from a lock on ``<path>.lock``.
+time: a second one gets ``LedgerBusyError`` from a lock on ``<path>.lock`` and one on the
+ledger file itself (``storage.open_exclusive``; the lock file can be deleted under its holder).
 """
 
 import contextlib
 import dataclasses
+import fcntl
 import json
 import os
 
@@ -33,7 +35,7 @@ from toolkit.ledger.records import ItemRow, item_of
 from toolkit.ledger.replay import (KEY_PATTERN, SEQ_PATTERN, SNAPSHOT,  # noqa: F401
                                    item_from_json, parse_line, replay)
 from toolkit.ledger.replay import history as replay_history
-from toolkit.storage import LOCK, os_error, take_exclusive
+from toolkit.storage import LOCK, open_exclusive, os_error, take_exclusive
 
 
 def item_to_json(item: Item) -> dict:
@@ -70,11 +72,16 @@ class JsonlLedger(Ledger):
         holder = None if view else take_exclusive(self._lock_fd)
         if holder is not None:
             os.close(self._lock_fd)
-            raise LedgerBusyError(f"JSONL ledger {str(self.path)!r} is busy: open in another "
-                                  f"writer ({holder}); run again when it ends")
+            raise self._busy(holder)
         try:
             created = not self.path.exists()
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+            flags = os.O_RDWR | os.O_CREAT | os.O_APPEND
+            if view:
+                self._fd = os.open(self.path, flags, 0o644)
+            else:  # the ledger file's own lock too: <path>.lock can be deleted under its holder
+                self._fd, holder = open_exclusive(self.path, flags)
+                if holder is not None:
+                    raise self._busy(holder)
             # Encoded once, now that it is known to encode: the path check's stat per append
             # then skips the conversion of a str (os.stat would encode it each time).
             self._named = os.fsencode(self._named)
@@ -96,6 +103,10 @@ class JsonlLedger(Ledger):
             raise (LedgerError if bad_input else StorageError)(
                 f"cannot {verb} JSONL ledger {str(self.path)!r}: {exc}") from exc
 
+    def _busy(self, holder: str) -> LedgerBusyError:
+        return LedgerBusyError(f"JSONL ledger {str(self.path)!r} is busy: open in another "
+                               f"writer ({holder}); run again when it ends")
+
     def _replay(self):
         """Items and damage from the file (``replay.py``): its events are read again
         only when ``events()`` asks (``_events``)."""
@@ -113,29 +124,44 @@ class JsonlLedger(Ledger):
             return handle.read()
 
     def _rewrite(self, data: bytes):
-        """Replace the file by ``data`` atomically and reopen it for appending.
+        """Replace the file by ``data`` atomically (a header upgrade, ``adopt.py``) and
+        append to the new file from now on (``_replace``)."""
+        self._replace(data, ".upgrade", self.durable)
+        self.version = VERSION
 
-        A write cut short (a size limit, a full disk) refuses the open and removes the
-        ``.upgrade`` file (ours: only the lock's holder writes it), leaving the old ledger.
+    def _replace(self, data: bytes, suffix: str, sync: bool):
+        """Put ``data`` at the ledger's name as a new file: ``<name><suffix>`` written,
+        fsynced (``sync``), ``os.replace``d over the name, the folder fsynced; a crash
+        leaves the old file or the new one, whole. A write cut short (a size limit, a full
+        disk) removes the temp file (ours: only the lock's holder writes it) and leaves
+        the old ledger.
+
+        Order: the temp file is flocked before it takes the name, and its descriptor is
+        the one appended to from then on, so the ledger file's lock (``open_exclusive``)
+        never leaves this writer: an opener that reaches the new file finds it held; one
+        that took the old file's lock after we closed it sees the name is not that file.
         """
-        tmp = self.path.with_name(self.path.name + ".upgrade")
+        tmp = self.path.with_name(self.path.name + suffix)
+        fd = None
         try:
-            with open(tmp, "wb") as handle:
+            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o666)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # no one else opens it
+            with open(fd, "wb", closefd=False) as handle:
                 handle.write(data)
-                handle.flush()
-                if self.durable:
-                    os.fsync(handle.fileno())
+            if sync:
+                os.fsync(fd)
             os.replace(tmp, self.path)
         except BaseException:
             with contextlib.suppress(OSError):  # the write's error is the one to report
+                if fd is not None:
+                    os.close(fd)
                 os.unlink(tmp)
             raise
-        if self.durable:
+        if sync:
             fsync_dir(self.path.parent)
         os.close(self._fd)
-        self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND)
+        self._fd = fd
         self._end = self._held = None
-        self.version = VERSION
 
     def corruption(self, refusing: str = "to write on it", shown=None) -> str | None:
         """One line naming the corrupt lines and the keys affected, and the missing seqs
@@ -300,19 +326,11 @@ class JsonlLedger(Ledger):
             # Paused: no group fsync may run on the descriptor closed below.
             if self.damaged:  # compaction would erase the evidence
                 raise LedgerError(self.corruption())
-            tmp = self.path.with_name(self.path.name + ".compact")
             lines = [json.dumps({SNAPSHOT: item_to_json(item), "seq": self._seq}, sort_keys=True)
                      for item in self._items()]
-            with open(tmp, "wb") as handle:
-                head = header_line(self.salvaged, (len(lines), self._seq), self.torn_marks)
-                handle.write(head + "".join(line + "\n" for line in lines).encode())  # marks kept
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, self.path)
-            fsync_dir(self.path.parent)
-            os.close(self._fd)
-            self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND)
-            self._end = self._held = None
+            head = header_line(self.salvaged, (len(lines), self._seq), self.torn_marks)
+            self._replace(head + "".join(line + "\n" for line in lines).encode(),  # marks kept
+                          ".compact", True)
             self._history, self._valid_end, self.torn_tail, self.corrupt_lines = [], None, None, []
             self.unterminated = None  # every line just written has its newline
             self._history_read = None  # no event line left in the file

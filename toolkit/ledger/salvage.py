@@ -29,7 +29,7 @@ from toolkit.ledger import LEASE_FIELDS, PERMANENT, Item, State, canonical_path
 from toolkit.ledger.gaps import describe, describe_disorder
 from toolkit.ledger.jsonl import SNAPSHOT, JsonlLedger, header_line, item_to_json
 from toolkit.ledger.transitions import ARTIFACT_FIELDS
-from toolkit.storage import LOCK, take_exclusive
+from toolkit.storage import LOCK, open_exclusive, take_exclusive
 
 # What a person does with a parked item, in every reason salvage and a salvaged ledger's run
 # write (``review`` shows it): the output, when it exists, is the way out that sends nothing.
@@ -214,8 +214,10 @@ def _whole(item: Item) -> bool:
 
 @contextlib.contextmanager
 def _writer_excluded(path: Path):
-    """Yield the ledger's real path while we hold its writer lock (``<real path>.lock``,
-    taken as ``run`` and ``resolve`` take it: exclusive, never waiting), so the file is read
+    """Yield the ledger's real path while we hold its writer locks (``<real path>.lock``, then
+    the ledger file's own: ``storage.open_exclusive``; taken as ``run`` and ``resolve`` take
+    them: exclusive, never waiting; a writer whose lock file was deleted still holds the
+    second), so the file is read
     whole and no writer starts until we are done; a live writer refuses the salvage
     (``LedgerBusyError``, exit 1, naming its pid): its lines are still being written, so a
     salvage would read an unfinished history as a finished one.
@@ -227,8 +229,9 @@ def _writer_excluded(path: Path):
 
     A lock file we created is removed while we still hold it, as ``run`` removes the one it
     created beside a corrupt ledger it refuses (``registry._tidy``): an opener that got the
-    file before the unlink is refused as busy, a later one makes a new file. One that was
-    there stays."""
+    file before the unlink is refused as busy, a later one makes a new file (and an opener
+    that takes the unlinked file's lock after we close it still meets the ledger file's
+    lock, held by whoever made the new one). One that was there stays."""
     real = canonical_path(path)  # a symlink alias meets the writer's lock; a hard link: refused
     lock = f"{real}{LOCK}"
     made = not os.path.lexists(lock)
@@ -241,8 +244,14 @@ def _writer_excluded(path: Path):
                                "the copy") from None
         raise ToolkitError(f"cannot open the lock of JSONL ledger {str(path)!r}: "
                            f"{exc.strerror or exc}") from None
+    held = None  # the ledger file's own lock, as every writer takes it after the lock file's
     try:
         holder = take_exclusive(fd)
+        if holder is None:
+            try:
+                held, holder = open_exclusive(real, os.O_RDONLY)
+            except OSError:  # not there, or not readable: the read below says which
+                pass
         if holder is not None:
             raise LedgerBusyError(f"JSONL ledger {str(path)!r} is busy: open in another writer "
                                   f"({holder}); salvage it when that run ends")
@@ -252,6 +261,8 @@ def _writer_excluded(path: Path):
             if made:
                 Path(lock).unlink(missing_ok=True)  # still ours: see above
     finally:
+        if held is not None:
+            os.close(held)
         os.close(fd)
 
 

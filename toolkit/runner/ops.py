@@ -19,7 +19,7 @@ from toolkit.documents import fsync_dir
 from toolkit.errors import LedgerError, NotReadyError, StorageError, ToolkitError
 from toolkit.ledger import open_ledger, postgres_health
 from toolkit.ledger.postgres import postgres_url
-from toolkit.storage import FULL_OR_FAILING, LOCK, take_exclusive
+from toolkit.storage import FULL_OR_FAILING, LOCK, open_exclusive, take_exclusive
 
 
 def health_marker(ledger_path) -> Path:
@@ -283,22 +283,31 @@ def clear_health(ledger_path) -> dict:
 
 @contextlib.contextmanager
 def _writer_excluded(path: Path):
-    """Yield None while we hold a JSONL ledger's writer lock (``<real path>.lock``, taken as
-    the writer takes it: exclusive, never waiting), so no writer starts until we are done;
-    else yield who holds it ("live process N", or "a live process" when /proc does not
-    say). No lock file yet, or an SQLite ledger (its writers share it): None, nothing taken."""
+    """Yield None while we hold a JSONL ledger's writer locks (``<real path>.lock``, then the
+    ledger file's own: ``storage.open_exclusive``; taken as the writer takes them: exclusive,
+    never waiting), so no writer starts until we are done; else yield who holds one ("live
+    process N", or "a live process" when /proc does not say): a writer whose lock file was
+    deleted still holds the second. A file not there is held by no one; an SQLite ledger (its
+    writers share it): None, nothing taken."""
     if path.suffix.lower() != ".jsonl":
         yield None
         return
+    real = os.path.realpath(path)
+    held = []  # our descriptors; closing them releases the locks
     try:
-        fd = os.open(f"{os.path.realpath(path)}{LOCK}", os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        yield None  # no writer ever opened it: nobody holds it
-        return
-    try:
-        yield take_exclusive(fd)
+        holder = None
+        with contextlib.suppress(FileNotFoundError):  # no writer ever opened it
+            held.append(os.open(f"{real}{LOCK}", os.O_RDONLY))
+            holder = take_exclusive(held[-1])
+        if holder is None:
+            with contextlib.suppress(OSError):  # no ledger (nobody writes it), or unreadable
+                fd, holder = open_exclusive(real, os.O_RDONLY)
+                if fd is not None:
+                    held.append(fd)
+        yield holder
     finally:
-        os.close(fd)  # releases the lock
+        for fd in held:
+            os.close(fd)
 
 
 def probe_beside(path: Path, what: str) -> None:
