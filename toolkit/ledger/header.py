@@ -137,14 +137,7 @@ def _sqlite_rowless(ledger_path) -> bool:
     import sqlite3
     import urllib.parse
 
-    from toolkit.errors import LedgerBusyError
-    from toolkit.ledger.sqlite_hold import hold
-
     uri = f"file:{urllib.parse.quote(os.path.abspath(ledger_path))}?mode=ro"
-    try:
-        held = hold(ledger_path)  # even mode=ro would rebuild a deleted -shm
-    except LedgerBusyError:
-        return False  # in use by a live process: it has rows, or the open refuses it
     try:
         db = sqlite3.connect(uri, uri=True, timeout=1.0)
         try:
@@ -153,6 +146,3 @@ def _sqlite_rowless(ledger_path) -> bool:
             db.close()
     except sqlite3.Error:
         return False
-    finally:
-        if held is not None:
-            held.release()

@@ -129,14 +129,9 @@ def mark_rowless(path, mark: dict) -> bool:
     when marked; False when it has rows by now, or is no such ledger (then refused)."""
     import sqlite3
 
-    from toolkit.ledger.sqlite_hold import hold
-
-    held = hold(path)  # LedgerBusyError: a live process has it, its -shm deleted
     try:
         db = sqlite3.connect(path, isolation_level=None, timeout=5.0)
     except sqlite3.Error:
-        if held is not None:
-            held.release()
         return False
     try:
         db.execute("BEGIN IMMEDIATE")
@@ -149,8 +144,6 @@ def mark_rowless(path, mark: dict) -> bool:
         return False
     finally:
         db.close()
-        if held is not None:
-            held.release()
 
 
 def _history(item):

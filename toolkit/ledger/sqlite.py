@@ -18,7 +18,6 @@ from toolkit.ledger.header import SALVAGED  # the mark's name: a meta row here, 
 from toolkit.ledger.records import ItemRow, detail_json, item_of
 from toolkit.ledger.sqlite_cache import DATA_VERSION, _LedgerTxn, _RowCache
 from toolkit.ledger.sqlite_damage import damage_of, damaged
-from toolkit.ledger.sqlite_hold import hold
 from toolkit.storage import sqlite_read, storage_error
 
 FORMAT = "resume-toolkit-ledger/1"
@@ -120,22 +119,6 @@ class SqliteLedger(Ledger):
         self._flushes = None
         self._cache = _RowCache()
         self._what = f"SQLite ledger {str(self.path)!r}"  # built once: named by every txn
-        # The flock saying a live process has this ledger open, taken before the connect
-        # (a missing -shm is refused while another process holds it: sqlite_hold.py); held
-        # exclusively through the open when -shm was missing, shared from then on.
-        self._hold = hold(self.path, create=True)
-        try:
-            self._open(timeout, group_commit)
-        except BaseException:
-            if getattr(self, "_db", None) is not None:
-                self._db.close()  # a second close is a no-op; the flock goes after it
-            if self._hold is not None:
-                self._hold.release()
-            raise
-        if self._hold is not None:
-            self._hold.settle()
-
-    def _open(self, timeout, group_commit):
         try:
             self._db = sqlite3.connect(self.path, timeout=timeout, isolation_level=None,
                                        check_same_thread=False)
@@ -347,8 +330,6 @@ class SqliteLedger(Ledger):
             os.close(self._wal_fd)
             self._wal_fd = None
         self._db.close()
-        if self._hold is not None:
-            self._hold.release()  # after the close: the flock covers the connection's life
         if self._flushes is not None:
             self._flushes.close()
 

@@ -37,7 +37,6 @@ import urllib.parse
 
 from toolkit.errors import StorageError, ToolkitError
 from toolkit.ledger import TRANSIENT, State
-from toolkit.ledger.sqlite_hold import hold
 from toolkit.runner import witness
 from toolkit.runner.witness_read import sqlite_seq_and_id
 
@@ -50,16 +49,11 @@ def _sqlite_facts(path: str) -> dict | None:
     """``witness.facts`` of the SQLite ledger at ``path`` (seq, identity), read through a
     read-only connection of our own, then the WAL fsynced: what was read is durable."""
     uri = f"file:{urllib.parse.quote(os.path.abspath(path))}?mode=ro"
-    held = hold(path)  # even mode=ro would rebuild a deleted -shm: sqlite_hold.py
+    db = sqlite3.connect(uri, uri=True, timeout=5.0)
     try:
-        db = sqlite3.connect(uri, uri=True, timeout=5.0)
-        try:
-            top, ident = sqlite_seq_and_id(db)
-        finally:
-            db.close()
+        top, ident = sqlite_seq_and_id(db)
     finally:
-        if held is not None:
-            held.release()
+        db.close()
     with contextlib.suppress(FileNotFoundError):  # no WAL: every commit is in the file
         fd = os.open(f"{path}-wal", os.O_RDONLY)
         try:
