@@ -94,6 +94,50 @@ def test_sigterm_to_the_drill_stops_the_service_the_program_and_removes_its_fold
     assert list(temp.iterdir()) == []
 
 
+_SIGTERM_INSIDE_POPEN = """
+import os, signal, subprocess, sys, time
+from pathlib import Path
+from toolkit import blackbox
+from toolkit.blackbox.procs import guarded
+
+pid_file, real_popen = Path(sys.argv[1]), subprocess.Popen
+
+def popen_then_sigterm(*args, **kwargs):
+    real_popen(*args, **kwargs)  # the program runs; the handle is never returned
+    for _ in range(600):
+        if pid_file.exists() and pid_file.read_text().strip():
+            break
+        time.sleep(0.05)
+    os.kill(os.getpid(), signal.SIGTERM)  # guarded() turns it into KeyboardInterrupt here
+    time.sleep(5)
+    raise SystemExit("SIGTERM was not delivered")
+
+subprocess.Popen = popen_then_sigterm
+with guarded():
+    try:
+        blackbox.run_command(f"echo $$ > {pid_file}; exec sleep 600", ".", None, sys.argv[2])
+    except KeyboardInterrupt:
+        sys.exit(130)
+"""
+
+
+def test_sigterm_landing_inside_popen_still_kills_the_program(tmp_path):
+    """Fault: a real SIGTERM reaches the drill after it forked the program but before
+    ``Popen`` returned the handle (a loaded machine deschedules the drill right there).
+    Property: the drill is interrupted and the program, which it holds no handle to,
+    is killed anyway (it is the drill's child: ``kill_strays`` finds it)."""
+    pid_file = tmp_path / "program.pid"
+    done = subprocess.run([sys.executable, "-c", _SIGTERM_INSIDE_POPEN, str(pid_file),
+                           str(tmp_path / "run.log")], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 130, done.stderr
+    program = int(pid_file.read_text())
+    alive = _all_dead([program])
+    for pid in alive:  # do not leave it behind even when the test fails
+        os.kill(pid, signal.SIGKILL)
+    assert alive == []
+
+
 def test_a_program_that_does_nothing_loses_every_input_and_fails_the_clean_drill(inputs):
     """Fault: none (clean) or 503s; the program is ``true``: it exits 0 without sending
     anything. Property: every healthy input is ``never_processed`` (lost work, unsafe), not

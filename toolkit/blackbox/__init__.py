@@ -240,18 +240,23 @@ def run_command(command: str, cwd, env, log_path,
     # What runs before the program (the provider service) is spared; everything the
     # program started is killed once it exits, is cut, or the drill is interrupted.
     before = {child.pid for child in psutil.Process().children(recursive=True)}
-    code = None
+    code, proc = None, None
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(command, shell=True, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        # Popen is inside the try: a SIGTERM that lands after the fork but before Popen
+        # returns leaves no handle, yet kill_strays still finds the program as our child.
         try:
+            proc = subprocess.Popen(command, shell=True, cwd=cwd, env=env,
+                                    stdin=subprocess.DEVNULL, stdout=log,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
             code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             code = None
         finally:
-            kill_group(proc.pid)  # the whole group: `cmd &` and nohup children stay in it
+            if proc is not None:
+                kill_group(proc.pid)  # the whole group: `cmd &` and nohup children stay in it
             kill_strays(keep=before)  # setsid children left the group; we are their reaper
-            proc.wait()
+            if proc is not None:
+                proc.wait()
     lines = Path(log_path).read_text(errors="replace").strip().splitlines()
     return code, " | ".join(lines[-2:])
 

@@ -123,11 +123,11 @@ def run_until_stop(argv, cwd, env, log: Path, timeout: float) -> str:
     from toolkit.blackbox.procs import kill_group, kill_strays
 
     before = {child.pid for child in psutil.Process().children(recursive=True)}
-    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-    deadline, outcome = time.monotonic() + timeout, "finished"
-    try:
+    deadline, outcome, proc = time.monotonic() + timeout, "finished", None
+    try:  # Popen inside: a SIGTERM landing before it returns still reaches kill_strays
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
         while proc.poll() is None:
             stopped = log.exists() and "--- stopped by SIGSTOP ---" in log.read_text(
                 errors="replace")
@@ -136,9 +136,10 @@ def run_until_stop(argv, cwd, env, log: Path, timeout: float) -> str:
                 break
             time.sleep(0.005)
     finally:
-        kill_group(proc.pid)  # program, children and strace at once
+        if proc is not None:
+            kill_group(proc.pid)  # program, children and strace at once
         kill_strays(keep=before)  # and whatever left the group (setsid): we are its reaper
-        code = proc.wait()
+        code = proc.wait() if proc is not None else None
     return outcome, (code if outcome == "finished" else None)
 
 
