@@ -6,6 +6,7 @@ the item were abandoned; it is held by a live run that will settle it. Real proc
 run A stops itself (SIGSTOP) right after its first intent, holding that item's lease.
 """
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -44,6 +45,24 @@ def _stopped(pid) -> bool:
         return handle.read().rsplit(")", 1)[1].split()[0] == "T"
 
 
+@contextlib.contextmanager
+def stopped_after_first_intent(args):
+    """Run A, the real CLI with ``args``, stopped by itself right after its first intent
+    (it holds that item's lease and the ledger open): yields its ``Popen``. On leaving,
+    A is let go (SIGCONT) and waited for; its stderr is ``a.stderr_text``."""
+    a = subprocess.Popen([sys.executable, "-c", STOP_AFTER_FIRST_INTENT, *map(str, args)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60  # a guard against a hang, not a timing
+        while not _stopped(a.pid):
+            assert a.poll() is None and time.monotonic() < deadline, a.communicate()
+            time.sleep(0.01)
+        yield a
+    finally:
+        os.kill(a.pid, signal.SIGCONT)
+        _, a.stderr_text = a.communicate(timeout=120)
+
+
 def test_run_ending_while_a_live_run_holds_an_item_names_that_run_not_run_again(tmp_path):
     """Fault: run A is stopped (real SIGSTOP) holding the lease of one item of three; run
     B, on the same ledger, does the other two and ends. Must hold: B exits 1 (its batch is
@@ -52,23 +71,13 @@ def test_run_ending_while_a_live_run_holds_an_item_names_that_run_not_run_again(
     settles the item: all three done. Before: B said "1 item(s) not at rest: run the same
     command again"."""
     make_corpus(tmp_path / "in", docs=3, poison=0, seed=1)
-    a = subprocess.Popen([sys.executable, "-c", STOP_AFTER_FIRST_INTENT,
-                          *map(str, _args(tmp_path))],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 60
-        while not _stopped(a.pid):
-            assert a.poll() is None and time.monotonic() < deadline, a.communicate()
-            time.sleep(0.01)
+    with stopped_after_first_intent(_args(tmp_path)) as a:
         b = run_cli(*_args(tmp_path))
-    finally:
-        os.kill(a.pid, signal.SIGCONT)
-        _, a_stderr = a.communicate(timeout=120)
     assert b.returncode == 1, b.stderr
     assert "Traceback" not in b.stderr
     assert "run the same command again" not in b.stderr, b.stderr
     assert f"1 item(s) not at rest are held by a live run (pid {a.pid})" in b.stderr, b.stderr
     assert "wait for it to end" in b.stderr
-    assert a.returncode == 0, a_stderr
+    assert a.returncode == 0, a.stderr_text
     with open_ledger(tmp_path / "L.sqlite") as ledger:
         assert [item.state for item in ledger.items()] == [State.DONE] * 3

@@ -8,14 +8,8 @@ Real processes: run A stops itself (SIGSTOP) right after its first intent, holdi
 item's lease, its other items queued (pending); run B runs another folder on that ledger.
 """
 
-import os
-import signal
-import subprocess
-import sys
-import time
-
 from conftest import run_cli
-from test_held_by_live_run import STOP_AFTER_FIRST_INTENT, _stopped
+from test_held_by_live_run import stopped_after_first_intent
 from toolkit.documents import make_corpus
 from toolkit.ledger import State, open_ledger
 
@@ -35,24 +29,14 @@ def test_run_of_other_inputs_beside_a_live_run_advises_no_cancel_of_its_queued_i
     listed A's 4 items as "changed or removed" with a cancel command for each."""
     make_corpus(tmp_path / "a", docs=4, poison=0, seed=1)
     make_corpus(tmp_path / "b", docs=1, poison=0, seed=2)
-    a = subprocess.Popen([sys.executable, "-c", STOP_AFTER_FIRST_INTENT,
-                          *map(str, _args(tmp_path, "a"))],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 60
-        while not _stopped(a.pid):
-            assert a.poll() is None and time.monotonic() < deadline, a.communicate()
-            time.sleep(0.01)
+    with stopped_after_first_intent(_args(tmp_path, "a")) as a:
         b = run_cli(*_args(tmp_path, "b"))
-    finally:
-        os.kill(a.pid, signal.SIGCONT)
-        _, a_stderr = a.communicate(timeout=120)
     assert b.returncode == 1, b.stderr
     assert "Traceback" not in b.stderr
     assert "toolkit cancel" not in b.stderr, b.stderr
     assert "4 item(s) not at rest are not among these inputs" in b.stderr, b.stderr
     assert f"a live run on this ledger (pid {a.pid}) holds 1 of them" in b.stderr, b.stderr
     assert "wait for it to end" in b.stderr
-    assert a.returncode == 0, a_stderr
+    assert a.returncode == 0, a.stderr_text
     with open_ledger(tmp_path / "L.sqlite") as ledger:
         assert [item.state for item in ledger.items()] == [State.DONE] * 5

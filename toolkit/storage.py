@@ -19,9 +19,10 @@ import json
 import os
 import sqlite3
 import tempfile
+import time
 from pathlib import Path
 
-from toolkit.errors import LedgerError, StorageError
+from toolkit.errors import LedgerBusyError, LedgerError, StorageError
 
 WAL, SHM, JOURNAL = "-wal", "-shm", "-journal"  # SQLite's own
 FLUSH = "-flush"       # group commit's counter, shared by a ledger's processes (ledger/group.py)
@@ -173,29 +174,95 @@ def sqlite_read(what: str, reader, *args):
         raise storage_error(what, exc) from exc
 
 
-def lock_holder(fd: int) -> int | None:
-    """The pid of the live process whose ``flock`` on ``fd``'s file kept ours out; None if
-    unknown (no ``/proc/locks``, the holder just exited, or its pid is not ours to see).
-
-    ``/proc/locks`` names a held lock by ``MAJOR:MINOR:INODE`` (hex, hex, decimal) and
-    the pid that took it; a waiter's line is marked ``->`` and is skipped. The pid is
-    checked to be alive: a lock inherited across fork outlives the process that took it.
-    """
-    info = os.fstat(fd)
+def _locks_on(info: os.stat_result):
+    """``(kind, pid, start, end)`` of every lock held on the file ``info`` describes, from
+    ``/proc/locks`` (none without it). It names a file by ``MAJOR:MINOR:INODE`` (hex, hex,
+    decimal); a waiter's line is marked ``->`` and is skipped (it holds nothing)."""
     where = f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}:{info.st_ino}"
     try:
         with open("/proc/locks") as locks:
             lines = locks.read().splitlines()
     except OSError:
-        return None
+        return
     for line in lines:
         fields = line.split()
-        if len(fields) > 5 and fields[1] == "FLOCK" and fields[4].isdigit() \
-                and fields[5] == where:
-            pid = int(fields[4])
-            if pid > 0 and os.path.exists(f"/proc/{pid}"):
-                return pid
+        if len(fields) > 7 and fields[4].isdigit() and fields[5] == where:
+            end = EOF_OFFSET if fields[7] == "EOF" else int(fields[7])
+            yield fields[1], int(fields[4]), int(fields[6]), end
+
+
+EOF_OFFSET = 2 ** 63 - 1
+
+
+def lock_holder(fd: int) -> int | None:
+    """The pid of the live process whose ``flock`` on ``fd``'s file kept ours out; None if
+    unknown (no ``/proc/locks``, the holder just exited, or its pid is not ours to see).
+    The pid is checked to be alive: a flock inherited across fork outlives its taker."""
+    for kind, pid, _, _ in _locks_on(os.fstat(fd)):
+        if kind == "FLOCK" and pid > 0 and os.path.exists(f"/proc/{pid}"):
+            return pid
     return None
+
+
+# SQLite's lock bytes in a database file (os_unix.c): PENDING_BYTE, RESERVED_BYTE and the
+# 510 of SHARED_FIRST. A connection in WAL mode holds a read lock there for as long as it
+# is open: how its closing peer knows it is not the last (and must not delete the WAL).
+SQLITE_LOCK_BYTES = (0x40000000, 0x40000000 + 511)
+# How long an opener that finds -shm missing while another process holds the file waits
+# for that to end: a peer between its lock and its -shm (opening), or deleting the WAL and
+# -shm (the last one closing), takes milliseconds; a live run whose -shm was deleted, for ever.
+SHM_SETTLE = 2.0
+
+
+def _sqlite_users(info: os.stat_result) -> tuple[int | None, bool]:
+    """Who holds SQLite's lock bytes of the file ``info`` describes: the pid of another
+    process (0: not ours to see; None: no other), and whether this process does."""
+    first, last = SQLITE_LOCK_BYTES
+    other, mine = None, False
+    for kind, pid, start, end in _locks_on(info):
+        if kind == "POSIX" and start <= last and end >= first:
+            if pid == os.getpid():
+                mine = True
+            elif other is None:
+                other = pid
+    return other, mine
+
+
+def refuse_lost_shm(path, what: str) -> None:
+    """Refuse to open the SQLite database ``path`` while its ``-shm`` is missing and
+    another live process has it open (Linux; elsewhere nothing is checked).
+
+    SQLite takes a missing ``-shm`` to mean nobody has the database open and builds a new
+    index from the WAL. If a live process still has the old one mapped (the file was
+    deleted under it), there would be two: each process misses the other's commits (work
+    it recorded runs again) and the database ends up corrupt. Checked before any
+    connection, and without opening the file (closing a descriptor of it would drop every
+    POSIX lock this process holds on it, SQLite's own included): the holder is read from
+    ``/proc/locks``. While this process has a connection open on the file, a new one
+    needs no check: SQLite shares one mapping per file and process (a ``--workers``
+    worker's own reads). Not covered: a -shm deleted between this check and SQLite's
+    open of it.
+
+    Raises:
+        LedgerBusyError: one line naming the process; nothing was opened or written.
+    """
+    deadline = time.monotonic() + SHM_SETTLE
+    while not os.path.exists(f"{path}{SHM}"):
+        try:
+            holder, mine = _sqlite_users(os.stat(path))
+        except OSError:
+            return  # no database yet: connect makes it, or says why it cannot
+        if holder is None or mine:
+            return
+        if time.monotonic() > deadline:
+            who = f"live process {holder}" if holder else "a live process"
+            raise LedgerBusyError(
+                f"{what}: its {SHM} was deleted while {who} has it open; opening it now "
+                f"would build a second index and each process would miss the other's "
+                f"commits (work done twice, a corrupt database): run again when that "
+                f"process ends, and never delete a ledger's {WAL} or {SHM} while it is "
+                f"in use")
+        time.sleep(0.05)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,58 @@
+"""An SQLite ledger's ``-shm`` deleted while a run has it open (outsider o40, HIGH 1).
+
+SQLite takes a missing ``-shm`` to mean that no one has the database open and builds a
+new index from the WAL; the live run still has the deleted one mapped. A second run then
+wrote beside the first, each blind to the other's commits: documents executed twice and
+a corrupt ledger. Real processes: run A stops itself (SIGSTOP) right after its first
+intent, holding the ledger open; its ``-shm`` is deleted; run B starts on the same ledger.
+"""
+
+import sqlite3
+
+from conftest import run_cli
+from test_held_by_live_run import stopped_after_first_intent
+from toolkit.documents import make_corpus
+from toolkit.ledger import State, open_ledger
+from toolkit.provider import provider_stats
+
+
+def _args(tmp_path):
+    return ["run", "--inputs", tmp_path / "in", "--ledger", tmp_path / "L.sqlite",
+            "--provider-db", tmp_path / "p.db", "--out", tmp_path / "out",
+            "--contract", "non-idempotent", "--no-progress"]
+
+
+def test_run_on_a_ledger_whose_shm_was_deleted_under_a_live_run_is_refused_not_run_twice(
+        tmp_path):
+    """Fault: run A holds the SQLite ledger open (stopped by a real SIGSTOP after its first
+    intent) and ``L.sqlite-shm`` is deleted; run B, then ``ledger L.sqlite``, start on
+    it. Must hold: B exits 1 with one line saying the -shm was deleted while A (its pid)
+    has it open, and writes nothing; the view answers from a private copy; neither makes
+    a new -shm; A, let go, finishes: every document
+    executed once at the provider (non-idempotent contract), the ledger passes
+    ``integrity_check``, and a run after A opens it again. Before: B rebuilt -shm and ran
+    the documents A was about to run: executed twice, the ledger corrupt."""
+    make_corpus(tmp_path / "in", docs=4, poison=0, seed=1)
+    shm = tmp_path / "L.sqlite-shm"
+    with stopped_after_first_intent(_args(tmp_path)) as a:
+        shm.unlink()
+        b = run_cli(*_args(tmp_path))
+        view = run_cli("ledger", tmp_path / "L.sqlite")
+        left_shm = shm.exists()
+    assert b.returncode == 1, b.stderr
+    assert len(b.stderr.strip().splitlines()) == 1 and "Traceback" not in b.stderr, b.stderr
+    assert f"-shm was deleted while live process {a.pid} has it open" in b.stderr
+    assert view.returncode == 0 and "pending=3  unknown=1" in view.stdout, view.stderr
+    assert not left_shm  # no one built a second index
+    assert a.returncode == 0, a.stderr_text
+    assert provider_stats(tmp_path / "p.db")["executions"] == 4
+    db = sqlite3.connect(tmp_path / "L.sqlite")
+    try:
+        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    finally:
+        db.close()
+    again = run_cli(*_args(tmp_path))
+    assert again.returncode == 0, again.stderr
+    with open_ledger(tmp_path / "L.sqlite") as ledger:
+        assert [item.state for item in ledger.items()] == [State.DONE] * 4
+    assert provider_stats(tmp_path / "p.db")["executions"] == 4
