@@ -272,7 +272,7 @@ def _damage(raw) -> str | None:
     if lines:
         return (f"ledger has corrupt lines {', '.join(map(str, lines[:10]))}"
                 ": any key's last event may be lost; salvage parks it for review")
-    # the seq_gap finding is line-level and comes after every other line's (jsonl.seq_gaps)
+    # the seq_gap finding is line-level and comes after every other line's (lines.seq_gaps)
     gap = next((a for a in reversed(raw.anomalies) if a.kind in HISTORY_DAMAGE), None)
     if gap is not None:
         return f"ledger history is not whole (see the {gap.kind} finding): any key's last " \

@@ -106,7 +106,7 @@ class History:
         self.columns = Columns(numbered)
         self.workers: dict = {}  # one string object per worker name, shared by its events
         self.orphaned: set = set()  # keys seen only in events before any add
-        # seqs of lines kept out of the event table (forensics.jsonl.seq_gaps counts them)
+        # seqs of lines kept out of the event table (forensics.lines.seq_gaps counts them)
         self.apart, self.snapshot_seqs = [], set()  # of orphaned events; of snapshots
         self.snapshot_lines = []  # (line, seq) of each snapshot (gaps.snapshot_damage)
         self.apart_lines: set = set()  # lines of orphaned events (none held a lost add)

@@ -11,10 +11,10 @@ from toolkit.forensics.columns import OPS, VOCABULARY
 from toolkit.forensics.foreign import StateFile
 from toolkit.forensics.history import BAD_EVENT, SNAPSHOT, History
 from toolkit.forensics import lines as reading
-from toolkit.forensics.lines import SHALLOW, LineReader, decode_one
+from toolkit.forensics.lines import SHALLOW, LineReader, decode_one, gap_detail, seq_gaps
 from toolkit.forensics.model import STATES, Raw, register
 from toolkit.ledger.jsonl import FORMAT as JSONL_FORMAT
-from toolkit.ledger.gaps import blank, describe, missing_ranges
+from toolkit.ledger.gaps import blank
 from toolkit.ledger.jsonl import SALVAGED
 from toolkit.forensics.jsonl_header import line_one, order_findings, torn_findings, \
     torn_notes
@@ -296,7 +296,7 @@ def read_toolkit_jsonl(path) -> Raw:
     torn_notes(raw, header, events)  # a cut's mark not yet spent (ledger.torn)
     gaps = seq_gaps(events["seq"], [*history.apart, *history.snapshot_seqs])
     if gaps:  # an orphaned event's line is unusable but holds its own seq, no missing one
-        raw.finding(None, "seq_gap", _gap_detail(gaps, len(raw.corrupt_lines) -
+        raw.finding(None, "seq_gap", gap_detail(gaps, len(raw.corrupt_lines) -
                                                  len(history.apart)))
     order_findings(raw, header, history, events)
     return raw
@@ -351,42 +351,6 @@ def whole_events(text: str, budget: list | None = None):
             at = text.find('{"', stop)
         else:
             at = text.find('{"', at + 1)
-
-
-def seq_gaps(seqs, apart=()) -> list[tuple[int, int]]:
-    """The ranges (first, last) of seqs missing between the lowest and the highest seq of
-    the file's lines (``seqs`` of the event table in file order, ``apart`` those of lines
-    folded apart: snapshots, orphaned events). The ledger numbers every line it writes
-    one more than the last, so a missing seq is a line deleted or lost; a gap before the
-    first seq cannot be told from a ledger compacted while empty, and is not one."""
-    values = iter(seqs)  # the usual ledger: 1, 2, 3, ... in file order (no list, no sort)
-    first = previous = next(values, None)
-    ordered = type(first) is int
-    if ordered:
-        for seq in values:
-            if type(seq) is not int or seq != previous + 1:
-                ordered = False
-                break
-            previous = seq
-    if ordered and (not apart or (first - 1 <= min(apart) and max(apart) <= previous)):
-        return []  # snapshots at first - 1, orphans among the events: no seq unaccounted
-    if first is None and (not apart or min(apart) == max(apart)):
-        return []  # snapshots only (one seq), or nothing
-    # any other order: the ledger's own rule (an integer beyond 64 bits, a bool, are no seq
-    # here), counted from the lowest seq present
-    present = [seq for seq in (*seqs, *apart) if type(seq) is int]
-    return missing_ranges(present, base=min(present) - 1) if present else []
-
-
-def _gap_detail(gaps, unusable: int) -> str:
-    """The ``seq_gap`` detail: the ranges as the ledger names them (``gaps.describe``);
-    ``unusable``: the unusable lines that may hold a missing seq."""
-    where = (f"{unusable} unusable line{'s' if unusable > 1 else ''} may hold some of them"
-             if unusable > 0 else "no line that could hold them is unusable: lines were "
-             "deleted")
-    return (f"no line holds {describe(gaps)}; {where}, and any key's events (its add, its "
-            "intent) may have been on them: an item may be missing from this report, or "
-            "behind its real state")
 
 
 @register("jsonl-state", "jsonl", lambda obj: {"file", "status"} <= obj.keys(),

@@ -8,7 +8,7 @@ toolkit's own JSONL ledger ignores it the same way and cuts it off before its
 next append).
 """
 
-from toolkit.ledger.gaps import LINE_LIMIT, too_long
+from toolkit.ledger.gaps import LINE_LIMIT, describe, missing_ranges, too_long
 
 CHUNK = 1 << 21  # 2 MiB: big enough to amortize, small enough not to weigh
 MAX_LINE = LINE_LIMIT  # bytes; the ledger's own limit (gaps.py): a line both read or neither
@@ -109,3 +109,39 @@ class LineReader:
         if skipping or carry:
             self.torn = (number, skipping or len(carry))
             self.tail = None if skipping else carry
+
+
+def seq_gaps(seqs, apart=()) -> list[tuple[int, int]]:
+    """The ranges (first, last) of seqs missing between the lowest and the highest seq of
+    the file's lines (``seqs`` of the event table in file order, ``apart`` those of lines
+    folded apart: snapshots, orphaned events). The ledger numbers every line it writes
+    one more than the last, so a missing seq is a line deleted or lost; a gap before the
+    first seq cannot be told from a ledger compacted while empty, and is not one."""
+    values = iter(seqs)  # the usual ledger: 1, 2, 3, ... in file order (no list, no sort)
+    first = previous = next(values, None)
+    ordered = type(first) is int
+    if ordered:
+        for seq in values:
+            if type(seq) is not int or seq != previous + 1:
+                ordered = False
+                break
+            previous = seq
+    if ordered and (not apart or (first - 1 <= min(apart) and max(apart) <= previous)):
+        return []  # snapshots at first - 1, orphans among the events: no seq unaccounted
+    if first is None and (not apart or min(apart) == max(apart)):
+        return []  # snapshots only (one seq), or nothing
+    # any other order: the ledger's own rule (an integer beyond 64 bits, a bool, are no seq
+    # here), counted from the lowest seq present
+    present = [seq for seq in (*seqs, *apart) if type(seq) is int]
+    return missing_ranges(present, base=min(present) - 1) if present else []
+
+
+def gap_detail(gaps, unusable: int) -> str:
+    """The ``seq_gap`` detail: the ranges as the ledger names them (``gaps.describe``);
+    ``unusable``: the unusable lines that may hold a missing seq."""
+    where = (f"{unusable} unusable line{'s' if unusable > 1 else ''} may hold some of them"
+             if unusable > 0 else "no line that could hold them is unusable: lines were "
+             "deleted")
+    return (f"no line holds {describe(gaps)}; {where}, and any key's events (its add, its "
+            "intent) may have been on them: an item may be missing from this report, or "
+            "behind its real state")
