@@ -26,13 +26,11 @@ def _running(process) -> bool:
         return False
 
 
-def test_run_killed_alone_takes_its_workers_with_it_and_nothing_more_is_sent(tmp_path):
-    make_corpus(tmp_path / "in", docs=60, poison=0, seed=9)  # a storm: retries wait
-    child = subprocess.Popen([sys.executable, "-m", "toolkit", *map(str, _run_args(
-        tmp_path, tmp_path / "L.sqlite")), "--workers", "2", "--transient-rate", "0.5"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def _two_workers_writing(child, out) -> list:
+    """Wait (bounded) until ``child``'s two pool workers run and two outputs landed in
+    ``out``: its worker processes. Asserts the run has not ended first."""
     run = psutil.Process(child.pid)
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 120  # a guard against a hang, not a timing
     workers = []
     while time.monotonic() < deadline and child.poll() is None:
         try:
@@ -40,12 +38,20 @@ def test_run_killed_alone_takes_its_workers_with_it_and_nothing_more_is_sent(tmp
                        if "spawn_main" in " ".join(p.cmdline())]
         except psutil.Error:  # a child came and went while we looked
             continue
-        out = tmp_path / "out"
         if len(workers) == 2 and out.is_dir() and sum(
                 name.endswith(".pdf") for name in os.listdir(out)) >= 2:
             break
         time.sleep(0.01)
     assert child.poll() is None and len(workers) == 2, "the run ended first"
+    return workers
+
+
+def test_run_killed_alone_takes_its_workers_with_it_and_nothing_more_is_sent(tmp_path):
+    make_corpus(tmp_path / "in", docs=60, poison=0, seed=9)  # a storm: retries wait
+    child = subprocess.Popen([sys.executable, "-m", "toolkit", *map(str, _run_args(
+        tmp_path, tmp_path / "L.sqlite")), "--workers", "2", "--transient-rate", "0.5"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    workers = _two_workers_writing(child, tmp_path / "out")
     os.kill(child.pid, signal.SIGKILL)  # the run alone: its workers are not in the kill
     child.wait()
     at_kill = provider_stats(tmp_path / "p.db")["executions"]
@@ -68,20 +74,7 @@ def test_run_workers_killed_9_prints_no_leaked_semaphore_warning_and_rerun_finis
     args = [sys.executable, "-m", "toolkit",
             *map(str, _run_args(tmp_path, tmp_path / "L.sqlite")), "--workers", "2"]
     child = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    run = psutil.Process(child.pid)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and child.poll() is None:
-        try:
-            workers = [p for p in run.children(recursive=True)
-                       if "spawn_main" in " ".join(p.cmdline())]
-        except psutil.Error:
-            continue
-        out = tmp_path / "out"
-        if len(workers) == 2 and out.is_dir() and sum(
-                name.endswith(".pdf") for name in os.listdir(out)) >= 2:
-            break
-        time.sleep(0.01)
-    assert child.poll() is None, "the run ended first"
+    _two_workers_writing(child, tmp_path / "out")
     os.kill(child.pid, signal.SIGKILL)
     _, stderr = child.communicate(timeout=120)  # EOF: every process holding its stderr ended
     assert "leaked" not in stderr and "Traceback" not in stderr, stderr
