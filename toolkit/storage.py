@@ -208,7 +208,7 @@ def lock_holder(fd: int) -> int | None:
 # 510 of SHARED_FIRST. A connection in WAL mode holds a read lock there for as long as it
 # is open: how its closing peer knows it is not the last (and must not delete the WAL).
 SQLITE_LOCK_BYTES = (0x40000000, 0x40000000 + 511)
-# How long an opener that finds -shm missing while another process holds the file waits
+# How long an opener that finds -shm or -wal missing while another process holds it waits
 # for that to end: a peer between its lock and its -shm (opening), or deleting the WAL and
 # -shm (the last one closing), takes milliseconds; a live run whose -shm was deleted, for ever.
 SHM_SETTLE = 2.0
@@ -228,26 +228,29 @@ def _sqlite_users(info: os.stat_result) -> tuple[int | None, bool]:
     return other, mine
 
 
-def refuse_lost_shm(path, what: str) -> None:
-    """Refuse to open the SQLite database ``path`` while its ``-shm`` is missing and
-    another live process has it open (Linux; elsewhere nothing is checked).
+def refuse_deleted_wal_shm(path, what: str) -> None:
+    """Refuse to open the SQLite database ``path`` while its ``-shm`` or ``-wal`` is
+    missing and another live process has it open (Linux; elsewhere nothing is checked).
 
     SQLite takes a missing ``-shm`` to mean nobody has the database open and builds a new
-    index from the WAL. If a live process still has the old one mapped (the file was
-    deleted under it), there would be two: each process misses the other's commits (work
-    it recorded runs again) and the database ends up corrupt. Checked before any
+    index from the WAL (a missing ``-wal``: a new, empty WAL). If a live process still
+    has the old file open (it was deleted under it), there would be two: each process
+    misses the other's commits (work it recorded runs again) and the database ends up
+    corrupt. A live connection always has both (SQLite makes them at its open and deletes
+    them only as the last one closes), so the two are missing together with a holder
+    only for the moments a peer opens or closes: ``SHM_SETTLE``. Checked before any
     connection, and without opening the file (closing a descriptor of it would drop every
     POSIX lock this process holds on it, SQLite's own included): the holder is read from
     ``/proc/locks``. While this process has a connection open on the file, a new one
     needs no check: SQLite shares one mapping per file and process (a ``--workers``
-    worker's own reads). Not covered: a -shm deleted between this check and SQLite's
+    worker's own reads). Not covered: a file deleted between this check and SQLite's
     open of it.
 
     Raises:
         LedgerBusyError: one line naming the process; nothing was opened or written.
     """
     deadline = time.monotonic() + SHM_SETTLE
-    while not os.path.exists(f"{path}{SHM}"):
+    while missing := [side for side in (SHM, WAL) if not os.path.exists(f"{path}{side}")]:
         try:
             holder, mine = _sqlite_users(os.stat(path))
         except OSError:
@@ -257,11 +260,11 @@ def refuse_lost_shm(path, what: str) -> None:
         if time.monotonic() > deadline:
             who = f"live process {holder}" if holder else "a live process"
             raise LedgerBusyError(
-                f"{what}: its {SHM} was deleted while {who} has it open; opening it now "
-                f"would build a second index and each process would miss the other's "
-                f"commits (work done twice, a corrupt database): run again when that "
-                f"process ends, and never delete a ledger's {WAL} or {SHM} while it is "
-                f"in use")
+                f"{what}: its {' and '.join(missing)} was deleted while {who} has it open; "
+                f"opening it now would build a second index and each process would miss "
+                f"the other's commits (work done twice, a corrupt database): run again when "
+                f"that process ends, and never delete a ledger's {WAL} or {SHM} while it "
+                f"is in use")
         time.sleep(0.05)
 
 

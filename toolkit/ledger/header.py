@@ -137,10 +137,10 @@ def _sqlite_rowless(ledger_path) -> bool:
     import sqlite3
     import urllib.parse
 
-    from toolkit.storage import refuse_lost_shm
+    from toolkit.storage import refuse_deleted_wal_shm
 
-    # even mode=ro would rebuild a deleted -shm: LedgerBusyError, as the ledger's open
-    refuse_lost_shm(ledger_path, f"SQLite ledger {str(ledger_path)!r}")
+    # mode=ro would rebuild a deleted -shm too: LedgerBusyError, as the ledger's open
+    refuse_deleted_wal_shm(ledger_path, f"SQLite ledger {str(ledger_path)!r}")
     uri = f"file:{urllib.parse.quote(os.path.abspath(ledger_path))}?mode=ro"
     try:
         db = sqlite3.connect(uri, uri=True, timeout=1.0)

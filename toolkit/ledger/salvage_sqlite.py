@@ -129,9 +129,9 @@ def mark_rowless(path, mark: dict) -> bool:
     when marked; False when it has rows by now, or is no such ledger (then refused)."""
     import sqlite3
 
-    from toolkit.storage import refuse_lost_shm
+    from toolkit.storage import refuse_deleted_wal_shm
 
-    refuse_lost_shm(path, f"SQLite ledger {str(path)!r}")  # LedgerBusyError: one line
+    refuse_deleted_wal_shm(path, f"SQLite ledger {str(path)!r}")  # LedgerBusyError: one line
     try:
         db = sqlite3.connect(path, isolation_level=None, timeout=5.0)
     except sqlite3.Error:

@@ -18,7 +18,7 @@ from toolkit.ledger.header import SALVAGED  # the mark's name: a meta row here, 
 from toolkit.ledger.records import ItemRow, detail_json, item_of
 from toolkit.ledger.sqlite_cache import DATA_VERSION, _LedgerTxn, _RowCache
 from toolkit.ledger.sqlite_damage import damage_of, damaged
-from toolkit.storage import refuse_lost_shm, sqlite_read, storage_error
+from toolkit.storage import refuse_deleted_wal_shm, sqlite_read, storage_error
 
 FORMAT = "resume-toolkit-ledger/1"
 ITEM_COLUMNS = tuple(field.name for field in dataclasses.fields(Item))
@@ -119,7 +119,7 @@ class SqliteLedger(Ledger):
         self._flushes = None
         self._cache = _RowCache()
         self._what = f"SQLite ledger {str(self.path)!r}"  # built once: named by every txn
-        refuse_lost_shm(self.path, self._what)  # before SQLite could build a second index
+        refuse_deleted_wal_shm(self.path, self._what)  # before SQLite builds a second index
         try:
             self._db = sqlite3.connect(self.path, timeout=timeout, isolation_level=None,
                                        check_same_thread=False)

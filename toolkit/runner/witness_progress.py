@@ -39,7 +39,7 @@ from toolkit.errors import StorageError, ToolkitError
 from toolkit.ledger import TRANSIENT, State
 from toolkit.runner import witness
 from toolkit.runner.witness_read import sqlite_seq_and_id
-from toolkit.storage import refuse_lost_shm
+from toolkit.storage import refuse_deleted_wal_shm
 
 EVERY = 0.0  # seconds of a run at most between two records (0: at every intent)
 NOT_SENT = ("not sent: the run halted before sending it (the witness in --out could not "
@@ -49,7 +49,8 @@ NOT_SENT = ("not sent: the run halted before sending it (the witness in --out co
 def _sqlite_facts(path: str) -> dict | None:
     """``witness.facts`` of the SQLite ledger at ``path`` (seq, identity), read through a
     read-only connection of our own, then the WAL fsynced: what was read is durable."""
-    refuse_lost_shm(path, f"SQLite ledger {path!r}")  # even mode=ro would rebuild -shm
+    # mode=ro would rebuild a deleted -shm too: LedgerBusyError halts the run
+    refuse_deleted_wal_shm(path, f"SQLite ledger {path!r}")
     uri = f"file:{urllib.parse.quote(os.path.abspath(path))}?mode=ro"
     db = sqlite3.connect(uri, uri=True, timeout=5.0)
     try:
