@@ -163,3 +163,25 @@ def test_two_input_names_with_the_same_content_are_one_item_and_the_alias_is_rep
     assert "copy-of-a.pdf: same content as a.pdf" in done.stderr
     with open_ledger(tmp_path / "l.sqlite") as ledger:
         assert [item.source for item in ledger.items()] == ["a.pdf"]
+
+
+def test_a_newline_in_an_input_name_stays_on_its_one_line_in_run_messages(tmp_path, five_docs):
+    """Fault (outsider o41 F4): input names holding a newline (``a<LF>b.pdf`` with the same
+    bytes as ``x.pdf``; then ``new<LF>line.pdf`` left behind as a stray after its content
+    changed). Property: the alias line and the stray list name each file on one line, the
+    newline shown ``\\n`` as ``ledger`` shows it; before, one message ran over three lines
+    and read as two about a file ``b.pdf``."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    shutil.copyfile(five_docs[0], folder / "a\nb.pdf")
+    shutil.copyfile(five_docs[0], folder / "x.pdf")
+    shutil.copyfile(five_docs[1], folder / "new\nline.pdf")
+    stopped = run_cli("run", *_args(tmp_path), "--transient-rate", "1")  # none at rest
+    aliased = [line for line in stopped.stderr.splitlines() if "same content as" in line]
+    assert aliased == ["x.pdf: same content as a\\nb.pdf: one item, recorded under a\\nb.pdf"], \
+        stopped.stderr
+    with open(folder / "new\nline.pdf", "ab") as handle:
+        handle.write(b"\n% appended\n")
+    again = run_cli("run", *_args(tmp_path))
+    strays = [line for line in again.stderr.splitlines() if "no longer among the inputs" in line]
+    assert len(strays) == 1 and "new\\nline.pdf, " in strays[0], again.stderr

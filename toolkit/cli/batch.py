@@ -206,7 +206,10 @@ def _run(parser):
             if runner.health_recorded is False:
                 print("the halt could not be recorded as the ledger's health", file=sys.stderr)
             return 1
+        from toolkit.roots import shown  # a name with a newline stays on its one line
+
         for name, first in runner.aliases:
+            name, first = shown(name), shown(first)
             print(f"{name}: same content as {first}: one item, recorded under {first}",
                   file=sys.stderr)
         for error in dict.fromkeys(runner.local_errors):

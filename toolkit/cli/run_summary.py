@@ -86,7 +86,9 @@ def say_strays(args, strays) -> None:
 
     now = time.time()
     held = [item for item in strays if item.lease_owner is not None and lease_held(item, now)]
-    shown = ", ".join(f"{item.key[:12]} ({item.source}, {item.state.value})"
+    from toolkit.roots import shown as one_line
+
+    shown = ", ".join(f"{item.key[:12]} ({one_line(item.source)}, {item.state.value})"
                       for item in strays[:5])
     more = f" and {len(strays) - 5} more" if len(strays) > 5 else ""
     if held:
