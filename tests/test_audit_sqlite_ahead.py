@@ -8,9 +8,10 @@ import signal
 import sqlite3
 import subprocess
 import sys
+from contextlib import closing
 from unittest import mock
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 import pytest
 
@@ -101,6 +102,8 @@ def test_events_split_between_two_processes_audit_as_one_process_on_damaged_hist
     path = tmp_path / f"{seed}.sqlite"
     path.unlink(missing_ok=True)  # (hypothesis replays a failing seed)
     _wal_ledger(path, seed)
+    with closing(sqlite3.connect(path)) as db:  # a seed may leave no event: nothing to split
+        assume(db.execute("SELECT count(*) FROM events").fetchone()[0] > 0)
     (split, _), given = _folded(lambda: _ahead(path))
     one, expected = _folded(lambda: _one_process(path))
     assert given == expected  # row for row

@@ -7,6 +7,7 @@ a corrupt ledger. Real processes: run A stops itself (SIGSTOP) right after its f
 intent, holding the ledger open; its ``-shm`` is deleted; run B starts on the same ledger.
 """
 
+import os
 import sqlite3
 
 import pytest
@@ -59,3 +60,20 @@ def test_run_on_a_ledger_whose_shm_or_wal_was_deleted_under_a_live_run_is_refuse
     with open_ledger(tmp_path / "L.sqlite") as ledger:
         assert [item.state for item in ledger.items()] == [State.DONE] * 4
     assert provider_stats(tmp_path / "p.db")["executions"] == 4
+
+
+def test_a_wal_emptied_in_place_under_a_live_run_ends_it_with_exit_1_not_at_rest(tmp_path):
+    """Fault (outsider o41 F2): ``: > L.sqlite-wal`` while run A has the ledger open (A
+    stopped by a real SIGSTOP after its first intent, then let go). SQLite writes A's next
+    frames behind a hole of zeros; the database is damaged. Must hold: A does not end "at
+    rest" with exit 0: its close finds the WAL headerless and says the ledger is damaged
+    (one line, salvage named, exit 2 as every damaged ledger); no document executed twice.
+    Before: A printed done=4 and exited 0 on a ledger nothing could open."""
+    make_corpus(tmp_path / "in", docs=4, poison=0, seed=1)
+    with stopped_after_first_intent(_args(tmp_path)) as a:
+        os.truncate(tmp_path / "L.sqlite-wal", 0)
+    assert a.returncode == 2, a.stderr_text
+    assert len(a.stderr_text.strip().splitlines()) == 1, a.stderr_text
+    assert "-wal was emptied or overwritten" in a.stderr_text and "--salvage" in a.stderr_text
+    stats = provider_stats(tmp_path / "p.db")
+    assert all(task["executions"] <= 1 for task in stats["per_task"].values()), stats

@@ -21,6 +21,7 @@ from toolkit.ledger.sqlite_damage import damage_of, damaged
 from toolkit.storage import refuse_deleted_wal_shm, sqlite_read, storage_error
 
 FORMAT = "resume-toolkit-ledger/1"
+WAL_MAGIC = (bytes.fromhex("377f0682"), bytes.fromhex("377f0683"))  # its header's first bytes
 ITEM_COLUMNS = tuple(field.name for field in dataclasses.fields(Item))
 # New ledgers: each transition's commit writes (and fsyncs) as few WAL pages as the two rows
 # need. ``items`` is WITHOUT ROWID: one b-tree keyed by ``key`` (a rowid table with a TEXT
@@ -327,12 +328,30 @@ class SqliteLedger(Ledger):
             self._close_files()
 
     def _close_files(self):
+        torn = self._wal_torn()
         if getattr(self, "_wal_fd", None) is not None:
             os.close(self._wal_fd)
             self._wal_fd = None
         self._db.close()
         if self._flushes is not None:
             self._flushes.close()
+        if torn:  # the run must not end "at rest" on a ledger no one can open after it
+            raise damaged(self.path, torn)
+
+    def _wal_torn(self) -> str | None:
+        """Why the WAL no longer starts with its header, else None: emptied or overwritten
+        in place under this connection (``: > L-wal``), SQLite writes its next frames at
+        their offsets behind a hole of zeros, and the close's checkpoint copies the hole
+        into the database. The file is read by name: SQLite locks no byte of its WAL."""
+        try:
+            with open(f"{self.path}-wal", "rb") as handle:
+                head = handle.read(4)
+        except OSError:
+            return None
+        if head and head not in WAL_MAGIC:
+            return (f"its -wal was emptied or overwritten while a connection had it open "
+                    f"(it starts {head.hex()}, not a WAL header)")
+        return None
 
     def _item_count(self):
         return self._query("SELECT COUNT(*) FROM items")[0][0]
