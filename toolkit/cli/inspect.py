@@ -101,12 +101,9 @@ def _salvage(args) -> int:
 
         try:
             with opened_view(path) as old:  # a private copy: the original is never written
-
-                def loss(view):  # the witness's entry is the original's, not the copy's
-                    out, seen = _witness_out(path, args.out), witness.facts(view)
-                    return witness.loss(out, {**seen, "real": os.path.realpath(path)}) \
-                        if out is not None and seen is not None else None
-                result = salvage_sqlite(old, path, new, loss=loss)
+                # JSONL's rule; the witness's entry and the roots file are the original's
+                result = salvage_sqlite(old, path, new, loss=lambda view: witness.loss_of(
+                    view, args.out, path=os.path.realpath(path)))
         except DamagedLedgerError as exc:  # unreadable: salvaged from nothing once moved aside
             raise damaged(path, damage_of(exc), new, args.out) from None
     # worded by what was lost (the mark's words: lines, seqs, their order, snapshot lines,

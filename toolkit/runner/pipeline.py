@@ -29,6 +29,7 @@ from toolkit.runner.intake import (PAGE_BY_PAGE, InOrder, Intake, odd_key,  # no
                                    routed_options, sweep_snapshots)
 from toolkit.runner.ops import mark_unhealthy, require_healthy
 from toolkit.runner.reclaim import recover_abandoned
+from toolkit.runner.witness_damaged import WitnessDamagedError
 
 HOOK_POINTS = ("before_intent", "after_intent", "after_submit", "before_commit",
                "during_fetch", "during_lookup", "after_checkpoint")
@@ -225,7 +226,8 @@ class Pipeline(Intake):
             # Fail closed: whatever we cannot record (the ledger, the provider's database,
             # an artifact on a full disk), we must not act upon.
             self.halted = str(exc) if isinstance(exc, LedgerError) else f"storage: {exc}"
-            self.health_recorded = mark_unhealthy(self.ledger.path, self.halted)
+            if not isinstance(exc, WitnessDamagedError):  # that file refuses the next run
+                self.health_recorded = mark_unhealthy(self.ledger.path, self.halted)
             with contextlib.suppress(LedgerError, OSError):  # what the halted chunk holds
                 self._tally(chunk, counts, restless)
             self._let_go()

@@ -189,19 +189,25 @@ def _first_loss(folders, seen: dict) -> tuple[str, str] | None:
     return None
 
 
-def loss_of(ledger, out=None) -> str | None:
+def loss_of(ledger, out=None, path=None) -> str | None:
     """What the witness in ``out`` (default: the ledger's recorded outputs root, ``roots``)
     and the rest of its circle say its history lost, for ``ledger --salvage`` (which marks
-    the new ledger with it); None if nothing."""
-    why = roots.damaged(ledger.path) if facts(ledger) is not None else None
-    if why is not None:  # the folders it named are unknown: nothing shows what was lost
-        return (f"what the witness of its batch's --out saw (its roots file "
-                f"{roots.roots_file(ledger.path).name} is damaged: {why})")
-    out = out if out is not None else roots.recorded(ledger.path).get("out")
-    seen = facts(ledger) if out is not None else None
+    the new ledger with it, JSONL or SQLite alike); None if nothing. ``path``: the ledger's
+    own path when ``ledger`` is open on a private copy of it (SQLite salvage): its roots
+    file and its witness entries are the original's, not the copy's."""
+    path = ledger.path if path is None else path
+    seen = facts(ledger)
     if seen is None:
         return None
-    folders = circle(out, ledger.path, seen["id"])
+    seen["real"] = real_path(path)
+    why = roots.damaged(path)
+    if why is not None:  # the folders it named are unknown: nothing shows what was lost
+        return (f"what the witness of its batch's --out saw (its roots file "
+                f"{roots.roots_file(path).name} is damaged: {why})")
+    out = out if out is not None else roots.recorded(path).get("out")
+    if out is None:
+        return None
+    folders = circle(out, path, seen["id"])
     found = _first_loss(folders, seen)
     if found is not None:
         return found[1]

@@ -49,11 +49,18 @@ def aside_name(where: Path) -> Path:
     return name
 
 
-def damaged(where: Path, what: str) -> LedgerError:
+class WitnessDamagedError(LedgerError):
+    """A witness file that does not read as one (``damaged``). The ledger itself records
+    well: a run halted by it (its progress could not be recorded) leaves the ledger's
+    health as it is (no ``health --clear`` to do), since every later run reads this file
+    first and is refused until it is moved aside, and then until its ledger is salvaged."""
+
+
+def damaged(where: Path, what: str) -> WitnessDamagedError:
     """The one refusal of a witness file that does not read as one: what to do, and what
     doing it loses."""
     aside = aside_name(where)
-    return LedgerError(
+    return WitnessDamagedError(
         f"the witness {str(where)!r} is damaged ({what}); move it aside, keeping it in this "
         f"folder ({shell_words('mv', '-n', where, aside)}), and run again: a ledger it "
         "recorded is then refused until it is salvaged "

@@ -23,7 +23,8 @@ ledger look like an older copy of itself.
 ``Progress`` (picklable: spawn sends it), reading the SQLite ledger through a read-only
 connection of its own; the witness's lock serializes them and a seq only grows (the max).
 A record the run's own ``--out`` cannot take (full, read-only, gone, damaged since) halts
-the run before the request is sent (fail closed: ``__call__``); another folder of the
+the run before the request is sent (fail closed: ``__call__``; a damaged witness file
+leaves the ledger's health as it is: ``WitnessDamagedError``); another folder of the
 circle that cannot take it is skipped, its entry a lower bound, as at a run's end. The
 CLI then records that intent as never sent (``record_unsent``: one process; a worker's
 stays ``unknown``, looked up by the rerun), so the rerun sends it without a person.
@@ -35,9 +36,10 @@ import sqlite3
 import time
 import urllib.parse
 
-from toolkit.errors import StorageError, ToolkitError
+from toolkit.errors import LedgerError, StorageError, ToolkitError
 from toolkit.ledger import TRANSIENT, State
 from toolkit.runner import witness
+from toolkit.runner.witness_damaged import WitnessDamagedError
 from toolkit.runner.witness_read import sqlite_seq_and_id
 from toolkit.storage import refuse_deleted_wal_shm
 
@@ -120,7 +122,13 @@ class Progress:
         self.records += 1
 
 
-def _halt(folder, exc) -> StorageError:
+def _halt(folder, exc) -> LedgerError:
+    """The halt's one line, its advice by the cause: a damaged witness file is moved aside
+    (its own words say how; the ledger's health stays as it is), a full or read-only one
+    freed or made writable."""
+    if isinstance(exc, WitnessDamagedError):
+        return WitnessDamagedError(f"cannot record the ledger's progress, halted before "
+                                   f"sending: {exc}")
     return StorageError(f"cannot record the ledger's progress in the witness of {str(folder)!r} "
                         f"({exc}): halted before sending (free space there, or make it "
                         "writable, then run again)")

@@ -106,8 +106,9 @@ class WorkersResult:
 
     ``counts``: the batch's items per state, read after every worker exited
     (None when the ledger could not be read then); ``workers``: one report per
-    process (``worker``, ``exitcode``, ``halted``, ``error``); ``health_recorded``:
-    whether a halt was recorded as the ledger's health (None: no halt).
+    process (``worker``, ``exitcode``, ``halted``, ``error``, ``health_kept``: a halt
+    that leaves the ledger's health as it is); ``health_recorded``: whether a halt was
+    recorded as the ledger's health (None: no halt that marks it).
     """
 
     counts: dict[str, int] | None
@@ -194,7 +195,9 @@ def run_workers(ledger_url, provider_db, inputs, out_dir, workers: int, contract
     shards = None if cls in STRATEGIES.values() else _shards(inputs, workers)
     reports = _run_processes(spec, workers, multiprocessing.get_context(start_method), shards,
                              stop)
-    halted = [report["halted"] for report in reports if report["halted"]]
+    # the halts that mark the ledger's health (a damaged witness file's does not)
+    halted = [report["halted"] for report in reports
+              if report["halted"] and not report.get("health_kept")]
     recorded = None
     if halted and url:  # a worker's Runner marks a file ledger itself; a URL is marked here
         recorded = pg_health.mark_unhealthy(url, halted[0])
@@ -311,6 +314,7 @@ def _work(spec: _Spec, conn, asked=None) -> None:
             ask(box)  # asked before the runner was made: it stops before its first chunk
         runner.run([Path(path) for path in spec.inputs])
         report["halted"] = runner.halted
+        report["health_kept"] = runner.halted is not None and runner.health_recorded is None
         report["refused"] = list(runner.refused_options.values())
     except LedgerError as exc:
         # A ledger lost for good stops the run, even while it counts after halting.
