@@ -174,6 +174,14 @@ def sqlite_read(what: str, reader, *args):
         raise storage_error(what, exc) from exc
 
 
+EOF_OFFSET = 2 ** 63 - 1  # a lock "to EOF" in /proc/locks: past any byte
+
+
+def _live_process(pid: int | None) -> str:
+    """A lock holder in words: ``"live process N"``, or ``"a live process"`` (pid unknown)."""
+    return f"live process {pid}" if pid else "a live process"
+
+
 def _locks_on(info: os.stat_result):
     """``(kind, pid, start, end)`` of every lock held on the file ``info`` describes, from
     ``/proc/locks`` (none without it). It names a file by ``MAJOR:MINOR:INODE`` (hex, hex,
@@ -189,9 +197,6 @@ def _locks_on(info: os.stat_result):
         if len(fields) > 7 and fields[4].isdigit() and fields[5] == where:
             end = EOF_OFFSET if fields[7] == "EOF" else int(fields[7])
             yield fields[1], int(fields[4]), int(fields[6]), end
-
-
-EOF_OFFSET = 2 ** 63 - 1
 
 
 def lock_holder(fd: int) -> int | None:
@@ -258,9 +263,9 @@ def refuse_deleted_wal_shm(path, what: str) -> None:
         if holder is None or mine:
             return
         if time.monotonic() > deadline:
-            who = f"live process {holder}" if holder else "a live process"
             raise LedgerBusyError(
-                f"{what}: its {' and '.join(missing)} was deleted while {who} has it open; "
+                f"{what}: its {' and '.join(missing)} was deleted while "
+                f"{_live_process(holder)} has it open; "
                 f"opening it now would build a second index and each process would miss "
                 f"the other's commits (work done twice, a corrupt database): run again when "
                 f"that process ends, and never delete a ledger's {WAL} or {SHM} while it "
@@ -300,8 +305,7 @@ def take_exclusive(fd: int) -> str | None:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        pid = lock_holder(fd)
-        return f"live process {pid}" if pid else "a live process"
+        return _live_process(lock_holder(fd))
     return None
 
 

@@ -133,7 +133,10 @@ ROWLESS = ("SELECT NOT EXISTS (SELECT 1 FROM events) AND NOT EXISTS (SELECT 1 FR
 
 def _sqlite_rowless(ledger_path) -> bool:
     """An SQLite ledger whose items, events and meta hold no row but the schema's own (no
-    salvage mark): read-only; anything else -- not SQLite, damaged, busy -- is False."""
+    salvage mark): read-only; anything else -- not SQLite, damaged, busy -- is False.
+
+    Raises:
+        LedgerBusyError: its -shm or -wal was deleted under a live process (as its open)."""
     import sqlite3
     import urllib.parse
 
