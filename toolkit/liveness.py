@@ -118,11 +118,19 @@ def sweep_dead(folder, kind: str) -> list[str]:
     their paths. Errors (another sweeper got there first, no permission) are skipped."""
     import shutil
 
-    removed = []
+    removed = dead_folders(folder, kind)
+    for path in removed:
+        shutil.rmtree(path, ignore_errors=True)
+    return removed
+
+
+def dead_folders(folder, kind: str) -> list[str]:
+    """``folder``'s ``<kind>-<pid>-<ticks>-*`` folders whose owner is gone (``alive``)."""
+    found = []
     try:
         entries = list(os.scandir(folder))
     except OSError:
-        return removed
+        return found
     start = f"{kind}-"
     for entry in entries:
         if not entry.name.startswith(start):
@@ -137,9 +145,8 @@ def sweep_dead(folder, kind: str) -> list[str]:
         except OSError:
             continue
         if alive(None, int(pid), int(ticks) or None) is False:
-            shutil.rmtree(entry.path, ignore_errors=True)
-            removed.append(entry.path)
-    return removed
+            found.append(entry.path)
+    return found
 
 
 # Private temp files named the same way, beside the file they replace (written whole: temp,

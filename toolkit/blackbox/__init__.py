@@ -10,12 +10,10 @@ program that never rests is a finding. The oracle (``oracle.judge``) reads
 the provider's own records and the outputs; the program needs no change.
 """
 
-import contextlib
 import dataclasses
 import os
 import shutil
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
@@ -129,9 +127,9 @@ def run_scenario(command: str, inputs_dir, scenario: Scenario, contract: str = "
     spec = _spec(contract, scenario.contract)
     parse_contract(spec)  # a bad contract is one line, before any work
     if workdir is None:
-        from toolkit.blackbox.procs import guarded
+        from toolkit.blackbox.procs import guarded, owned_scratch
 
-        with guarded(), tempfile.TemporaryDirectory(prefix=f"blackbox-{scenario.name}-") as tmp:
+        with guarded(), owned_scratch("blackbox", suffix=f"-{scenario.name}") as tmp:
             return run_scenario(command, inputs_dir, scenario, contract, tmp, run_timeout)
     work = Path(workdir)
     inputs, out, folder = prepare(work, sources)
@@ -152,14 +150,14 @@ def run_scenario(command: str, inputs_dir, scenario: Scenario, contract: str = "
     return BlackboxResult(scenario, spec, tuple(runs), rested, executions, tuple(findings), fired)
 
 
-@contextlib.contextmanager
 def drill_records():
-    """A private folder for the service's database and job files, removed after: never
-    beside the program's work folder, where a program's ``rm -f ../*`` or a cleanup of its
-    parent would reach the very records that judge it."""
-    with tempfile.TemporaryDirectory(prefix="drill-records-") as folder:
-        os.chmod(folder, 0o700)
-        yield Path(folder)
+    """A private folder for the service's database and job files, removed after the
+    service is dead (``procs.owned_scratch``): never beside the program's work folder,
+    where a program's ``rm -f ../*`` or a cleanup of its parent would reach the very
+    records that judge it."""
+    from toolkit.blackbox.procs import owned_scratch
+
+    return owned_scratch("drill-records")
 
 
 def input_pdfs(inputs_dir) -> list[Path]:

@@ -9,18 +9,28 @@ orphans of its descendants are re-parented to the drill, where
 each run every descendant that is not one of ``keep`` (the toolkit's own
 provider service) is killed with SIGKILL.
 
-SIGTERM (what CI sends on a timeout) is turned into ``KeyboardInterrupt``
-while a drill runs, so the same ``finally`` blocks that handle Ctrl-C stop
-the service, kill the program's group and remove the temp folders; the CLI
-then prints one line and exits 130.
+SIGTERM and SIGHUP (what CI sends on a timeout, a closed terminal) are turned into
+``KeyboardInterrupt`` while a drill runs, so the same ``finally`` blocks that handle
+Ctrl-C run; the CLI then prints one line and exits 130. The folders are
+``owned_scratch``: removed only after every process started inside them (the
+service, the program and what it left) is dead, so nothing writes into a folder being
+removed. Named by their owner (``liveness.owned_prefix``), the folders of a drill
+killed by SIGKILL are removed by the next drill (``sweep_dead_drills``), after it has
+killed what still runs in them. The service dies with a killed drill by itself (its
+stdin pipe, ``ServiceProcess``); the program's processes cannot be reached until then.
 """
 
 import contextlib
 import ctypes
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import threading
+from pathlib import Path
+
+from toolkit import liveness
 
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -67,15 +77,127 @@ def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+_TURNED = (signal.SIGTERM, signal.SIGHUP)  # into KeyboardInterrupt, as SIGINT already is
+_HELD = {signal.SIGINT, *_TURNED}
+
+
 @contextlib.contextmanager
 def guarded():
-    """While the block runs: subreaper on, SIGTERM handled like SIGINT (main thread only)."""
+    """While the block runs: subreaper on, SIGTERM and SIGHUP handled like SIGINT (main
+    thread only). A signal ignored when the drill started (``nohup``) stays ignored."""
     become_subreaper()
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    previous = {signum: signal.signal(signum, _raise_interrupt) for signum in _TURNED
+                if signal.getsignal(signum) is not signal.SIG_IGN}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _descendants() -> set[int]:
+    import psutil
+
+    return {child.pid for child in psutil.Process().children(recursive=True)}
+
+
+@contextlib.contextmanager
+def owned_scratch(kind: str, suffix: str = ""):
+    """A private folder ``$TMPDIR/<kind>-<pid>-<start ticks>-*<suffix>`` (mode 700),
+    removed on the way out only after every process started inside the block is dead.
+    ``kind`` is one of ``SCRATCH_KINDS`` (the next drill sweeps those of a killed one).
+
+    Order on the way out, interrupted or not: the stop signals are held (a second Ctrl-C
+    waits for the removal instead of cutting it short, and raises after it); every
+    descendant born in the block is SIGKILLed and reaped (the service if its own stop did
+    not run, what the program left); then the folder is removed. Made with the signals
+    held too: a signal between ``mkdtemp`` and the ``try`` would leave it behind."""
+    sweep_dead_drills()
+    before = _descendants()
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
+    path = None
+    try:
+        path = tempfile.mkdtemp(prefix=liveness.owned_prefix(kind), suffix=suffix)
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)  # a held signal raises here, in the try
+        yield Path(path)
+    finally:
+        _remove(path, before, held)
+
+
+def _remove(path, before: set, held) -> None:
+    """Kill what the block started, then remove ``path``; re-raise an interruption after.
+
+    A signal that came just before the mask still runs its handler (it raises) inside
+    this: both steps are idempotent and run again, at most once more per signal."""
+    interrupted = None
+    for _ in range(4):
+        try:
+            signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
+            kill_strays(keep=before)
+            if path is not None:
+                shutil.rmtree(path, ignore_errors=True)
+            break
+        except BaseException as exc:
+            interrupted = interrupted or exc
+    signal.pthread_sigmask(signal.SIG_SETMASK, held)
+    if interrupted is not None:
+        raise interrupted
+
+
+SCRATCH_KINDS = ("blackbox", "drill-records")  # owned_scratch's kinds (drill, explore --command)
+
+
+def sweep_dead_drills() -> list[str]:
+    """Remove the folders of drills that died (SIGKILL ran no cleanup); return them.
+
+    First the processes of ours that provably belong to such a drill are killed: those
+    whose environment or command line names its folder (the program and whatever it
+    started, daemons included: ``TOOLKIT_INPUTS`` is inside it; a service that outlived
+    it: its ``--db``). A user's shell merely standing in the folder is not one of them.
+    A live drill's folders are never touched (``liveness``)."""
+    dead = [path for kind in SCRATCH_KINDS
+            for path in liveness.dead_folders(tempfile.gettempdir(), kind)]
+    for path in dead:
+        for _ in range(20):  # bounded: one may fork as it is killed
+            started = _started_in(path)
+            if not started:
+                break
+            for pid in started:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            _reap(started)
+        shutil.rmtree(path, ignore_errors=True)
+    return dead
+
+
+def _started_in(path: str) -> list[int]:
+    """Our user's live processes whose environment or command line names ``path``."""
+    import psutil
+
+    names = {os.fsencode(os.path.join(p, "")) for p in (path, os.path.realpath(path))}
+    found, me, uid = [], os.getpid(), os.getuid()
+    for proc in psutil.process_iter(["uids"]):
+        if proc.pid == me or proc.info["uids"] is None or proc.info["uids"].real != uid:
+            continue
+        text = b""
+        for part in ("environ", "cmdline"):
+            with contextlib.suppress(OSError):
+                with open(f"/proc/{proc.pid}/{part}", "rb") as handle:
+                    text += handle.read()
+        if any(name in text for name in names):
+            found.append(proc.pid)
+    return found
+
+
+def _reap(pids) -> None:
+    """Wait (bounded) until the killed ``pids`` are gone or zombies of another parent."""
+    import psutil
+
+    procs = []
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            procs.append(psutil.Process(pid))
+    psutil.wait_procs(procs, timeout=2)

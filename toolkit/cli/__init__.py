@@ -70,11 +70,11 @@ def main(argv=None) -> int:
     _tolerant_streams()
     parser = build_parser()
     args = parser.parse_args(argv)
-    if not getattr(args.handler, "takes_signals", False):  # run lets them in itself
-        from toolkit.cli.signals import release_early
-
-        release_early()  # held by __main__ while the command line was imported
     try:
+        if not getattr(args.handler, "takes_signals", False):  # run, drill let them in themselves
+            from toolkit.cli.signals import release_early
+
+            release_early()  # held by __main__; a Ctrl-C held meanwhile raises here, in the try
         status = args.handler(args) or 0
         sys.stdout.flush()  # a reader that left fails here, inside the handling below
         return status

@@ -39,62 +39,75 @@ def _drill(parser):
                              "non-idempotent)")
 
     def run(args):
-        from toolkit.drills import DRILLS
-        from toolkit.drills.parallel import run_parallel
+        from toolkit.cli.signals import release_early
 
         if args.command is not None:
-            return _blackbox(args)
-        if args.name is None:
-            raise ToolkitError("give 'all', 'list' or a drill's name (or --command CMD)")
-        if args.name == "list":
-            if args.json:
-                print(json.dumps([{"drill": name, "summary": drill.summary}
-                                  for name, drill in DRILLS.items()], indent=2))
-            else:
-                print("\n".join(f"{name:48s} {drill.summary}" for name, drill in DRILLS.items()))
-            return 0
-        if args.name != "all" and args.name not in DRILLS:
-            raise ToolkitError(f"unknown drill {args.name!r}: 'all', 'list' or one of "
-                               f"{', '.join(DRILLS)}")
-        names = None if args.name == "all" else [args.name]
-        if args.strategy is not None:
-            from toolkit.runner.registry import resolve_strategy
+            from toolkit.blackbox.procs import guarded
 
-            resolve_strategy(args.strategy)  # a bad reference is one line, before any work
-        if args.jobs < 0:
-            raise ToolkitError(f"--jobs must be 0 (one per CPU) or more, got {args.jobs}")
-        results = run_parallel(names, strategy=args.strategy, jobs=args.jobs,
-                               progress=lambda r: print(f"  {r.drill.name}: {r.status}",
-                                                        file=sys.stderr))
-        rows = [result.row() for result in results]
-        if args.json:
-            from toolkit.drills.explain import findings_json
-
-            print(json.dumps([{**{k: row[k] for k in (
-                "drill", "strategy", "contract", "submit_calls", "executions", "valid",
-                "expected_valid", "anomalies", "status", "reason", "headline", "costly")},
-                "findings": findings_json(result)} for row, result in zip(rows, results)],
-                indent=2))
-        else:
-            shown = [{**row, "headline": row["headline"] or "-", "verdict": "-" if row["status"] == "n/a" else _verdict(row["valid"]),
-                      "expected": _verdict(row["expected_valid"]),
-                      "anomalies": ",".join(row["anomalies"]) or "-",
-                      "submits": row["submit_calls"], "execs": row["executions"]} for row in rows]
-            print(table(shown, ["drill", "strategy", "contract", "submits", "execs", "outcome",
-                                "verdict", "expected", "status", "headline", "anomalies"]))
-            for row in rows:
-                if row["reason"]:
-                    print(f"  {row['drill']}: {row['status']}: {row['reason']}")
-            tally = {status: sum(row["status"] == status for row in rows) for status in
-                     ("as expected", "UNEXPECTED", "inconclusive", "n/a")}
-            print(f"\n{len(rows)} drills: " + ", ".join(f"{n} {status}" for status, n in
-                                                     tally.items() if n))
-            if args.explain:
-                from toolkit.drills.explain import explain_result
-
-                print("\n" + "\n\n".join(explain_result(result) for result in results))
-        return 1 if any(result.failing for result in results) else 0
+            with guarded():  # SIGTERM held since the start is an interrupt too, never a 143
+                release_early()
+                return _blackbox(args)
+        release_early()
+        return _catalogue(args)
+    run.takes_signals = True  # cli.main leaves them held: --command lets them in guarded
     return run
+
+
+def _catalogue(args):
+    """``drill all|NAME``: the catalogue's drills, side by side in forked processes."""
+    from toolkit.drills import DRILLS
+    from toolkit.drills.parallel import run_parallel
+
+    if args.name is None:
+        raise ToolkitError("give 'all', 'list' or a drill's name (or --command CMD)")
+    if args.name == "list":
+        if args.json:
+            print(json.dumps([{"drill": name, "summary": drill.summary}
+                              for name, drill in DRILLS.items()], indent=2))
+        else:
+            print("\n".join(f"{name:48s} {drill.summary}" for name, drill in DRILLS.items()))
+        return 0
+    if args.name != "all" and args.name not in DRILLS:
+        raise ToolkitError(f"unknown drill {args.name!r}: 'all', 'list' or one of "
+                           f"{', '.join(DRILLS)}")
+    names = None if args.name == "all" else [args.name]
+    if args.strategy is not None:
+        from toolkit.runner.registry import resolve_strategy
+
+        resolve_strategy(args.strategy)  # a bad reference is one line, before any work
+    if args.jobs < 0:
+        raise ToolkitError(f"--jobs must be 0 (one per CPU) or more, got {args.jobs}")
+    results = run_parallel(names, strategy=args.strategy, jobs=args.jobs,
+                           progress=lambda r: print(f"  {r.drill.name}: {r.status}",
+                                                    file=sys.stderr))
+    rows = [result.row() for result in results]
+    if args.json:
+        from toolkit.drills.explain import findings_json
+
+        print(json.dumps([{**{k: row[k] for k in (
+            "drill", "strategy", "contract", "submit_calls", "executions", "valid",
+            "expected_valid", "anomalies", "status", "reason", "headline", "costly")},
+            "findings": findings_json(result)} for row, result in zip(rows, results)],
+            indent=2))
+    else:
+        shown = [{**row, "headline": row["headline"] or "-", "verdict": "-" if row["status"] == "n/a" else _verdict(row["valid"]),
+                  "expected": _verdict(row["expected_valid"]),
+                  "anomalies": ",".join(row["anomalies"]) or "-",
+                  "submits": row["submit_calls"], "execs": row["executions"]} for row in rows]
+        print(table(shown, ["drill", "strategy", "contract", "submits", "execs", "outcome",
+                            "verdict", "expected", "status", "headline", "anomalies"]))
+        for row in rows:
+            if row["reason"]:
+                print(f"  {row['drill']}: {row['status']}: {row['reason']}")
+        tally = {status: sum(row["status"] == status for row in rows) for status in
+                 ("as expected", "UNEXPECTED", "inconclusive", "n/a")}
+        print(f"\n{len(rows)} drills: " + ", ".join(f"{n} {status}" for status, n in
+                                                 tally.items() if n))
+        if args.explain:
+            from toolkit.drills.explain import explain_result
+
+            print("\n" + "\n\n".join(explain_result(result) for result in results))
+    return 1 if any(result.failing for result in results) else 0
 
 
 def _verdict(valid):

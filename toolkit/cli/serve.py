@@ -15,6 +15,9 @@ def _serve(parser):
     parser.add_argument("--port", required=True, type=int,
                         help="TCP port on 127.0.0.1 (0: any free port; the URL is printed)")
     parser.add_argument("--contract", default="idempotent", help=f"contract: {CONTRACT_FORMS}")
+    parser.add_argument("--until-stdin-closes", action="store_true",
+                        help="also stop when stdin reaches EOF (whoever started the service "
+                             "holds its other end: the service dies with it, even by kill -9)")
     faults = parser.add_argument_group("faults the service does to itself (drills)")
     faults.add_argument("--slow-submits", type=int, default=0, metavar="N",
                         help="the first N submits keep their job running --slow-seconds before "
@@ -43,6 +46,7 @@ def _serve(parser):
         faults = ServiceFaults(args.slow_submits, args.slow_seconds, args.cut_fetches,
                                args.drop_submits, args.refuse_submits)
         serve(args.db, args.out, parse_contract(args.contract), args.port, faults,
-              ready=lambda line: print(line, flush=True))
+              ready=lambda line: print(line, flush=True),
+              until_stdin_closes=args.until_stdin_closes)
         print("stopped", file=sys.stderr)
     return run

@@ -331,12 +331,18 @@ class ServiceProcess:
                    "--slow-submits", str(faults.slow_submits), "--slow-seconds", str(faults.slow_seconds),
                    "--cut-fetches", str(faults.cut_fetches),
                    "--drop-submits", str(faults.drop_submits),
-                   "--refuse-submits", str(faults.refuse_submits)]
+                   "--refuse-submits", str(faults.refuse_submits), "--until-stdin-closes"]
+        # Its stdin is a pipe whose write end only we hold (close-on-exec, so no other child
+        # inherits it): when we die, even by kill -9, the kernel closes it and the service
+        # stops at that EOF instead of serving on as an orphan.
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          stderr=log)
         try:
             line = self._ready_line()
+        except BaseException:  # interrupted while it starts: __exit__ will not run, kill it now
+            self.kill()
+            raise
         finally:
             self.proc.stdout.close()  # the service prints one line there, nothing after it
         self.url = line.split()[-1]
@@ -364,6 +370,8 @@ class ServiceProcess:
             self.proc.kill()
         if self.proc is not None:
             self.proc.wait(timeout=30)
+            if not self.proc.stdin.closed:
+                self.proc.stdin.close()
 
     def stop(self, timeout: float = 5.0) -> None:
         """SIGTERM, then SIGKILL if it has not exited within ``timeout`` seconds."""

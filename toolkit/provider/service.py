@@ -30,6 +30,7 @@ announce the full ``Content-Length`` and stop halfway; the first N submits are
 accepted and executed, then the connection is dropped without a reply.
 """
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -331,10 +332,12 @@ def _error(status: int, kind: str, message: str, **extra):
 
 
 def serve(db_path, out_dir, contract: Contract = Contract(), port: int = 0,
-          faults: ServiceFaults = ServiceFaults(), ready=print) -> None:
+          faults: ServiceFaults = ServiceFaults(), ready=print,
+          until_stdin_closes: bool = False) -> None:
     """Serve on 127.0.0.1 until SIGTERM or Ctrl-C; ``ready(line)`` names the URL once bound.
 
     ``port=0`` takes any free port. Request lines are not logged; errors go to stderr.
+    ``until_stdin_closes``: also stop when stdin reaches EOF (``_stop_at_stdin_eof``).
 
     Raises:
         ToolkitError: the port cannot be bound, or ``db_path`` is not a provider database.
@@ -358,6 +361,8 @@ def serve(db_path, out_dir, contract: Contract = Contract(), port: int = 0,
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, stop)
+    if until_stdin_closes:  # after the handler: the EOF's SIGTERM stops us as a kill does
+        threading.Thread(target=_stop_at_stdin_eof, name="stdin-eof", daemon=True).start()
     ready(f"serving http://{HOST}:{server.port}")
     try:
         server.serve_forever()  # returns on KeyboardInterrupt, closing the socket
@@ -366,3 +371,13 @@ def serve(db_path, out_dir, contract: Contract = Contract(), port: int = 0,
         server.server_close()
         app.close()
 
+
+
+def _stop_at_stdin_eof() -> None:
+    """SIGTERM ourselves once stdin reaches EOF: its write end is held by the process that
+    started us alone (``ServiceProcess``), and the kernel closes it when that process dies,
+    by ``kill -9`` too. An owner dead before we got here is an EOF at once."""
+    with contextlib.suppress(OSError):
+        while os.read(0, 4096):
+            pass
+    os.kill(os.getpid(), signal.SIGTERM)
