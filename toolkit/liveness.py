@@ -174,3 +174,23 @@ def remove_dead_temps(target) -> None:
         if not owner_alive:
             with contextlib.suppress(OSError):
                 os.unlink(temp)
+
+
+def cleanup_held(steps, signals, restore) -> None:
+    """Run ``steps()`` (idempotent: kill, then remove) with ``signals`` blocked, then set the
+    mask back to ``restore``; an interruption is re-raised after, never half-way through.
+
+    The mask stops new signals, but one that arrived just before it still runs its
+    handler (it raises) at the next bytecode that checks, inside ``steps``: they run
+    again, at most once more per signal."""
+    interrupted = None
+    for _ in range(4):
+        try:
+            signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+            steps()
+            break
+        except BaseException as exc:
+            interrupted = interrupted or exc
+    signal.pthread_sigmask(signal.SIG_SETMASK, restore)
+    if interrupted is not None:
+        raise interrupted

@@ -128,23 +128,14 @@ def owned_scratch(kind: str, suffix: str = ""):
 
 
 def _remove(path, before: set, held) -> None:
-    """Kill what the block started, then remove ``path``; re-raise an interruption after.
+    """Kill what the block started, then remove ``path``, signals held
+    (``liveness.cleanup_held``); re-raise an interruption after."""
+    def steps():
+        kill_strays(keep=before)
+        if path is not None:
+            shutil.rmtree(path, ignore_errors=True)
 
-    A signal that came just before the mask still runs its handler (it raises) inside
-    this: both steps are idempotent and run again, at most once more per signal."""
-    interrupted = None
-    for _ in range(4):
-        try:
-            signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
-            kill_strays(keep=before)
-            if path is not None:
-                shutil.rmtree(path, ignore_errors=True)
-            break
-        except BaseException as exc:
-            interrupted = interrupted or exc
-    signal.pthread_sigmask(signal.SIG_SETMASK, held)
-    if interrupted is not None:
-        raise interrupted
+    liveness.cleanup_held(steps, _HELD, held)
 
 
 SCRATCH_KINDS = ("blackbox", "drill-records")  # owned_scratch's kinds (drill, explore --command)

@@ -75,25 +75,15 @@ def workdir():
 
 
 def _remove(path: str, lifeline: list, held) -> None:
-    """Kill what holds the lifeline, then remove ``path``; re-raise an interruption after.
+    """Kill what holds the lifeline, then remove ``path``, signals held
+    (``liveness.cleanup_held``); re-raise an interruption after."""
+    def steps():
+        _bury(lifeline)
+        if path is not None:
+            shutil.rmtree(path, ignore_errors=True)
+        liveness.sweep_dead(tempfile.gettempdir(), "toolkit-inputs")
 
-    The mask stops new signals, but one that arrived just before it still runs its
-    handler (it raises) at the next bytecode that checks, inside this: each step is
-    idempotent and run again, at most once more per signal (SIGINT, SIGTERM)."""
-    interrupted = None
-    for _ in range(4):
-        try:
-            signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
-            _bury(lifeline)
-            if path is not None:
-                shutil.rmtree(path, ignore_errors=True)
-            liveness.sweep_dead(tempfile.gettempdir(), "toolkit-inputs")
-            break
-        except BaseException as exc:
-            interrupted = interrupted or exc
-    signal.pthread_sigmask(signal.SIG_SETMASK, held)
-    if interrupted is not None:
-        raise interrupted
+    liveness.cleanup_held(steps, _HELD, held)
 
 
 def _bury(lifeline: list, rounds: int = 2000) -> None:
