@@ -136,22 +136,33 @@ def test_a_stop_signal_while_the_service_starts_kills_it_before_the_folders_go(
     _assert_stopped_clean(drill, tmp_path, [service.pid])
 
 
-def test_sigkill_of_the_drill_takes_its_service_and_the_next_drill_sweeps_what_stayed(
+def test_sigkill_of_the_drill_takes_its_service_and_the_next_drill_sweeps_only_what_it_started(
         inputs, tmp_path):
     """Fault: ``kill -9`` of the drill while the program runs (no handler, no cleanup).
     Property: the provider service dies with the drill (its stdin pipe reaches EOF); the
     program's processes, which nothing can reach then, and the dead drill's folders are
-    removed by the next drill, which kills what still works inside them first."""
+    removed by the next drill, which kills what still works inside them first; a
+    bystander of ours that merely names the dead folder (a user's viewer on a file in it,
+    standing in it) lives on: the sweep kills by the drill's marks, never by a name."""
     drill = _drill(tmp_path, inputs, _program(tmp_path))
     _until(lambda: len(_pids(tmp_path)) == 3)
     service = _service_of(drill.pid)
     drill.kill()
     drill.communicate(timeout=60)
     service_alive = _still_alive([service.pid])
-    later = _drill(tmp_path, inputs, "true", "clean")
-    later.communicate(timeout=300)
+    [dead] = [path for path in (tmp_path / "tmp").iterdir() if path.name.startswith("blackbox-")]
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)",
+                                 str(dead / "inputs")], cwd=dead)
+    try:
+        later = _drill(tmp_path, inputs, "true", "clean")
+        later.communicate(timeout=300)
+        bystander_alive = bystander.poll() is None
+    finally:
+        bystander.kill()
+        bystander.wait()
     left = sorted(os.listdir(tmp_path / "tmp"))
     program_alive = _still_alive(_pids(tmp_path))
     assert service_alive == []
     assert left == []
     assert program_alive == []
+    assert bystander_alive

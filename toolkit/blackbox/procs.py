@@ -144,11 +144,8 @@ SCRATCH_KINDS = ("blackbox", "drill-records")  # owned_scratch's kinds (drill, e
 def sweep_dead_drills() -> list[str]:
     """Remove the folders of drills that died (SIGKILL ran no cleanup); return them.
 
-    First the processes of ours that provably belong to such a drill are killed: those
-    whose environment or command line names its folder (the program and whatever it
-    started, daemons included: ``TOOLKIT_INPUTS`` is inside it; a service that outlived
-    it: its ``--db``). A user's shell merely standing in the folder is not one of them.
-    A live drill's folders are never touched (``liveness``)."""
+    First the processes of ours that provably belong to such a drill are killed
+    (``_started_in``). A live drill's folders are never touched (``liveness``)."""
     dead = [path for kind in SCRATCH_KINDS
             for path in liveness.dead_folders(tempfile.gettempdir(), kind)]
     for path in dead:
@@ -165,22 +162,36 @@ def sweep_dead_drills() -> list[str]:
 
 
 def _started_in(path: str) -> list[int]:
-    """Our user's live processes whose environment or command line names ``path``."""
+    """Our user's live processes that a drill started in ``path``, by the marks the drill
+    gave them: the program and whatever it started, daemons included, carry
+    ``TOOLKIT_INPUTS=<path>/...`` in their environment; a provider service that outlived
+    it is ``serve-provider`` with its ``--db`` there. A process that merely names the
+    folder (a user's ``less`` on a file in it, a shell standing there) is not one of them,
+    nor one that cleared its environment (no mark: it lives on)."""
     import psutil
 
-    names = {os.fsencode(os.path.join(p, "")) for p in (path, os.path.realpath(path))}
+    prefixes = [os.fsencode(os.path.join(p, "")) for p in (path, os.path.realpath(path))]
+    marks = tuple(b"TOOLKIT_INPUTS=" + prefix for prefix in prefixes)
     found, me, uid = [], os.getpid(), os.getuid()
     for proc in psutil.process_iter(["uids"]):
         if proc.pid == me or proc.info["uids"] is None or proc.info["uids"].real != uid:
             continue
-        text = b""
-        for part in ("environ", "cmdline"):
-            with contextlib.suppress(OSError):
-                with open(f"/proc/{proc.pid}/{part}", "rb") as handle:
-                    text += handle.read()
-        if any(name in text for name in names):
+        environ, argv = (_proc_strings(proc.pid, part) for part in ("environ", "cmdline"))
+        program = any(entry.startswith(marks) for entry in environ)
+        service = b"serve-provider" in argv and any(arg.startswith(tuple(prefixes))
+                                                    for arg in argv)
+        if program or service:
             found.append(proc.pid)
     return found
+
+
+def _proc_strings(pid: int, part: str) -> list[bytes]:
+    """``/proc/<pid>/<part>``'s NUL-separated strings; none if it is gone or not ours."""
+    try:
+        with open(f"/proc/{pid}/{part}", "rb") as handle:
+            return handle.read().split(b"\0")
+    except OSError:
+        return []
 
 
 def _reap(pids) -> None:
