@@ -171,7 +171,8 @@ def _task(task: str, path: Path) -> dict:
         return {"seconds": time.perf_counter() - start, "rows": rows,
                 "cpu_seconds": time.process_time() - cpu}
     elif task == "audit_sqlite":
-        import msgspec  # noqa: F401  (imports are not the audit's time)
+        import msgspec  # noqa: F401  (imports are not the audit's time; numpy: the
+        import numpy  # noqa: F401  SQLite fold's, imported by the audit and its child)
 
         import toolkit.ledger.postgres  # noqa: F401
         from toolkit.forensics import audit
