@@ -235,6 +235,8 @@ class Ahead:
             with open(fd, "wb") as pipe:
                 pipe.write(pickle.dumps((part, numbered, new), pickle.HIGHEST_PROTOCOL))
 
+        import numpy  # noqa: F401  (both need it: imported once, here, not again in the child)
+
         pid, fd = pool.start(task)
         return cls(pid, fd, split)
 
