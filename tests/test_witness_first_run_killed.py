@@ -62,8 +62,10 @@ def test_first_run_killed_before_its_first_intent_leaves_no_salvage_mark_nor_loo
     leaves an event there). Property: the rerun (lagging lookups, ``lag=2``) runs every
     document once with no lookup at all, and the ledger carries no salvage mark (before:
     "salvaged from l (no rows) (all of it (... reach seq 0 ...))", 3 lookups x 10
-    attempts per document)."""
-    at_risk = 0
+    attempts per document); the audit of the killed run's ledger does not say its history
+    was lost, only that it was or that the first run stopped before its first event (it
+    cannot read the witness; before: "its history was lost")."""
+    at_risk = noted = 0
     for syscall in ("fsync", "fdatasync"):
         for nth in range(1, LAST + 1):
             folder = tmp_path / f"{syscall}{nth}"
@@ -73,6 +75,10 @@ def test_first_run_killed_before_its_first_intent_leaves_no_salvage_mark_nor_loo
             if os.path.lexists(ledger) and not no_history(ledger):
                 break  # killed at or after the first intent: looked up, as any unknown
             at_risk += _witnessed_at_zero(folder, suffix)
+            notes = [note for note in audit(ledger).notes if note.startswith("no_history")] \
+                if os.path.lexists(ledger) else []
+            noted += bool(notes)  # the audit cannot see the witness: it names both readings
+            assert all("its first run stopped before its first event" in n for n in notes)
             env = {**os.environ, "XDG_STATE_HOME": str(folder / "state")}
             rerun = subprocess.run([sys.executable, "-m", "toolkit",
                                     *map(str, _run_args(folder, suffix)),
@@ -88,6 +94,7 @@ def test_first_run_killed_before_its_first_intent_leaves_no_salvage_mark_nor_loo
         else:
             pytest.fail(f"no {syscall} #{LAST} killed a run after its first intent")
     assert at_risk  # the sweep reached the moments after the witness saw seq 0
+    assert noted  # and those after the roots file, where the audit notes no history
 
 
 def test_ledger_emptied_beside_its_roots_file_alone_is_marked_without_claiming_all_was_lost(

@@ -237,10 +237,16 @@ def _audit(path, name, adapter, artifacts, inputs, now, gone=None, output_name=N
         anomalies += _root_gone(raw.items, gone)
     marker = roots.roots_file(path)  # written by a run before its first send
     if not raw.items and os.path.lexists(marker) and no_history(path):  # run's own rule
+        # (the witness that tells the two apart is in the batch's --out, the run's to read)
         raw.notes.append(f"no_history: no item, yet {os.fspath(marker)!r} beside it says runs "
-                         "used this ledger: its history was lost (emptied, or deleted and made "
-                         "anew); `run` treats it as missing (JSONL: made anew marked salvaged, "
-                         "every request looked up first; SQLite: refused, salvage it: "
+                         "used this ledger: either its first run stopped before its first "
+                         "event (nothing was sent, nothing lost) or its history was lost "
+                         "(emptied, or deleted and made anew); `run` with the batch's --out "
+                         "tells them apart by its witness (OUT/.witness.json): a witness that "
+                         "saw it at seq 0 goes on as on a new ledger; one that saw more, or "
+                         "none, treats it as missing: marked salvaged, every request looked "
+                         "up first (JSONL: made anew; SQLite: its tables marked in place, a "
+                         "file of 0 bytes refused: salvage it, "
                          "`ledger PATH --salvage NEW --out OUT`)")
     return _report(os.fspath(path), name, raw, _ordered(anomalies))
 
