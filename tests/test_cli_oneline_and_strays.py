@@ -57,3 +57,27 @@ def test_removed_input_left_not_at_rest_is_counted_in_run_summary_so_it_matches_
     assert summary["items"] == len(states) == 3 and summary["strays"] == 1
     assert {k: v for k, v in summary["by_state"].items() if v} == \
         {state: states.count(state) for state in set(states)}
+
+
+def test_removed_input_beside_other_unsettled_items_is_still_named_with_its_cancel(
+        tmp_path, small_corpus):
+    """Fault (outsider o42 F6): every submit refused (transient), so all items stay
+    ``failed`` transient; one input is deleted and the batch rerun, still refused. Must
+    hold: the rerun says both things, the others "run the same command again" and the
+    removed one by name with its ``cancel`` command; exit 1. Before: only "2 item(s) not
+    at rest: run the same command again", which never settles the third."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    docs = [doc for doc in small_corpus if "poison" not in doc.name][:3]
+    for doc in docs:
+        shutil.copyfile(doc, folder / doc.name)
+    args = ["run", "--inputs", folder, "--ledger", tmp_path / "l.sqlite", "--provider-db",
+            tmp_path / "p.sqlite", "--out", tmp_path / "out", "--no-progress",
+            "--transient-rate", "1"]
+    assert run_cli(*args).returncode == 1
+    (folder / docs[0].name).unlink()
+    rerun = run_cli(*args)
+    assert rerun.returncode == 1, rerun.stderr
+    assert "2 item(s) not at rest: run the same command again" in rerun.stderr
+    assert f"({docs[0].name}, failed)" in rerun.stderr and " cancel " in rerun.stderr, \
+        rerun.stderr

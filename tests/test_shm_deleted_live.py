@@ -9,12 +9,16 @@ intent, holding the ledger open; its ``-shm`` is deleted; run B starts on the sa
 
 import os
 import sqlite3
+import subprocess
+import sys
+import time
 
 import pytest
 
 from conftest import run_cli
 from test_held_by_live_run import stopped_after_first_intent
 from toolkit.documents import make_corpus
+from toolkit.errors import ToolkitError
 from toolkit.ledger import State, open_ledger
 from toolkit.provider import provider_stats
 
@@ -29,10 +33,13 @@ def _args(tmp_path):
 def test_run_on_a_ledger_whose_shm_or_wal_was_deleted_under_a_live_run_is_refused_not_run_twice(
         tmp_path, side):
     """Fault: run A holds the SQLite ledger open (stopped by a real SIGSTOP after its first
-    intent) and ``L.sqlite-shm`` (or ``-wal``) is deleted; run B, then ``ledger L.sqlite``,
-    start on it. Must hold: B exits 1 with one line saying that file was deleted while A
-    (its pid) has it open, and writes nothing; the view answers without writing; neither
-    makes a new -shm or -wal; A, let go, finishes: every document
+    intent) and ``L.sqlite-shm`` (or ``-wal``) is deleted; run B, then ``ledger L.sqlite``
+    and ``audit L.sqlite``, start on it. Must hold: B exits 1 with one line saying that
+    file was deleted while A (its pid) has it open, and writes nothing; the views answer
+    without writing where they can read every commit (a copy of the file and its WAL:
+    ``-shm`` deleted), and with a deleted ``-wal``, whose commits only A holds, refuse in
+    one line naming A, exit 1 (outsider o42 F5: they showed an older state as now, exit
+    0); none makes a new -shm or -wal; A, let go, finishes: every document
     executed once at the provider (non-idempotent contract), the ledger passes
     ``integrity_check``, and a run after A opens it again. Before: B rebuilt -shm and ran
     the documents A was about to run: executed twice, the ledger corrupt."""
@@ -41,12 +48,17 @@ def test_run_on_a_ledger_whose_shm_or_wal_was_deleted_under_a_live_run_is_refuse
     with stopped_after_first_intent(_args(tmp_path)) as a:
         deleted.unlink()
         b = run_cli(*_args(tmp_path))
-        view = run_cli("ledger", tmp_path / "L.sqlite")
+        views = [run_cli(command, tmp_path / "L.sqlite") for command in ("ledger", "audit")]
         made_again = deleted.exists()
     assert b.returncode == 1, b.stderr
     assert len(b.stderr.strip().splitlines()) == 1 and "Traceback" not in b.stderr, b.stderr
     assert f"{side} was deleted while live process {a.pid} has it open" in b.stderr
-    assert view.returncode == 0, view.stderr
+    for view in views:
+        if side == "-shm":
+            assert view.returncode == 0, view.stderr
+        else:
+            assert view.returncode == 1 and len(view.stderr.strip().splitlines()) == 1
+            assert f"-wal was deleted while live process {a.pid} has it open" in view.stderr
     assert not made_again  # no one built a second index or WAL
     assert a.returncode == 0, a.stderr_text
     assert provider_stats(tmp_path / "p.db")["executions"] == 4
@@ -77,3 +89,103 @@ def test_a_wal_emptied_in_place_under_a_live_run_ends_it_with_exit_1_not_at_rest
     assert "-wal was emptied or overwritten" in a.stderr_text and "--salvage" in a.stderr_text
     stats = provider_stats(tmp_path / "p.db")
     assert all(task["executions"] <= 1 for task in stats["per_task"].values()), stats
+
+
+def test_salvage_of_a_ledger_whose_shm_was_deleted_under_a_live_run_is_refused_naming_it(
+        tmp_path):
+    """Fault (outsider o42 F1): run A holds the ledger (a real SIGSTOP after its first
+    intent), ``L.sqlite-shm`` is deleted, then ``ledger L --salvage NEW``. Must hold: the
+    salvage is refused as a run is, exit 1, one line naming A's pid, no NEW written; A,
+    let go, finishes, every document executed once. Before: the busy check asked the
+    deleted -shm's lock, found none, and wrote NEW unmarked ("lost: nothing") from a
+    history A went on writing: a run on NEW sent 162 of 300 documents again."""
+    make_corpus(tmp_path / "in", docs=4, poison=0, seed=1)
+    new = tmp_path / "new.sqlite"
+    with stopped_after_first_intent(_args(tmp_path)) as a:
+        (tmp_path / "L.sqlite-shm").unlink()
+        salvage = run_cli("ledger", tmp_path / "L.sqlite", "--salvage", new,
+                          "--out", tmp_path / "out")
+    assert salvage.returncode == 1, salvage.stderr
+    assert len(salvage.stderr.strip().splitlines()) == 1, salvage.stderr
+    assert f"busy: open in live process {a.pid}" in salvage.stderr
+    assert not new.exists()
+    assert a.returncode == 0, a.stderr_text
+    assert provider_stats(tmp_path / "p.db")["executions"] == 4
+
+
+def test_a_run_on_a_ledger_damaged_under_a_stopped_live_run_is_refused_naming_it_not_sent_to_move_it(
+        tmp_path):
+    """Fault (outsider o42 F2): run A holds the ledger (a real SIGSTOP after its first
+    intent) and its WAL is emptied in place (``: > L.sqlite-wal``); run B starts on it.
+    Must hold: B exits 1, one line saying the ledger reads as damaged while A (its pid)
+    has it open, with no ``mv`` and no salvage to follow (moved aside or salvaged, A goes
+    on writing the old file and a run on the copy sends A's work again); A, let go, ends
+    on the damage (exit 2); no document executed twice. Before: B said "move it aside,
+    salvage from nothing, run", and following it executed 530 documents for 300."""
+    make_corpus(tmp_path / "in", docs=4, poison=0, seed=1)
+    with stopped_after_first_intent(_args(tmp_path)) as a:
+        os.truncate(tmp_path / "L.sqlite-wal", 0)
+        b = run_cli(*_args(tmp_path))
+    assert b.returncode == 1, b.stderr
+    assert len(b.stderr.strip().splitlines()) == 1 and "Traceback" not in b.stderr, b.stderr
+    assert f"reads as damaged" in b.stderr and f"live process {a.pid} has it open" in b.stderr
+    assert "mv " not in b.stderr and "--salvage" not in b.stderr
+    assert a.returncode == 2, a.stderr_text
+    stats = provider_stats(tmp_path / "p.db")
+    assert all(task["executions"] <= 1 for task in stats["per_task"].values()), stats
+
+
+def test_a_wal_emptied_under_a_live_run_halts_it_damaged_though_a_checkpoint_restarts_the_wal(
+        tmp_path):
+    """Fault (outsider o42 F3): ``: > L.sqlite-wal`` while run A is stopped (a real
+    SIGSTOP after its first intent), then A goes on with a batch long enough for SQLite's
+    checkpoints to restart the WAL, header and all, before A ends. Must hold: A halts at
+    its next transition, the ledger damaged (exit 2, one line naming salvage), not
+    acknowledging a transition written behind the hole. Before: the check at the close
+    found a fresh header, and A ended "done=300", exit 0, on a ledger nothing opens."""
+    make_corpus(tmp_path / "in", docs=120, poison=0, seed=1)
+    with stopped_after_first_intent(_args(tmp_path)) as a:
+        os.truncate(tmp_path / "L.sqlite-wal", 0)
+    assert a.returncode == 2, a.stderr_text
+    assert "-wal was emptied or overwritten" in a.stderr_text and "--salvage" in a.stderr_text
+    assert "health --clear" not in a.stderr_text  # the damage refuses the next run itself
+    stats = provider_stats(tmp_path / "p.db")
+    assert stats["executions"] <= 2, stats  # the first document, and none past the hole
+
+
+def _executions(provider_db) -> int:
+    """The provider's executions so far; 0 while its database is still being made."""
+    try:
+        return provider_stats(provider_db)["executions"]
+    except ToolkitError:
+        return 0
+
+
+def test_workers_whose_wal_is_emptied_under_them_halt_damaged_exit_2_naming_salvage_only(
+        tmp_path):
+    """Fault (outsider o42 F4): ``: > L.sqlite-wal`` while ``run --workers 2`` writes (once
+    the provider has executed a few documents). Must hold: exit 2; each worker's halt line
+    says the ledger is damaged and names salvage (never a storage error to run again on,
+    the witness folder's free space, or ``health --clear``); the count line says the items
+    are unknown, never ``items=0``. Before: exit 1, "(items=0, workers=2)", lines of "disk
+    I/O error" and "free space there", and a health marker whose clearing said "damaged"."""
+    make_corpus(tmp_path / "in", docs=60, poison=0, seed=1)
+    run = subprocess.Popen([sys.executable, "-m", "toolkit", *map(str, _args(tmp_path)),
+                            "--workers", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)
+    try:
+        deadline = time.monotonic() + 120  # a guard against a hang, not a timing
+        while _executions(tmp_path / "p.db") < 3:
+            assert run.poll() is None and time.monotonic() < deadline, run.communicate()
+            time.sleep(0.02)
+        os.truncate(tmp_path / "L.sqlite-wal", 0)
+        out, err = run.communicate(timeout=300)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
+    halts = [line for line in err.splitlines() if line.startswith("halted")]
+    assert run.returncode == 2, err
+    assert halts and all("is damaged" in line and "--salvage" in line for line in halts), err
+    assert "free space" not in err and "health --clear" not in err, err
+    assert "items unknown: the ledger is damaged" in out and "items=0" not in out, out

@@ -177,7 +177,7 @@ def sqlite_read(what: str, reader, *args):
 EOF_OFFSET = 2 ** 63 - 1  # a lock "to EOF" in /proc/locks: past any byte
 
 
-def _live_process(pid: int | None) -> str:
+def live_process(pid: int | None) -> str:
     """A lock holder in words: ``"live process N"``, or ``"a live process"`` (pid unknown)."""
     return f"live process {pid}" if pid else "a live process"
 
@@ -233,7 +233,21 @@ def _sqlite_users(info: os.stat_result) -> tuple[int | None, bool]:
     return other, mine
 
 
-def refuse_deleted_wal_shm(path, what: str) -> None:
+def sqlite_holder(path) -> int | None:
+    """Another live process that has the SQLite database ``path`` open, by SQLite's lock
+    bytes in ``/proc/locks`` (no descriptor opened): its pid (0: not ours to see), or None
+    (none, no such file, no ``/proc/locks``). This process's own connections do not count."""
+    try:
+        return _sqlite_users(os.stat(path))[0]
+    except OSError:
+        return None
+
+
+SECOND_INDEX = ("opening it now would build a second index and each process would miss the "
+                "other's commits (work done twice, a corrupt database)")
+
+
+def refuse_deleted_wal_shm(path, what: str, sides=None, harm: str = SECOND_INDEX) -> None:
     """Refuse to open the SQLite database ``path`` while its ``-shm`` or ``-wal`` is
     missing and another live process has it open (Linux; elsewhere nothing is checked).
 
@@ -248,14 +262,16 @@ def refuse_deleted_wal_shm(path, what: str) -> None:
     POSIX lock this process holds on it, SQLite's own included): the holder is read from
     ``/proc/locks``. While this process has a connection open on the file, a new one
     needs no check: SQLite shares one mapping per file and process (a ``--workers``
-    worker's own reads). Not covered: a file deleted between this check and SQLite's
-    open of it.
+    worker's own reads). ``sides``: the side files asked about (a reader of a private
+    copy needs the WAL alone: ``forensics.private.refuse_stale``), ``harm`` what opening
+    it would do. Not covered: a file deleted between this check and SQLite's open of it.
 
     Raises:
         LedgerBusyError: one line naming the process; nothing was opened or written.
     """
     deadline = time.monotonic() + SHM_SETTLE
-    while missing := [side for side in (SHM, WAL) if not os.path.exists(f"{path}{side}")]:
+    sides = sides or (SHM, WAL)  # a reader of a copy of the file and its WAL: (WAL,) alone
+    while missing := [side for side in sides if not os.path.exists(f"{path}{side}")]:
         try:
             holder, mine = _sqlite_users(os.stat(path))
         except OSError:
@@ -265,11 +281,8 @@ def refuse_deleted_wal_shm(path, what: str) -> None:
         if time.monotonic() > deadline:
             raise LedgerBusyError(
                 f"{what}: its {' and '.join(missing)} was deleted while "
-                f"{_live_process(holder)} has it open; "
-                f"opening it now would build a second index and each process would miss "
-                f"the other's commits (work done twice, a corrupt database): run again when "
-                f"that process ends, and never delete a ledger's {WAL} or {SHM} while it "
-                f"is in use")
+                f"{live_process(holder)} has it open; {harm}: run again when that process "
+                f"ends, and never delete a ledger's {WAL} or {SHM} while it is in use")
         time.sleep(0.05)
 
 
@@ -305,7 +318,7 @@ def take_exclusive(fd: int) -> str | None:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        return _live_process(lock_holder(fd))
+        return live_process(lock_holder(fd))
     return None
 
 

@@ -5,8 +5,8 @@ import os
 import sys
 
 from toolkit.cli import command, emit, finite
-from toolkit.cli.run_summary import (emit_counts, ledger_counts, say_refused, say_stopped,
-                                     say_strays, say_unsettled)
+from toolkit.cli.run_summary import (emit_counts, ledger_counts, say_parked, say_refused,
+                                     say_stopped, say_strays, say_unsettled)
 from toolkit.errors import StorageError, ToolkitError
 
 
@@ -205,7 +205,7 @@ def _run(parser):
             print(f"halted, no new work taken: {runner.halted}", file=sys.stderr)
             if runner.health_recorded is False:
                 print("the halt could not be recorded as the ledger's health", file=sys.stderr)
-            return 1
+            return 2 if runner.halted_damaged else 1  # damaged: the way out is in its line
         from toolkit.roots import shown  # a name with a newline stays on its one line
 
         for name, first in runner.aliases:
@@ -217,16 +217,17 @@ def _run(parser):
         if runner.refused_options:  # content the ledger holds under other options: bad input
             say_refused(list(runner.refused_options.values()))
             return 2
-        if runner.unsettled:
-            say_unsettled(runner.unsettled, runner.held)
-            return 1
-        if runner.strays:  # never claim rest while older items are left behind
-            say_strays(args, runner.strays)
+        if runner.unsettled or runner.strays:  # each said: run again, or put back or cancel
+            if runner.unsettled:
+                say_unsettled(runner.unsettled, runner.held)
+            if runner.strays:  # never claim rest while older items are left behind
+                say_strays(args, runner.strays)
             return 1
         if runner.local_errors:  # done items whose artifact is not under --out yet
             print("some artifacts are not in --out: clear the way and run again",
                   file=sys.stderr)
             return 1
+        say_parked(args.ledger, (counts or {}).get("needs_review", 0))
         return 0
     return run
 
@@ -298,20 +299,27 @@ def _run_workers(args, inputs, provider, seen, stop):
     if stop.asked is not None and not result.errors and not result.halted and \
             (result.stopped or len(result.workers) < args.workers):  # else it ended first
         return say_stopped(stop.asked)
-    counts = result.counts or {}
-    items = sum(counts.values())
+    counts = result.counts if not result.damaged else None  # a damaged ledger's: no count
     refused = f", refused={len(result.refused)}" if result.refused else ""
-    text = "  ".join(f"{state}={n}" for state, n in counts.items() if n) + \
-        f"  (items={items}, workers={args.workers}{refused})"
+    if counts is None:  # as emit_counts says it after a single run's halt
+        items, text = None, (f"(items unknown: the ledger is "
+                             f"{'damaged' if result.damaged else 'not readable after the workers'}"
+                             f", workers={args.workers})")
+    else:
+        items = sum(counts.values())
+        text = "  ".join(f"{state}={n}" for state, n in counts.items() if n) + \
+            f"  (items={items}, workers={args.workers}{refused})"
     emit({"items": items, "by_state": counts, "workers": args.workers,
           "refused": len(result.refused)}, args.json, text)
     for error in result.errors:
         print(f"a worker failed: {error}", file=sys.stderr)
-    for reason in result.halted:
+    for reason in dict.fromkeys(result.halted):  # two workers halted alike: said once
         print(f"halted, no new work taken: {reason}", file=sys.stderr)
     if result.halted and result.health_recorded is False:
         print("the halt could not be recorded as the ledger's health: the ledger is unreachable",
               file=sys.stderr)
+    if result.damaged:  # the halt's line names the way out (salvage)
+        return 2
     if result.errors or result.halted or result.counts is None:
         return 1
     if result.refused:  # content the ledger holds under other options: bad input

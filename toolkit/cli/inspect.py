@@ -92,12 +92,17 @@ def _salvage(args) -> int:
         from toolkit.errors import LedgerBusyError
         from toolkit.forensics.private import live_wal_connection, opened_view
         from toolkit.ledger import canonical_path
+        from toolkit.storage import live_process, sqlite_holder
 
         real = canonical_path(Path(path))  # run's rule: a second hard link is refused
-        if live_wal_connection(real):  # its history is not finished: as JSONL's lock refuses
-            raise LedgerBusyError(f"SQLite ledger {path!r} is busy: open in another process; "
-                                  "salvage it when that run ends")
-        from toolkit.ledger.sqlite_damage import DamagedLedgerError, damage_of, damaged
+        # Its history is not finished: as JSONL's lock refuses. Asked of the database's own
+        # lock bytes first: a connection's lock on its -shm is gone with a deleted -shm.
+        holder = sqlite_holder(real)
+        if holder is not None or live_wal_connection(real):
+            raise LedgerBusyError(f"SQLite ledger {path!r} is busy: open in "
+                                  f"{live_process(holder) if holder is not None else 'another process'}"
+                                  "; salvage it when that run ends")
+        from toolkit.ledger.sqlite_damage import DamagedLedgerError, busy_or_damaged, damage_of
 
         try:
             with opened_view(path) as old:  # a private copy: the original is never written
@@ -105,11 +110,14 @@ def _salvage(args) -> int:
                 result = salvage_sqlite(old, path, new, loss=lambda view: witness.loss_of(
                     view, args.out, path=os.path.realpath(path)))
         except DamagedLedgerError as exc:  # unreadable: salvaged from nothing once moved aside
-            raise damaged(path, damage_of(exc), new, args.out) from None
+            raise busy_or_damaged(path, damage_of(exc), new, args.out) from None
     # worded by what was lost (the mark's words: lines, seqs, their order, snapshot lines,
     # the witness's), never "corrupt lines none" for a loss of another kind
     emit(result, args.json, f"wrote {new}: {result['items']} items, "
          f"{len(result['needs_review'])} in needs_review (lost: {result['lost'] or 'nothing'})")
+    from toolkit.cli.run_summary import say_parked
+
+    say_parked(new, len(result["needs_review"]))
     return 0
 
 
@@ -230,7 +238,8 @@ def _provider_stats(parser):
     parser.add_argument("--json", action="store_true", help="print one JSON document")
 
     def run(args):
-        from toolkit.forensics.private import private_copy
+        from toolkit.errors import StorageError
+        from toolkit.forensics.private import copy_failed, private_copy
         from toolkit.provider import provider_stats
         from toolkit.runner.inputs import require_regular
 
@@ -243,6 +252,8 @@ def _provider_stats(parser):
         with private_copy(path) as copy:
             try:
                 stats = provider_stats(copy)
+            except StorageError as exc:  # the copy's -shm, in TMPDIR: that space's
+                raise copy_failed(exc, copy, path) from None
             except ToolkitError as exc:
                 raise ToolkitError(str(exc).replace(str(copy), str(path))) from None
         twice = sorted(key for key, row in stats["per_task"].items() if row["succeeded"] > 1)

@@ -59,6 +59,18 @@ def cancel_command(args, key) -> str:
     return command if args.provider_db else f"{command}   (DB: the service's --db file)"
 
 
+def say_parked(ledger, parked: int) -> None:
+    """Items at rest in ``needs_review`` (parked: a person decides), and how to decide."""
+    from toolkit.advice import absolute, toolkit_command
+
+    if parked:
+        print(f"{parked} item(s) in needs_review wait for a person: "
+              f"`{toolkit_command('review', '--ledger', absolute(ledger))}` lists each with its "
+              "evidence; `resolve --ledger L --key K --release` (or `--all --reason PREFIX`) "
+              "hands it back to the next run, which looks it up before it sends it",
+              file=sys.stderr)
+
+
 def say_unsettled(unsettled: int, held) -> None:
     """Items not at rest when the run ended: those a live run holds (``held``: it settles
     them; the batch is not complete yet, but a rerun now would only wait on their leases),

@@ -52,7 +52,7 @@ import stat
 import time
 
 from toolkit import roots
-from toolkit.errors import ToolkitError
+from toolkit.errors import LedgerBusyError, ToolkitError
 from toolkit.forensics import jsonl as _jsonl  # noqa: F401  (registers its adapters)
 # queues before sqlite: its sniffs are exact table shapes, tried before the loose "a jobs /
 # task_items table" ones (a litequeue named "jobs" is litequeue)
@@ -224,8 +224,8 @@ def _audit(path, name, adapter, artifacts, inputs, now, gone=None, output_name=N
             raw = Raw()
         else:
             raw = adapter.read(path)
-    except ScratchFull:  # TMPDIR full: the storage's (exit 1), its line names TMPDIR
-        raise
+    except (ScratchFull, LedgerBusyError):  # TMPDIR full; in use by a live process whose
+        raise  # -wal or -shm was deleted: the storage's or the run's (exit 1), one line each
     except ToolkitError as exc:  # a failed private copy is the disk's fault, not the format's
         raise _fail(path, exc, not isinstance(exc, CopyError)) from exc
     except (OSError, sqlite3.Error, MemoryError) as exc:

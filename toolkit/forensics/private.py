@@ -74,7 +74,7 @@ def scratch_full(exc: BaseException, path) -> ScratchFull | None:
                   "the limit") if errno_ == errno.EFBIG else (f"{where} is full ({why})",
                                                               "free space there")
     return ScratchFull(f"{state}: a private copy of {str(path)!r} is read there, so that the "
-                       f"ledger is never written; {fix} or set TMPDIR to a folder with room, "
+                       f"original is never written; {fix} or set TMPDIR to a folder with room, "
                        "and run again")
 
 
@@ -82,7 +82,7 @@ def _scratch_failed(exc: OSError, path) -> ScratchFull:
     """A write into the private folder failed: TMPDIR's, whatever its errno (EIO too)."""
     return scratch_full(exc, path) or ScratchFull(
         f"TMPDIR {tempfile.gettempdir()!r} failed ({exc.strerror or exc}): a private copy of "
-        f"{str(path)!r} is written there, so that the ledger is never written; set TMPDIR to "
+        f"{str(path)!r} is written there, so that the original is never written; set TMPDIR to "
         "a folder that works, and run again")
 
 
@@ -192,6 +192,27 @@ def live_wal_connection(path) -> bool:
         os.close(fd)
 
 
+def refuse_stale(path) -> None:
+    """Refuse to read a WAL database whose ``-wal`` was deleted while a live process has
+    it open: its latest commits are in that process's WAL alone, and a view of the file
+    would show an older state as if it were now (``LedgerBusyError`` naming the process:
+    ``storage.refuse_deleted_wal_shm``). A deleted ``-shm`` alone leaves the view whole: a
+    copy of the file and its WAL reads every commit. Only a file whose header says WAL:
+    a rollback-journal database never has those side files. The header is read here, a
+    process that holds no lock on the file (closing our descriptor drops none)."""
+    from toolkit.storage import WAL, refuse_deleted_wal_shm
+
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(20)
+    except OSError:
+        return  # the read that follows says why
+    if head[:16] == b"SQLite format 3\x00" and head[18:20] == b"\x02\x02":  # WAL mode
+        refuse_deleted_wal_shm(path, f"SQLite database {str(path)!r}", sides=(WAL,),
+                               harm="its latest commits are in that process's WAL alone, and "
+                                    "a view now would show an older state as if it were now")
+
+
 @contextlib.contextmanager
 def private_copy(path):
     """Yield the path of a private copy of ``path`` (and its ``-wal``); removed afterwards.
@@ -201,6 +222,7 @@ def private_copy(path):
             read or copied.
     """
     path = Path(os.path.realpath(path))  # a symlink's -wal is the one beside its target
+    refuse_stale(path)
     with _scratch(path) as folder:
         copy = folder / path.name
         for _ in range(_TRIES):
@@ -248,28 +270,38 @@ def _for_user(exc: ToolkitError, name, path) -> ToolkitError:
     full-disk errno, or any storage error of a private copy (SQLite writes only the copy's
     -wal and -shm, in TMPDIR: an -shm that does not fit is "disk I/O error"); the ledger's
     damage (``sqlite_damage.damaged``) when SQLite finds the copy, written whole, damaged."""
-    from toolkit.ledger.sqlite_damage import damage_of, damaged
+    from toolkit.ledger.sqlite_damage import busy_or_damaged, damage_of
 
     why = damage_of(exc)
     if why is not None:  # the copy's bytes are the ledger's: a failed write was ScratchFull
-        return damaged(path, why)
+        return busy_or_damaged(path, why)
+    if isinstance(exc, StorageError) and not Path(name).is_symlink():
+        return copy_failed(exc, name, path)
     full = scratch_full(exc.__cause__ or exc, path)
     if full is not None:
         return full
-    if isinstance(exc, StorageError) and not Path(name).is_symlink():
-        free = _free_bytes(Path(name).parent)
-        state = "is full" if free is not None and free < _ROOM else "failed"
-        return ScratchFull(f"TMPDIR {tempfile.gettempdir()!r} {state} ({exc.__cause__ or exc}"
-                           f"{f', {free} bytes free' if free is not None else ''}): a private "
-                           f"copy of {str(path)!r} is read there, so that the ledger is never "
-                           "written; free space there or set TMPDIR to a folder with room, "
-                           "and run again")
     text = public_text(str(exc), name, path)
     text = text.replace(": refusing to write into it", "")
     try:
         return type(exc)(text)
     except TypeError:  # an error type built from several fields
         return ToolkitError(text)
+
+
+def copy_failed(exc: StorageError, name, path) -> ScratchFull:
+    """SQLite's storage error on ``name``, the private copy of ``path``: TMPDIR's (SQLite
+    writes only the copy's -wal and -shm, there: an -shm that does not fit is "disk I/O
+    error"), named with the room left there."""
+    full = scratch_full(exc.__cause__ or exc, path)
+    if full is not None:
+        return full
+    free = _free_bytes(Path(name).parent)
+    state = "is full" if free is not None and free < _ROOM else "failed"
+    return ScratchFull(f"TMPDIR {tempfile.gettempdir()!r} {state} ({exc.__cause__ or exc}"
+                       f"{f', {free} bytes free' if free is not None else ''}): a private "
+                       f"copy of {str(path)!r} is read there, so that the original is never "
+                       "written; free space there or set TMPDIR to a folder with room, "
+                       "and run again")
 
 
 def public_text(text: str, name, path) -> str:

@@ -27,7 +27,7 @@ from toolkit.forensics.foreign import (
 )
 from toolkit.forensics.history import History
 from toolkit.forensics import lines, sqlfold
-from toolkit.forensics.private import live_wal_connection, private_copy
+from toolkit.forensics.private import live_wal_connection, private_copy, refuse_stale
 from toolkit.forensics.sqlparts import Snapshot
 from toolkit.forensics.sqlrows import (
     detail_reader,
@@ -76,6 +76,7 @@ def read_database(path, adapters):
     and its journal is rolled back and read instead, and the report says so.
     """
     path = os.path.realpath(path)  # a symlink's -wal/-journal are beside its target, not it
+    refuse_stale(path)  # read in place below when no -wal is there
     if os.path.exists(f"{path}-wal") and not live_wal_connection(path):
         # a dead writer's WAL: even mode=ro would create or rebuild -shm beside it
         with private_copy(path) as copy:

@@ -56,7 +56,7 @@ import os
 import struct
 import threading
 
-from toolkit.errors import StorageError
+from toolkit.errors import LedgerError, StorageError
 from toolkit.ledger.records import Event, fold
 
 COUNTERS = struct.Struct("<QQ")  # started, done
@@ -235,6 +235,8 @@ class GroupCommit:
                 self._broken = exc
                 self._leading = False
                 self._cond.notify_all()
+            if isinstance(exc, LedgerError) and not isinstance(exc, StorageError):
+                raise  # the ledger's own words (a WAL found emptied after the fsync: damaged)
             raise StorageError(f"{self._what}: the group's fsync failed: {exc}") from exc
         with self._mutex:
             self._done = number

@@ -17,8 +17,8 @@ from toolkit.ledger.group import GroupCommit, SharedFlushes
 from toolkit.ledger.header import SALVAGED  # the mark's name: a meta row here, JSONL's header key
 from toolkit.ledger.records import ItemRow, detail_json, item_of
 from toolkit.ledger.sqlite_cache import DATA_VERSION, _LedgerTxn, _RowCache
-from toolkit.ledger.sqlite_damage import damage_of, damaged
-from toolkit.storage import refuse_deleted_wal_shm, sqlite_read, storage_error
+from toolkit.ledger.sqlite_damage import busy_or_damaged, damage_of, damaged
+from toolkit.storage import refuse_deleted_wal_shm, storage_error
 
 FORMAT = "resume-toolkit-ledger/1"
 WAL_MAGIC = (bytes.fromhex("377f0682"), bytes.fromhex("377f0683"))  # its header's first bytes
@@ -108,6 +108,11 @@ def _event(row) -> Event:
         return _not_ours(key, row[4:6] + row[9:], f"event seq={seq} from, to, detail")
 
 
+def _torn_words(head: bytes) -> str:
+    return (f"its -wal was emptied or overwritten while a connection had it open (it starts "
+            f"{head.hex()}, not a WAL header)")
+
+
 class SqliteLedger(Ledger):
     """The default backend (``*.sqlite``, ``*.db``)."""
 
@@ -124,7 +129,7 @@ class SqliteLedger(Ledger):
         try:
             self._db = sqlite3.connect(self.path, timeout=timeout, isolation_level=None,
                                        check_same_thread=False)
-            self._ctx = _LedgerTxn(self._db, self._what, self._cache)
+            self._ctx = _LedgerTxn(self._db, self._what, self._cache, self.path)
             # Refuse a foreign database before changing anything in it (even its journal mode).
             tables = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master")}
             if tables and ("meta" not in tables or not self._has_format_row()):
@@ -162,12 +167,12 @@ class SqliteLedger(Ledger):
         except StorageError as exc:
             self._db.close()
             if damage_of(exc):  # met in the schema transaction: the file's own bytes
-                raise damaged(self.path, damage_of(exc)) from exc
+                raise busy_or_damaged(self.path, damage_of(exc)) from exc
             raise
         except sqlite3.Error as exc:  # not a database at all is bad input, the rest is storage
             if damage_of(exc):  # the file's own bytes: no rerun reads them
                 self._db.close()
-                raise damaged(self.path, str(exc)) from exc
+                raise busy_or_damaged(self.path, str(exc)) from exc
             raise storage_error(f"cannot open SQLite ledger {str(self.path)!r}", exc,
                                 self.path) from exc
         if fmt is None or fmt[0] != FORMAT:
@@ -209,6 +214,13 @@ class SqliteLedger(Ledger):
         if not self._wal_named:
             fsync_dir(self.path.parent)
             self._wal_named = True
+        # After the fsync, before the ack: a WAL emptied under us has our frames behind a
+        # hole where its header was, and a checkpoint copies that hole into the database
+        # (the close's check alone comes too late: a checkpoint restarts the WAL, header
+        # and all). Then this transition is not acknowledged: the run halts, damaged.
+        head = os.pread(self._wal_fd, 4, 0)
+        if head and head not in WAL_MAGIC:
+            raise damaged(self.path, _torn_words(head))
 
     def _txn(self):
         ctx = self._ctx
@@ -216,14 +228,23 @@ class SqliteLedger(Ledger):
         return ctx
 
     def _query(self, sql, args=()):
-        return sqlite_read(self._what,
-                           lambda: self._db.execute(sql, args).fetchall())
+        try:
+            return self._db.execute(sql, args).fetchall()
+        except sqlite3.Error as exc:
+            raise self._error(exc) from exc
+
+    def _error(self, exc: sqlite3.Error):
+        """A read's error: the ledger's damage when it is the file's own bytes (pages or
+        WAL frames gone under the run: exit 2, the way out), else the storage's. The
+        transaction's are ``_LedgerTxn``'s."""
+        why = damage_of(exc)
+        return damaged(self.path, why) if why else storage_error(self._what, exc)
 
     def _load(self, key):
         try:
             row = self._db.execute(SELECT_ITEM, (key,)).fetchone()
         except sqlite3.Error as exc:
-            raise storage_error(self._what, exc) from exc
+            raise self._error(exc) from exc
         return _item(row) if row is not None else None
 
     def _refuse_states(self):
@@ -250,7 +271,7 @@ class SqliteLedger(Ledger):
                 cache.row, cache.version = None, version  # another connection committed
             row = db.execute(SELECT_ITEM, (key,)).fetchone()
         except sqlite3.Error as exc:
-            raise storage_error(self._what, exc) from exc
+            raise self._error(exc) from exc
         except UnicodeEncodeError:  # a lone surrogate: no SQLite text holds it
             raise LedgerError(f"bad key {key!r}: not encodable as UTF-8") from None
         if row is None:
@@ -348,10 +369,7 @@ class SqliteLedger(Ledger):
                 head = handle.read(4)
         except OSError:
             return None
-        if head and head not in WAL_MAGIC:
-            return (f"its -wal was emptied or overwritten while a connection had it open "
-                    f"(it starts {head.hex()}, not a WAL header)")
-        return None
+        return _torn_words(head) if head and head not in WAL_MAGIC else None
 
     def _item_count(self):
         return self._query("SELECT COUNT(*) FROM items")[0][0]
@@ -380,4 +398,4 @@ class SqliteLedger(Ledger):
                                          *row[2:]))
                             for row in rows]
         except sqlite3.Error as exc:
-            raise storage_error(self._what, exc) from exc
+            raise self._error(exc) from exc

@@ -12,6 +12,7 @@ import operator
 from toolkit.ledger import State
 from toolkit.ledger.records import ITEM_FIELDS as ITEM_COLUMNS  # the items table's columns, in order
 from toolkit.ledger.records import ItemRow
+from toolkit.ledger.sqlite_damage import damage_of, damaged
 from toolkit.storage import sqlite_txn
 
 _ROW = tuple.__new__  # an ItemRow in one C call
@@ -92,13 +93,20 @@ class _LedgerTxn(sqlite_txn):
 
     One per ledger, entered again for every transaction (never nested: the ledger's
     lock is held around it, and SQLite refuses a BEGIN inside a transaction anyway).
+    An error that is the file's own bytes (``sqlite_damage.DAMAGE``: pages or WAL frames
+    gone under the run) is the ledger's damage, exit 2 with the way out, never a storage
+    error to run again on; only this error path asks.
     """
 
-    __slots__ = ("cache", "flushes", "writer")  # writer: the flushes whose writer lock is held
+    __slots__ = ("cache", "flushes", "writer", "path")  # writer: the flushes whose writer lock is held
 
-    def __init__(self, db, what, cache):
+    def __init__(self, db, what, cache, path):
         super().__init__(db, what)
-        self.cache, self.flushes, self.writer = cache, None, None
+        self.cache, self.flushes, self.writer, self.path = cache, None, None, path
+
+    def _damage(self, error):
+        why = damage_of(error)
+        return None if why is None else damaged(self.path, why)
 
     def __enter__(self):
         if self.flushes is not None:
@@ -107,18 +115,22 @@ class _LedgerTxn(sqlite_txn):
         try:
             self.cache.pending = None
             return super().__enter__()
-        except BaseException:
+        except BaseException as error:
             if self.writer is not None:
                 self.writer, writer = None, self.writer
                 writer.free_writer()
+            if (damage := self._damage(error)) is not None:
+                raise damage from error
             raise
 
     def __exit__(self, kind, exc, tb) -> bool:
         cache = self.cache
         try:
             suppressed = super().__exit__(kind, exc, tb)
-        except BaseException:
+        except BaseException as error:
             cache.row = None  # rolled back, or not known to be committed
+            if (damage := self._damage(error)) is not None:
+                raise damage from error
             raise
         finally:
             if self.writer is not None:
@@ -126,6 +138,8 @@ class _LedgerTxn(sqlite_txn):
                 writer.free_writer()
         if kind is not None:
             cache.row = None
+            if (damage := self._damage(exc)) is not None:  # a statement's, in the block
+                raise damage from exc
         elif cache.pending is not None:
             cache.row = cache.pending
         return suppressed

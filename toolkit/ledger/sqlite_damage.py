@@ -3,13 +3,14 @@ line that says so, with the way out (move it aside, salvage from nothing, run ag
 
 The ledger's open (``sqlite.py``), the run's checks (``runner/ops.py``,
 ``runner/witness_read.py``), ``ledger --salvage`` (``cli/inspect.py``) and the audit
-raise the same error with the same advice.
+raise the same error with the same advice; those that open a ledger another process may
+be running on ask ``busy_or_damaged`` first.
 """
 
 import os
 
 from toolkit.advice import absolute, shell_words, toolkit_command
-from toolkit.errors import LedgerError
+from toolkit.errors import LedgerBusyError, LedgerError
 
 # What SQLite answers for a file whose own bytes are wrong (cut short by an interrupted copy
 # or ``truncate``, pages zeroed, another format under the name): the ledger's damage, never
@@ -53,3 +54,22 @@ def damaged(path, why: str, new=None, out=None) -> DamagedLedgerError:
         f"(`{shell_words('mv', absolute(path), absolute(f'{path}.damaged'))}`), salvage from "
         f"nothing (`{toolkit_command('ledger', absolute(path), '--salvage', new, '--out', out)}`: "
         f"the witness there says what was lost), then run with --ledger {shell_words(new)}")
+
+
+def busy_or_damaged(path, why: str, new=None, out=None) -> LedgerError:
+    """What an opener of the SQLite ledger ``path`` says when SQLite finds it damaged:
+    while another live process has it open (a run stopped with ``kill -STOP``, its
+    ``-wal`` emptied under it), that it is in use, naming that process: moved aside or
+    salvaged then, the run would go on writing the old file, and a run on the salvaged
+    copy would send its work again. Else ``damaged``, with the way out."""
+    from toolkit.storage import live_process, sqlite_holder
+
+    holder = sqlite_holder(path)
+    if holder is None:
+        return damaged(path, why, new, out)
+    return LedgerBusyError(
+        f"SQLite ledger {str(path)!r} reads as damaged ({why}) while {live_process(holder)} "
+        "has it open: move nothing aside and salvage nothing while it is in use (that "
+        "process would go on writing the old file, and its work would be sent again from "
+        "the copy); let it end or stop it, then run again, which says what to do with a "
+        "damaged ledger")

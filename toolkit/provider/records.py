@@ -14,7 +14,7 @@ import sqlite3
 from contextlib import closing
 from pathlib import Path
 
-from ..errors import ToolkitError
+from ..errors import StorageError, ToolkitError
 
 SCHEMA = "toolkit-provider/1"
 SCHEMA_SQL = """
@@ -158,6 +158,11 @@ def executions(db) -> list[dict]:
         f"SELECT {', '.join(_EXECUTION_FIELDS)} FROM executions ORDER BY seq")]
 
 
+# SQLite's words for a storage that fails, not a file that is not a provider database
+_STORAGE = ("SQLITE_IOERR", "SQLITE_FULL", "SQLITE_CANTOPEN", "SQLITE_BUSY", "SQLITE_LOCKED",
+            "SQLITE_NOMEM", "SQLITE_READONLY")
+
+
 def _read_only(db_path, reader):
     try:
         with closing(sqlite3.connect(Path(db_path).resolve().as_uri() + "?mode=ro", uri=True)) as db:
@@ -165,7 +170,9 @@ def _read_only(db_path, reader):
             if row is None or row[0] != SCHEMA:
                 raise ToolkitError(f"{db_path} is not a provider database")
             return reader(db)
-    except sqlite3.Error as exc:
+    except sqlite3.Error as exc:  # the storage's (a full TMPDIR under a copy); else bad input
+        if str(getattr(exc, "sqlite_errorname", "")).startswith(_STORAGE):
+            raise StorageError(f"{db_path}: cannot be read ({exc})") from exc
         raise ToolkitError(f"{db_path} is not a provider database ({exc})") from exc
 
 

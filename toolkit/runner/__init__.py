@@ -26,7 +26,6 @@ from toolkit.ledger import PERMANENT, TRANSIENT, Item, State
 from toolkit.provider import JobStatus, ProviderConflict
 from toolkit.runner import artifacts, other_options
 from toolkit.runner.lease import Lease
-from toolkit.runner.ops import mark_unhealthy
 from toolkit.runner.pages import LATER, PageByPage
 from toolkit.runner.reuse import Reuse
 from toolkit.runner.salvaged import UNANSWERED, Salvaged
@@ -120,8 +119,7 @@ class Runner(Salvaged, Reuse, PageByPage, Lease, Pipeline):
             try:
                 self.ledger.barrier()
             except LedgerError as exc:
-                self.halted = str(exc)
-                self.health_recorded = mark_unhealthy(self.ledger.path, self.halted)
+                self.halt(exc)
         return counts
 
     def _steps(self):

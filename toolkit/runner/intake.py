@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 from toolkit import documents, liveness
-from toolkit.errors import LeaseHeldError
+from toolkit.errors import LeaseHeldError, StorageError
 from toolkit.identity import content_digest, task_key
 from toolkit.ledger import PERMANENT, Item, State
 from toolkit.runner import keying, other_options
@@ -192,7 +192,14 @@ class Intake:
             self._snapshots = liveness.owned_folder("toolkit-inputs")
         path = Path(self._snapshots.name) / f"{digest}.pdf"
         if not path.exists():
-            path.write_bytes(data)
+            try:
+                path.write_bytes(data)
+            except OSError as exc:  # TMPDIR full or failing: a halt that names it
+                path.unlink(missing_ok=True)  # never a cut copy taken for the input later
+                raise StorageError(
+                    f"TMPDIR {tempfile.gettempdir()!r}: cannot write this run's copy of an "
+                    f"input there ({exc.strerror or exc}): free space there or set TMPDIR to "
+                    "a folder with room, then clear the ledger's health and run again") from exc
         return path
 
     def _drop_snapshots(self) -> None:

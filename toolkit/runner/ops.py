@@ -125,7 +125,7 @@ def sqlite_pages(ledger, path) -> None:
     meets, and a run halted on mid-batch: "run again"). Every page read once: 0.4 s of CPU
     for a 147 MB ledger of 1M rows, a quarter of a run's read of its 200k items."""
     from toolkit.ledger.sqlite import SqliteLedger
-    from toolkit.ledger.sqlite_damage import damage_of, damaged
+    from toolkit.ledger.sqlite_damage import busy_or_damaged, damage_of
 
     if not isinstance(ledger, SqliteLedger):
         return
@@ -136,7 +136,8 @@ def sqlite_pages(ledger, path) -> None:
             raise StorageError(f"cannot be read: {exc}") from exc
         found = [str(exc)]
     if found != ["ok"]:  # "*** in database main ***\nPage 4: …": one line, SQLite's words
-        raise damaged(path, " ".join(found[0].replace("*** in database main ***", "").split()))
+        raise busy_or_damaged(path, " ".join(found[0].replace("*** in database main ***", "")
+                                             .split()))
 
 
 def require_ledger_path(path: Path) -> None:

@@ -20,6 +20,7 @@ from toolkit.errors import LedgerError
 from toolkit.identity import canonical_json
 from toolkit.ledger import Item, State, lease_held
 from toolkit.ledger.records import Light
+from toolkit.ledger.sqlite_damage import DamagedLedgerError
 from toolkit.provider import Contract
 from toolkit.runner import artifacts, outroot
 from toolkit.runner.inputindex import InputIndex, order, remove_orphans
@@ -153,6 +154,7 @@ class Pipeline(Intake):
         self._started = time.monotonic()
         self.lost_replies = self.reused = 0
         self.halted: str | None = None  # why the batch stopped taking work, if it did
+        self.halted_damaged = False  # that halt is the ledger's damage (exit 2: salvage it)
         self.health_recorded: bool | None = None  # whether that halt reached the health marker
         self.unsettled = 0
         self.held: list[Item] = []  # of the unsettled, those another live run holds
@@ -176,6 +178,15 @@ class Pipeline(Intake):
                         time.monotonic() - self._started, self.lost_replies, self.reused)
 
     # -- the batch ---------------------------------------------------------------
+    def halt(self, exc) -> None:
+        """Stop taking work for ``exc`` (a ledger's or the disk's error), recorded as the
+        ledger's health, unless the damage refuses the next run by itself: a damaged
+        witness or ledger (the marker would only add a ``health --clear`` to the way out)."""
+        self.halted = str(exc) if isinstance(exc, LedgerError) else f"storage: {exc}"
+        self.halted_damaged = isinstance(exc, DamagedLedgerError)
+        if not isinstance(exc, (WitnessDamagedError, DamagedLedgerError)):
+            self.health_recorded = mark_unhealthy(self.ledger.path, self.halted)
+
     def run(self, inputs) -> dict[str, int]:
         """Enqueue ``inputs`` and process each item; return counts per state of this batch.
 
@@ -225,9 +236,7 @@ class Pipeline(Intake):
         except (LedgerError, OSError) as exc:
             # Fail closed: whatever we cannot record (the ledger, the provider's database,
             # an artifact on a full disk), we must not act upon.
-            self.halted = str(exc) if isinstance(exc, LedgerError) else f"storage: {exc}"
-            if not isinstance(exc, WitnessDamagedError):  # that file refuses the next run
-                self.health_recorded = mark_unhealthy(self.ledger.path, self.halted)
+            self.halt(exc)
             with contextlib.suppress(LedgerError, OSError):  # what the halted chunk holds
                 self._tally(chunk, counts, restless)
             self._let_go()

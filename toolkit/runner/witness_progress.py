@@ -38,6 +38,7 @@ import urllib.parse
 
 from toolkit.errors import LedgerError, StorageError, ToolkitError
 from toolkit.ledger import TRANSIENT, State
+from toolkit.ledger.sqlite_damage import DamagedLedgerError, damage_of, damaged
 from toolkit.runner import witness
 from toolkit.runner.witness_damaged import WitnessDamagedError
 from toolkit.runner.witness_read import sqlite_seq_and_id
@@ -57,6 +58,10 @@ def _sqlite_facts(path: str) -> dict | None:
     db = sqlite3.connect(uri, uri=True, timeout=5.0)
     try:
         top, ident = sqlite_seq_and_id(db)
+    except sqlite3.Error as exc:  # the ledger's own bytes (its WAL emptied under the run)
+        if damage_of(exc) is None:
+            raise
+        raise damaged(path, damage_of(exc)) from exc
     finally:
         db.close()
     with contextlib.suppress(FileNotFoundError):  # no WAL: every commit is in the file
@@ -103,7 +108,7 @@ class Progress:
         try:
             seen = witness.facts(self.ledger) if self.ledger is not None else \
                 _sqlite_facts(self.path) if self.path is not None else None
-        except StorageError:
+        except (StorageError, DamagedLedgerError):  # the disk's, the ledger's: their words
             raise
         except (ToolkitError, OSError, sqlite3.Error) as exc:
             raise _halt(self.folders[0], exc) from exc

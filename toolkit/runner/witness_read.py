@@ -46,10 +46,10 @@ def facts(ledger) -> dict | None:
         try:
             top, ident = sqlite_seq_and_id(ledger._db)
         except sqlite3.Error as exc:  # a page of events damaged: the ledger's own words
-            from toolkit.ledger.sqlite_damage import damage_of, damaged
+            from toolkit.ledger.sqlite_damage import busy_or_damaged, damage_of
             from toolkit.storage import storage_error
 
-            raise (damaged(ledger.path, str(exc)) if damage_of(exc) else
+            raise (busy_or_damaged(ledger.path, str(exc)) if damage_of(exc) else
                    storage_error(f"SQLite ledger {str(ledger.path)!r}", exc)) from exc
         return {"real": real_path(ledger.path), "kind": "sqlite", "seq": top, "id": ident,
                 "salvaged": marked(ledger), "compacted": None}

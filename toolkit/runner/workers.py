@@ -32,6 +32,7 @@ from toolkit.identity import content_digest, task_key
 from toolkit.ledger import State, lease_held, open_ledger
 from toolkit.ledger import postgres_health as pg_health
 from toolkit.ledger.postgres import postgres_url
+from toolkit.ledger.sqlite_damage import DamagedLedgerError
 from toolkit.runner import RetryPolicy, Runner, default_worker, keying
 from toolkit.runner.inputindex import InputIndex, order
 from toolkit.runner.inputs import Odd, read_input
@@ -120,6 +121,11 @@ class WorkersResult:
     @property
     def halted(self) -> list[str]:
         return [report["halted"] for report in self.workers if report["halted"]]
+
+    @property
+    def damaged(self) -> bool:
+        """A worker halted on the ledger's damage (exit 2: the way out is salvage)."""
+        return any(report.get("damaged") for report in self.workers)
 
     @property
     def stopped(self) -> list[str]:
@@ -314,11 +320,13 @@ def _work(spec: _Spec, conn, asked=None) -> None:
             ask(box)  # asked before the runner was made: it stops before its first chunk
         runner.run([Path(path) for path in spec.inputs])
         report["halted"] = runner.halted
+        report["damaged"] = runner.halted_damaged
         report["health_kept"] = runner.halted is not None and runner.health_recorded is None
         report["refused"] = list(runner.refused_options.values())
     except LedgerError as exc:
         # A ledger lost for good stops the run, even while it counts after halting.
         report["halted"] = str(exc)
+        report["damaged"] = isinstance(exc, DamagedLedgerError)
     except ToolkitError as exc:  # not the ledger: this worker failed, the others go on
         report["error"] = f"{type(exc).__name__}: {exc}"
     except KeyboardInterrupt as stop:  # StopAsked at a step's end, or at once: asked
