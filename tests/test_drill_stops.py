@@ -143,7 +143,8 @@ def test_sigkill_of_the_drill_takes_its_service_and_the_next_drill_sweeps_only_w
     program's processes, which nothing can reach then, and the dead drill's folders are
     removed by the next drill, which kills what still works inside them first; a
     bystander of ours that merely names the dead folder (a user's viewer on a file in it,
-    standing in it) lives on: the sweep kills by the drill's marks, never by a name."""
+    standing in it, given ``TOOLKIT_INPUTS`` there by hand: outsider o43 F2) lives on: the
+    sweep kills by the drill's marks (both variables it sets), never by a name."""
     drill = _drill(tmp_path, inputs, _program(tmp_path))
     _until(lambda: len(_pids(tmp_path)) == 3)
     service = _service_of(drill.pid)
@@ -152,7 +153,8 @@ def test_sigkill_of_the_drill_takes_its_service_and_the_next_drill_sweeps_only_w
     service_alive = _still_alive([service.pid])
     [dead] = [path for path in (tmp_path / "tmp").iterdir() if path.name.startswith("blackbox-")]
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)",
-                                 str(dead / "inputs")], cwd=dead)
+                                 str(dead / "inputs")], cwd=dead,
+                                 env={**os.environ, "TOOLKIT_INPUTS": str(dead / "inputs")})
     try:
         later = _drill(tmp_path, inputs, "true", "clean")
         later.communicate(timeout=300)
@@ -166,3 +168,27 @@ def test_sigkill_of_the_drill_takes_its_service_and_the_next_drill_sweeps_only_w
     assert left == []
     assert program_alive == []
     assert bystander_alive
+
+
+def test_sigkill_of_explore_command_leaves_what_the_next_drill_sweeps(inputs, tmp_path):
+    """Fault (outsider o43 F1): ``kill -9`` of ``explore --command`` while its recorded
+    run's program runs, with a ``setsid`` daemon and a background child. Must hold: its
+    work folder is named by its owner as the drill's are, so the next drill kills the
+    program's processes (they carry the marks) and removes the folder. Before: the folder
+    was ``explore-<random>``, whose owner nobody could tell: it stayed, and so did the
+    program's processes, 8 of 8."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    explore = subprocess.Popen([sys.executable, "-m", "toolkit", "explore", "--command",
+                                _program(tmp_path), "--inputs", str(inputs), "--max-points",
+                                "1"], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, env={**os.environ, "TMPDIR": str(temp)})
+    _until(lambda: len(_pids(tmp_path)) == 3)
+    explore.kill()
+    explore.wait(timeout=60)
+    later = _drill(tmp_path, inputs, "true", "clean")
+    later.communicate(timeout=300)
+    left = sorted(os.listdir(temp))
+    program_alive = _still_alive(_pids(tmp_path))
+    assert left == []
+    assert program_alive == []

@@ -22,7 +22,6 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
@@ -194,8 +193,12 @@ def _explore(command, inputs_dir, contract, max_points, progress, select, counts
     strace = need_strace()
     from toolkit.blackbox import input_pdfs
 
+    from toolkit.blackbox.procs import owned_scratch
+
     sources = input_pdfs(inputs_dir)
-    with tempfile.TemporaryDirectory(prefix="explore-") as tmp:
+    # Named by this process, as the drill's (``owned_scratch``): after a kill -9 the next
+    # drill or explore kills what the program left running there and removes it.
+    with owned_scratch("blackbox", suffix="-explore") as tmp:
         clean, points = _one(strace, command, sources, contract, Path(tmp) / "record", None)
     results = [clean]
     if progress is not None:
@@ -203,7 +206,7 @@ def _explore(command, inputs_dir, contract, max_points, progress, select, counts
     chosen = [point for point in points if select is None or select(point)]
     counts.update(recorded=len(points), selected=len(chosen))
     for point in chosen[:max_points]:
-        with tempfile.TemporaryDirectory(prefix="explore-") as tmp:
+        with owned_scratch("blackbox", suffix="-explore") as tmp:
             results.append(_one(strace, command, sources, contract, Path(tmp) / "p", point)[0])
         if progress is not None:
             progress(results[-1])

@@ -163,21 +163,23 @@ def sweep_dead_drills() -> list[str]:
 
 def _started_in(path: str) -> list[int]:
     """Our user's live processes that a drill started in ``path``, by the marks the drill
-    gave them: the program and whatever it started, daemons included, carry
-    ``TOOLKIT_INPUTS=<path>/...`` in their environment; a provider service that outlived
-    it is ``serve-provider`` with its ``--db`` there. A process that merely names the
-    folder (a user's ``less`` on a file in it, a shell standing there) is not one of them,
-    nor one that cleared its environment (no mark: it lives on)."""
+    gave them: the program and whatever it started, daemons included, carry both
+    ``TOOLKIT_INPUTS`` and ``TOOLKIT_OUT`` inside ``path`` in their environment, as the
+    drill set them; a provider service that outlived it is ``serve-provider`` with its
+    ``--db`` there. A process that merely names the folder (a user's ``less`` on a file in
+    it, a shell standing there, one given ``TOOLKIT_INPUTS`` alone by hand) is not one of
+    them, nor one that cleared its environment (no mark: it lives on)."""
     import psutil
 
     prefixes = [os.fsencode(os.path.join(p, "")) for p in (path, os.path.realpath(path))]
-    marks = tuple(b"TOOLKIT_INPUTS=" + prefix for prefix in prefixes)
+    marks = [tuple(name + prefix for prefix in prefixes)
+             for name in (b"TOOLKIT_INPUTS=", b"TOOLKIT_OUT=")]
     found, me, uid = [], os.getpid(), os.getuid()
     for proc in psutil.process_iter(["uids"]):
         if proc.pid == me or proc.info["uids"] is None or proc.info["uids"].real != uid:
             continue
         environ, argv = (_proc_strings(proc.pid, part) for part in ("environ", "cmdline"))
-        program = any(entry.startswith(marks) for entry in environ)
+        program = all(any(entry.startswith(mark) for entry in environ) for mark in marks)
         service = b"serve-provider" in argv and any(arg.startswith(tuple(prefixes))
                                                     for arg in argv)
         if program or service:
