@@ -158,9 +158,10 @@ def executions(db) -> list[dict]:
         f"SELECT {', '.join(_EXECUTION_FIELDS)} FROM executions ORDER BY seq")]
 
 
-# SQLite's words for a storage that fails, not a file that is not a provider database
-_STORAGE = ("SQLITE_IOERR", "SQLITE_FULL", "SQLITE_CANTOPEN", "SQLITE_BUSY", "SQLITE_LOCKED",
-            "SQLITE_NOMEM", "SQLITE_READONLY")
+# SQLite's words for a storage that fails, not a file that is not a provider database (a
+# missing file, SQLITE_CANTOPEN under mode=ro, is bad input: a wrong --provider-db)
+_STORAGE = ("SQLITE_IOERR", "SQLITE_FULL", "SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_NOMEM",
+            "SQLITE_READONLY")
 
 
 def _read_only(db_path, reader):
