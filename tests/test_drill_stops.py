@@ -152,22 +152,27 @@ def test_sigkill_of_the_drill_takes_its_service_and_the_next_drill_sweeps_only_w
     drill.communicate(timeout=60)
     service_alive = _still_alive([service.pid])
     [dead] = [path for path in (tmp_path / "tmp").iterdir() if path.name.startswith("blackbox-")]
-    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)",
-                                 str(dead / "inputs")], cwd=dead,
-                                 env={**os.environ, "TOOLKIT_INPUTS": str(dead / "inputs")})
+    sleep = [sys.executable, "-c", "import time; time.sleep(600)"]
+    bystanders = [  # (o43 F2, o44 F1) a name, one mark, marks of other values, a lookalike
+        subprocess.Popen([*sleep, str(dead / "inputs")], cwd=dead,
+                         env={**os.environ, "TOOLKIT_INPUTS": str(dead / "inputs")}),
+        subprocess.Popen(sleep, env={**os.environ, "TOOLKIT_INPUTS": str(dead / "work"),
+                                     "TOOLKIT_OUT": str(dead / "work")}),
+        subprocess.Popen([*sleep, "serve-provider", "--db", str(dead / "x.db")])]
     try:
         later = _drill(tmp_path, inputs, "true", "clean")
         later.communicate(timeout=300)
-        bystander_alive = bystander.poll() is None
+        bystander_alive = [process.poll() is None for process in bystanders]
     finally:
-        bystander.kill()
-        bystander.wait()
+        for process in bystanders:
+            process.kill()
+            process.wait()
     left = sorted(os.listdir(tmp_path / "tmp"))
     program_alive = _still_alive(_pids(tmp_path))
     assert service_alive == []
     assert left == []
     assert program_alive == []
-    assert bystander_alive
+    assert bystander_alive == [True, True, True]
 
 
 def test_sigkill_of_explore_command_leaves_what_the_next_drill_sweeps(inputs, tmp_path):

@@ -29,5 +29,6 @@ def test_a_run_ending_with_a_parked_item_names_review_and_resolve_for_it(tmp_pat
         parked = [item for item in ledger.items() if item.state is State.NEEDS_REVIEW]
     assert len(parked) == 1 and rerun.returncode == 0, rerun.stderr
     assert "1 item(s) in needs_review wait for a person" in rerun.stderr
-    assert f"review --ledger {tmp_path / 'L.sqlite'}" in rerun.stderr
-    assert "--release" in rerun.stderr
+    assert f"python -m toolkit review --ledger {tmp_path / 'L.sqlite'}" in rerun.stderr
+    assert f"python -m toolkit resolve --ledger {tmp_path / 'L.sqlite'} --key KEY --release" \
+        in rerun.stderr and "--resend" in rerun.stderr

@@ -126,10 +126,16 @@ def test_a_run_on_a_ledger_damaged_under_a_stopped_live_run_is_refused_naming_it
     with stopped_after_first_intent(_args(tmp_path)) as a:
         os.truncate(tmp_path / "L.sqlite-wal", 0)
         b = run_cli(*_args(tmp_path))
+        views = [run_cli(*command) for command in (("ledger", tmp_path / "L.sqlite"),
+                                                   ("audit", tmp_path / "L.sqlite"),
+                                                   ("health", "--ledger", tmp_path / "L.sqlite"))]
     assert b.returncode == 1, b.stderr
     assert len(b.stderr.strip().splitlines()) == 1 and "Traceback" not in b.stderr, b.stderr
     assert f"reads as damaged" in b.stderr and f"live process {a.pid} has it open" in b.stderr
     assert "mv " not in b.stderr and "--salvage" not in b.stderr
+    for view in views:  # (o44 F3, F7: an older state as now, "ready", exit 0; audit, exit 2)
+        assert view.returncode == 1, view.stderr
+        assert f"-wal was emptied or cut while live process {a.pid}" in view.stderr
     assert a.returncode == 2, a.stderr_text
     stats = provider_stats(tmp_path / "p.db")
     assert all(task["executions"] <= 1 for task in stats["per_task"].values()), stats
@@ -189,3 +195,48 @@ def test_workers_whose_wal_is_emptied_under_them_halt_damaged_exit_2_naming_salv
     assert halts and all("is damaged" in line and "--salvage" in line for line in halts), err
     assert "free space" not in err and "health --clear" not in err, err
     assert "items unknown: the ledger is damaged" in out and "items=0" not in out, out
+
+
+def test_workers_whose_shm_and_wal_are_deleted_under_them_halt_without_calling_it_damaged(
+        tmp_path):
+    """Fault (outsider o44 F2): ``L.sqlite-shm``, then ``L.sqlite-wal``, deleted while
+    ``run --workers 2`` writes. The workers' own connections go on writing the deleted
+    files and their close puts every commit into the ledger, which stays whole; a reader
+    opened after the deletion finds no WAL and SQLite says "disk I/O error". Must hold:
+    the halt says the side files were deleted (exit 1), never that the ledger is damaged
+    with advice to move it aside (following that drops every recorded ``done``); after
+    it, the ledger passes ``integrity_check`` and a rerun ends at rest, no document
+    executed twice. Before: exit 2, "damaged (disk I/O error) … move it aside"."""
+    make_corpus(tmp_path / "in", docs=60, poison=0, seed=1)
+    run = subprocess.Popen([sys.executable, "-m", "toolkit", *map(str, _args(tmp_path)),
+                            "--workers", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)
+    try:
+        deadline = time.monotonic() + 120  # a guard against a hang, not a timing
+        while _executions(tmp_path / "p.db") < 3:
+            assert run.poll() is None and time.monotonic() < deadline, run.communicate()
+            time.sleep(0.02)
+        (tmp_path / "L.sqlite-shm").unlink()
+        (tmp_path / "L.sqlite-wal").unlink()
+        out, err = run.communicate(timeout=300)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
+    assert run.returncode in (0, 1), err
+    assert "is damaged" not in err and "move it aside" not in err, err
+    db = sqlite3.connect(tmp_path / "L.sqlite")
+    try:
+        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    finally:
+        db.close()
+    cleared = run_cli("health", "--ledger", tmp_path / "L.sqlite", "--clear")  # the advice
+    assert cleared.returncode == 0, cleared.stderr
+    again = run_cli(*_args(tmp_path))
+    assert again.returncode == 0, again.stderr
+    stats = provider_stats(tmp_path / "p.db")
+    assert all(task["executions"] == 1 for task in stats["per_task"].values()), stats
+    with open_ledger(tmp_path / "L.sqlite") as ledger:  # an intent the halt came between
+        states = [item.state for item in ledger.items()]  # and its send is parked (keys
+    assert states.count(State.DONE) == stats["executions"]  # are not idempotent), never lost
+    assert states.count(State.DONE) + states.count(State.NEEDS_REVIEW) == 60

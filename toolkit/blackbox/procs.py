@@ -163,28 +163,42 @@ def sweep_dead_drills() -> list[str]:
 
 def _started_in(path: str) -> list[int]:
     """Our user's live processes that a drill started in ``path``, by the marks the drill
-    gave them: the program and whatever it started, daemons included, carry both
-    ``TOOLKIT_INPUTS`` and ``TOOLKIT_OUT`` inside ``path`` in their environment, as the
-    drill set them; a provider service that outlived it is ``serve-provider`` with its
-    ``--db`` there. A process that merely names the folder (a user's ``less`` on a file in
-    it, a shell standing there, one given ``TOOLKIT_INPUTS`` alone by hand) is not one of
-    them, nor one that cleared its environment (no mark: it lives on)."""
+    gave them: the program and whatever it started, daemons included, carry
+    ``TOOLKIT_INPUTS`` and ``TOOLKIT_OUT`` as the drill set them (``_program_of``); a
+    provider service that outlived it is the toolkit's ``serve-provider`` with its ``--db``
+    there (``_service_of``). A process that merely names the folder (a user's ``less`` on a
+    file in it, a shell standing there, one given either variable alone or other values
+    by hand) is not one of them, nor one that cleared its environment (it lives on)."""
     import psutil
 
-    prefixes = [os.fsencode(os.path.join(p, "")) for p in (path, os.path.realpath(path))]
-    marks = [tuple(name + prefix for prefix in prefixes)
-             for name in (b"TOOLKIT_INPUTS=", b"TOOLKIT_OUT=")]
+    prefixes = tuple(os.fsencode(os.path.join(p, "")) for p in (path, os.path.realpath(path)))
     found, me, uid = [], os.getpid(), os.getuid()
     for proc in psutil.process_iter(["uids"]):
         if proc.pid == me or proc.info["uids"] is None or proc.info["uids"].real != uid:
             continue
         environ, argv = (_proc_strings(proc.pid, part) for part in ("environ", "cmdline"))
-        program = all(any(entry.startswith(mark) for entry in environ) for mark in marks)
-        service = b"serve-provider" in argv and any(arg.startswith(tuple(prefixes))
-                                                    for arg in argv)
-        if program or service:
+        if _program_of(environ, prefixes) or _service_of(argv, prefixes):
             found.append(proc.pid)
     return found
+
+
+def _program_of(environ: list, prefixes: tuple) -> bool:
+    """The environment the drill gives its program (``blackbox.environment``): the work
+    folder's ``inputs`` and ``out``, one folder inside the dead one, exactly."""
+    values = dict(entry.partition(b"=")[::2] for entry in environ)
+    inputs, out = values.get(b"TOOLKIT_INPUTS", b""), values.get(b"TOOLKIT_OUT", b"")
+    return inputs.startswith(prefixes) and inputs.endswith(b"/inputs") and \
+        out == inputs[:-len(b"inputs")] + b"out"
+
+
+def _service_of(argv: list, prefixes: tuple) -> bool:
+    """The drill's service: ``python -m toolkit serve-provider --db <in the dead folder>``."""
+    try:
+        at = argv.index(b"serve-provider")
+        db = argv[argv.index(b"--db", at) + 1]
+    except (ValueError, IndexError):
+        return False
+    return argv[at - 2:at] == [b"-m", b"toolkit"] and db.startswith(prefixes)
 
 
 def _proc_strings(pid: int, part: str) -> list[bytes]:

@@ -328,6 +328,7 @@ def _run_workers(args, inputs, provider, seen, stop):
     if result.unsettled:
         say_unsettled(result.unsettled, result.held)
         return 1
+    say_parked(args.ledger, counts.get("needs_review", 0))
     return 0
 
 

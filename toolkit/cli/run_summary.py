@@ -64,11 +64,14 @@ def say_parked(ledger, parked: int) -> None:
     from toolkit.advice import absolute, toolkit_command
 
     if parked:
+        resolve = toolkit_command("resolve", "--ledger", absolute(ledger), "--key", "KEY",
+                                  "--release", "--note", "TEXT")
         print(f"{parked} item(s) in needs_review wait for a person: "
-              f"`{toolkit_command('review', '--ledger', absolute(ledger))}` lists each with its "
-              "evidence; `resolve --ledger L --key K --release` (or `--all --reason PREFIX`) "
-              "hands it back to the next run, which looks it up before it sends it",
-              file=sys.stderr)
+              f"`{toolkit_command('review', '--ledger', absolute(ledger))}` lists each with why "
+              f"and its evidence, and says what fits: `{resolve}` hands one back to the next "
+              "run, which looks it up before it sends it (or `--all --reason PREFIX`); one "
+              "parked because the provider has no job and keys are not idempotent needs "
+              "`--resend` instead", file=sys.stderr)
 
 
 def say_unsettled(unsettled: int, held) -> None:

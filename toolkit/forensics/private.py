@@ -30,7 +30,7 @@ import struct
 import tempfile
 from pathlib import Path
 
-from toolkit.errors import StorageError, ToolkitError
+from toolkit.errors import LedgerBusyError, StorageError, ToolkitError
 
 # SQLite's unix VFS: every connection to a WAL database holds a shared lock on one byte of
 # its -shm file (the "dead man switch", offset 120 + 8 lock bytes) for as long as it is open.
@@ -200,17 +200,44 @@ def refuse_stale(path) -> None:
     copy of the file and its WAL reads every commit. Only a file whose header says WAL:
     a rollback-journal database never has those side files. The header is read here, a
     process that holds no lock on the file (closing our descriptor drops none)."""
-    from toolkit.storage import WAL, refuse_deleted_wal_shm
+    from toolkit.storage import WAL, live_process, refuse_deleted_wal_shm, sqlite_holder
 
     try:
         with open(path, "rb") as handle:
             head = handle.read(20)
     except OSError:
         return  # the read that follows says why
-    if head[:16] == b"SQLite format 3\x00" and head[18:20] == b"\x02\x02":  # WAL mode
-        refuse_deleted_wal_shm(path, f"SQLite database {str(path)!r}", sides=(WAL,),
-                               harm="its latest commits are in that process's WAL alone, and "
-                                    "a view now would show an older state as if it were now")
+    if head[:16] != b"SQLite format 3\x00" or head[18:20] != b"\x02\x02":  # not WAL mode
+        return
+    harm = ("its latest commits are in that process's WAL alone, and a view now would show "
+            "an older state as if it were now")
+    refuse_deleted_wal_shm(path, f"SQLite database {str(path)!r}", sides=(WAL,), harm=harm)
+    holder = sqlite_holder(path)
+    if holder is not None and _wal_cut(path):
+        raise LedgerBusyError(
+            f"SQLite database {str(path)!r}: its -wal was emptied or cut while "
+            f"{live_process(holder)} has it open; {harm}, and that process's next commit "
+            "damages the file: run again when it ends (it halts, naming salvage), and never "
+            "empty a ledger's -wal while it is in use")
+
+
+def _wal_cut(path) -> bool:
+    """The ``-wal`` is shorter than the frames its ``-shm`` index says it holds: emptied or
+    cut in place under a live connection (SQLite resets the index before it ever truncates
+    its WAL). The index header (SQLite's wal.c, ``WalIndexHdr``, native byte order): the
+    page size at byte 14 (1: 65536), the last valid frame at byte 16. Read here, in a
+    process that holds no lock on the file."""
+    try:
+        with open(f"{path}-shm", "rb") as shm:
+            head = shm.read(20)
+        size = os.path.getsize(f"{path}-wal")
+    except OSError:
+        return False
+    if len(head) < 20:
+        return False
+    page, frames = struct.unpack_from("=HI", head, 14)
+    page = 65536 if page == 1 else page
+    return frames > 0 and size < 32 + frames * (24 + page)
 
 
 @contextlib.contextmanager

@@ -17,7 +17,7 @@ from toolkit.ledger.group import GroupCommit, SharedFlushes
 from toolkit.ledger.header import SALVAGED  # the mark's name: a meta row here, JSONL's header key
 from toolkit.ledger.records import ItemRow, detail_json, item_of
 from toolkit.ledger.sqlite_cache import DATA_VERSION, _LedgerTxn, _RowCache
-from toolkit.ledger.sqlite_damage import busy_or_damaged, damage_of, damaged
+from toolkit.ledger.sqlite_damage import busy_or_damaged, damage_of, damaged, damaged_in_run
 from toolkit.storage import refuse_deleted_wal_shm, storage_error
 
 FORMAT = "resume-toolkit-ledger/1"
@@ -238,7 +238,7 @@ class SqliteLedger(Ledger):
         WAL frames gone under the run: exit 2, the way out), else the storage's. The
         transaction's are ``_LedgerTxn``'s."""
         why = damage_of(exc)
-        return damaged(self.path, why) if why else storage_error(self._what, exc)
+        return damaged_in_run(self.path, why) if why else storage_error(self._what, exc)
 
     def _load(self, key):
         try:

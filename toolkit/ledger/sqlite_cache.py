@@ -12,7 +12,7 @@ import operator
 from toolkit.ledger import State
 from toolkit.ledger.records import ITEM_FIELDS as ITEM_COLUMNS  # the items table's columns, in order
 from toolkit.ledger.records import ItemRow
-from toolkit.ledger.sqlite_damage import damage_of, damaged
+from toolkit.ledger.sqlite_damage import damage_of, damaged_in_run
 from toolkit.storage import sqlite_txn
 
 _ROW = tuple.__new__  # an ItemRow in one C call
@@ -106,7 +106,7 @@ class _LedgerTxn(sqlite_txn):
 
     def _damage(self, error):
         why = damage_of(error)
-        return None if why is None else damaged(self.path, why)
+        return None if why is None else damaged_in_run(self.path, why)
 
     def __enter__(self):
         if self.flushes is not None:

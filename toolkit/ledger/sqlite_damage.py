@@ -56,6 +56,25 @@ def damaged(path, why: str, new=None, out=None) -> DamagedLedgerError:
         f"the witness there says what was lost), then run with --ledger {shell_words(new)}")
 
 
+def damaged_in_run(path, why: str) -> LedgerError:
+    """What a live run says when SQLite's damage words meet it on its own ledger: the
+    ledger's damage, unless its ``-wal`` or ``-shm`` is gone (deleted under the run: a
+    reader of ours opened after that finds the frames the index names in no file, and says
+    "disk I/O error" of a ledger that is whole: its own connections still write the deleted
+    files, and their close puts every commit into it). Then a storage halt, exit 1,
+    never "move it aside"."""
+    from toolkit.errors import StorageError
+
+    gone = [side for side in ("-wal", "-shm") if not os.path.exists(f"{path}{side}")]
+    if not gone:
+        return damaged(path, why)
+    return StorageError(
+        f"SQLite ledger {str(path)!r}: its {' and '.join(gone)} was deleted while this run "
+        f"had it open ({why}): halted; the ledger itself may be whole: once this run has "
+        "ended, `ledger` reads it, and a run goes on; never delete a ledger's -wal or -shm "
+        "while it is in use")
+
+
 def busy_or_damaged(path, why: str, new=None, out=None) -> LedgerError:
     """What an opener of the SQLite ledger ``path`` says when SQLite finds it damaged:
     while another live process has it open (a run stopped with ``kill -STOP``, its

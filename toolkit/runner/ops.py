@@ -16,7 +16,7 @@ from pathlib import Path
 
 from toolkit.advice import absolute, toolkit_command
 from toolkit.documents import fsync_dir
-from toolkit.errors import LedgerError, NotReadyError, StorageError, ToolkitError
+from toolkit.errors import LedgerBusyError, LedgerError, NotReadyError, StorageError, ToolkitError
 from toolkit.ledger import open_ledger, postgres_health
 from toolkit.ledger.postgres import postgres_url
 from toolkit.storage import FULL_OR_FAILING, LOCK, open_exclusive, take_exclusive
@@ -94,7 +94,7 @@ def _damage(path: Path, view) -> str | None:
         with view(path) as ledger:
             damage = integrity(ledger, path)
             return None if damage is None else damage.replace(str(ledger.path), str(path))
-    except StorageError:
+    except (StorageError, LedgerBusyError):  # the disk's; in use by a live process (exit 1)
         raise
     except LedgerError as exc:
         raise ToolkitError(str(exc)) from exc

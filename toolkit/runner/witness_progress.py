@@ -38,7 +38,7 @@ import urllib.parse
 
 from toolkit.errors import LedgerError, StorageError, ToolkitError
 from toolkit.ledger import TRANSIENT, State
-from toolkit.ledger.sqlite_damage import DamagedLedgerError, damage_of, damaged
+from toolkit.ledger.sqlite_damage import DamagedLedgerError, damage_of, damaged_in_run
 from toolkit.runner import witness
 from toolkit.runner.witness_damaged import WitnessDamagedError
 from toolkit.runner.witness_read import sqlite_seq_and_id
@@ -61,7 +61,7 @@ def _sqlite_facts(path: str) -> dict | None:
     except sqlite3.Error as exc:  # the ledger's own bytes (its WAL emptied under the run)
         if damage_of(exc) is None:
             raise
-        raise damaged(path, damage_of(exc)) from exc
+        raise damaged_in_run(path, damage_of(exc)) from exc
     finally:
         db.close()
     with contextlib.suppress(FileNotFoundError):  # no WAL: every commit is in the file
