@@ -167,14 +167,9 @@ def _executions(provider_db) -> int:
         return 0
 
 
-def test_workers_whose_wal_is_emptied_under_them_halt_damaged_exit_2_naming_salvage_only(
-        tmp_path):
-    """Fault (outsider o42 F4): ``: > L.sqlite-wal`` while ``run --workers 2`` writes (once
-    the provider has executed a few documents). Must hold: exit 2; each worker's halt line
-    says the ledger is damaged and names salvage (never a storage error to run again on,
-    the witness folder's free space, or ``health --clear``); the count line says the items
-    are unknown, never ``items=0``. Before: exit 1, "(items=0, workers=2)", lines of "disk
-    I/O error" and "free space there", and a health marker whose clearing said "damaged"."""
+def _workers_with(tmp_path, fault) -> tuple[int, str, str]:
+    """``run --workers 2`` on 60 documents, ``fault()`` done once the provider has executed
+    three of them; the run's (exit code, stdout, stderr)."""
     make_corpus(tmp_path / "in", docs=60, poison=0, seed=1)
     run = subprocess.Popen([sys.executable, "-m", "toolkit", *map(str, _args(tmp_path)),
                             "--workers", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -184,14 +179,26 @@ def test_workers_whose_wal_is_emptied_under_them_halt_damaged_exit_2_naming_salv
         while _executions(tmp_path / "p.db") < 3:
             assert run.poll() is None and time.monotonic() < deadline, run.communicate()
             time.sleep(0.02)
-        os.truncate(tmp_path / "L.sqlite-wal", 0)
+        fault()
         out, err = run.communicate(timeout=300)
     finally:
         if run.poll() is None:
             run.kill()
             run.communicate()
+    return run.returncode, out, err
+
+
+def test_workers_whose_wal_is_emptied_under_them_halt_damaged_exit_2_naming_salvage_only(
+        tmp_path):
+    """Fault (outsider o42 F4): ``: > L.sqlite-wal`` while ``run --workers 2`` writes (once
+    the provider has executed a few documents). Must hold: exit 2; each worker's halt line
+    says the ledger is damaged and names salvage (never a storage error to run again on,
+    the witness folder's free space, or ``health --clear``); the count line says the items
+    are unknown, never ``items=0``. Before: exit 1, "(items=0, workers=2)", lines of "disk
+    I/O error" and "free space there", and a health marker whose clearing said "damaged"."""
+    code, out, err = _workers_with(tmp_path, lambda: os.truncate(tmp_path / "L.sqlite-wal", 0))
     halts = [line for line in err.splitlines() if line.startswith("halted")]
-    assert run.returncode == 2, err
+    assert code == 2, err
     assert halts and all("is damaged" in line and "--salvage" in line for line in halts), err
     assert "free space" not in err and "health --clear" not in err, err
     assert "items unknown: the ledger is damaged" in out and "items=0" not in out, out
@@ -207,23 +214,12 @@ def test_workers_whose_shm_and_wal_are_deleted_under_them_halt_without_calling_i
     with advice to move it aside (following that drops every recorded ``done``); after
     it, the ledger passes ``integrity_check`` and a rerun ends at rest, no document
     executed twice. Before: exit 2, "damaged (disk I/O error) … move it aside"."""
-    make_corpus(tmp_path / "in", docs=60, poison=0, seed=1)
-    run = subprocess.Popen([sys.executable, "-m", "toolkit", *map(str, _args(tmp_path)),
-                            "--workers", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           text=True)
-    try:
-        deadline = time.monotonic() + 120  # a guard against a hang, not a timing
-        while _executions(tmp_path / "p.db") < 3:
-            assert run.poll() is None and time.monotonic() < deadline, run.communicate()
-            time.sleep(0.02)
+    def delete_both():
         (tmp_path / "L.sqlite-shm").unlink()
         (tmp_path / "L.sqlite-wal").unlink()
-        out, err = run.communicate(timeout=300)
-    finally:
-        if run.poll() is None:
-            run.kill()
-            run.communicate()
-    assert run.returncode in (0, 1), err
+
+    code, _, err = _workers_with(tmp_path, delete_both)
+    assert code in (0, 1), err
     assert "is damaged" not in err and "move it aside" not in err, err
     db = sqlite3.connect(tmp_path / "L.sqlite")
     try:
