@@ -100,8 +100,7 @@ def _salvage(args) -> int:
         holder = sqlite_holder(real)
         if holder is not None or live_wal_connection(real):
             raise LedgerBusyError(f"SQLite ledger {path!r} is busy: open in "
-                                  f"{live_process(holder) if holder is not None else 'another process'}"
-                                  "; salvage it when that run ends")
+                                  f"{live_process(holder)}; salvage it when that run ends")
         from toolkit.ledger.sqlite_damage import DamagedLedgerError, busy_or_damaged, damage_of
 
         try:

@@ -76,11 +76,11 @@ def read_database(path, adapters):
     and its journal is rolled back and read instead, and the report says so.
     """
     path = os.path.realpath(path)  # a symlink's -wal/-journal are beside its target, not it
-    refuse_stale(path)  # read in place below when no -wal is there
     if os.path.exists(f"{path}-wal") and not live_wal_connection(path):
         # a dead writer's WAL: even mode=ro would create or rebuild -shm beside it
-        with private_copy(path) as copy:
+        with private_copy(path) as copy:  # (which refuses a stale view itself)
             return _read_database(copy, adapters, private=True)
+    refuse_stale(path)  # read in place: a -wal deleted or cut under a live process
     try:
         return _read_database(path, adapters)
     except sqlite3.OperationalError as exc:

@@ -10,7 +10,7 @@ be running on ask ``busy_or_damaged`` first.
 import os
 
 from toolkit.advice import absolute, shell_words, toolkit_command
-from toolkit.errors import LedgerBusyError, LedgerError
+from toolkit.errors import LedgerBusyError, LedgerError, StorageError
 
 # What SQLite answers for a file whose own bytes are wrong (cut short by an interrupted copy
 # or ``truncate``, pages zeroed, another format under the name): the ledger's damage, never
@@ -63,9 +63,9 @@ def damaged_in_run(path, why: str) -> LedgerError:
     "disk I/O error" of a ledger that is whole: its own connections still write the deleted
     files, and their close puts every commit into it). Then a storage halt, exit 1,
     never "move it aside"."""
-    from toolkit.errors import StorageError
+    from toolkit.storage import SHM, WAL
 
-    gone = [side for side in ("-wal", "-shm") if not os.path.exists(f"{path}{side}")]
+    gone = [side for side in (WAL, SHM) if not os.path.exists(f"{path}{side}")]
     if not gone:
         return damaged(path, why)
     return StorageError(

@@ -59,9 +59,9 @@ def _sqlite_facts(path: str) -> dict | None:
     try:
         top, ident = sqlite_seq_and_id(db)
     except sqlite3.Error as exc:  # the ledger's own bytes (its WAL emptied under the run)
-        if damage_of(exc) is None:
+        if (why := damage_of(exc)) is None:
             raise
-        raise damaged_in_run(path, damage_of(exc)) from exc
+        raise damaged_in_run(path, why) from exc
     finally:
         db.close()
     with contextlib.suppress(FileNotFoundError):  # no WAL: every commit is in the file
