@@ -114,3 +114,19 @@ def test_program_that_cleans_its_parent_folder_cannot_reach_the_drills_own_recor
     cleanup = f"{CAREFUL} && rm -rf ../provider.db* ../provider-jobs ../run-*.log.none"
     result = run_scenario(cleanup, inputs, SCENARIOS["clean"])
     assert result.status == "valid" and result.executions == 1
+
+
+def test_the_toolkits_own_run_drilled_as_a_black_box_passes_every_service_fault(inputs):
+    """Outsider o44 F9. Fault: each of the service's faults, against ``python -m toolkit run``
+    drilled as any program is (its ledger in the work folder, outputs in TOOLKIT_OUT).
+    Must hold: the toolkit's own pipeline passes its own drill. Its ``.witness.json`` (and
+    lock, temp files) in ``--out`` are hidden bookkeeping, never a 'fake done'; under
+    lookups down for good it never guesses (unresolved, one execution, not resent)."""
+    own = (f"{sys.executable} -m toolkit run --provider-url \"$TOOLKIT_PROVIDER_URL\" "
+           "--inputs \"$TOOLKIT_INPUTS\" --out \"$TOOLKIT_OUT\" --ledger ledger.sqlite")
+    results = {r.scenario.name: r for r in run_all(own, inputs)}
+    assert all(r.status == "valid" for r in results.values()), \
+        {n: (r.status, [(f.kind, f.detail) for f in r.findings]) for n, r in results.items()}
+    assert all(r.rested for n, r in results.items() if n != "lookup-unavailable")
+    stuck = results["lookup-unavailable"]
+    assert kinds(stuck) == {"unresolved"} and stuck.executions == 1

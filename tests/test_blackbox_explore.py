@@ -90,3 +90,20 @@ def test_careful_twin_is_valid_at_every_durable_syscall_through_the_cli(one_doc)
     assert all(row["outcome"] == "killed" for row in document["rows"][1:])
     assert {row["syscall"] for row in document["rows"][1:]} >= {"fsync", "rename", "sendto",
                                                                 "openat", "write", "connect"}
+
+
+def test_background_child_left_by_the_program_does_not_hold_the_recorded_run_to_its_timeout(
+        one_doc, monkeypatch):
+    """Outsider o43 F5. Fault: the program leaves a background child behind (``sleep``
+    longer than a run may take) and exits 0. Must hold: the recording ends when the
+    program's main process does, with its code (``strace -f`` alone waits for every
+    tracee: the run was cut at its timeout, ``timeout``, no exit code), and the child is
+    killed, as the drill kills it after each run."""
+    import toolkit.blackbox
+
+    monkeypatch.setattr(toolkit.blackbox, "RUN_TIMEOUT", 8.0)
+    (clean,) = explore_command(f"{CAREFUL}; (sleep 31.7 &)", one_doc, max_points=0)
+    assert clean.outcome == "finished" and clean.result.runs[0].exit_code == 0
+    assert clean.result.status == "valid" and clean.result.executions == 1
+    left = subprocess.run(["pgrep", "-f", "^sleep 31.7$"], capture_output=True, text=True)
+    assert left.stdout == ""

@@ -167,16 +167,19 @@ def _executions(provider_db) -> int:
         return 0
 
 
-def _workers_with(tmp_path, fault) -> tuple[int, str, str]:
-    """``run --workers 2`` on 60 documents, ``fault()`` done once the provider has executed
-    three of them; the run's (exit code, stdout, stderr)."""
-    make_corpus(tmp_path / "in", docs=60, poison=0, seed=1)
+def _workers_with(tmp_path, fault, docs=60) -> tuple[int, str, str]:
+    """``run --workers 2`` on ``docs`` documents made here (None: those in the folder),
+    ``fault()`` done once the provider has executed three more; the run's (exit code,
+    stdout, stderr)."""
+    if docs is not None:
+        make_corpus(tmp_path / "in", docs=docs, poison=0, seed=1)
+    before = _executions(tmp_path / "p.db")
     run = subprocess.Popen([sys.executable, "-m", "toolkit", *map(str, _args(tmp_path)),
                             "--workers", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True)
     try:
         deadline = time.monotonic() + 120  # a guard against a hang, not a timing
-        while _executions(tmp_path / "p.db") < 3:
+        while _executions(tmp_path / "p.db") < before + 3:
             assert run.poll() is None and time.monotonic() < deadline, run.communicate()
             time.sleep(0.02)
         fault()
@@ -236,3 +239,64 @@ def test_workers_whose_shm_and_wal_are_deleted_under_them_halt_without_calling_i
         states = [item.state for item in ledger.items()]  # and its send is parked (keys
     assert states.count(State.DONE) == stats["executions"]  # are not idempotent), never lost
     assert states.count(State.DONE) + states.count(State.NEEDS_REVIEW) == 60
+
+
+def _break_an_early_events_page(ledger) -> int:
+    """Overwrite the b-tree header of a middle leaf page of the ``events`` table (events a
+    finished run wrote, checkpointed into the file: a later run appends after them and
+    never rewrites that page, nor reads it: the first leaf it may read) with 0xFF bytes,
+    in place, as a stray program would; its page number."""
+    db = sqlite3.connect(ledger)
+    try:
+        page_size = db.execute("PRAGMA page_size").fetchone()[0]
+        pages = [row[0] for row in db.execute(
+            "SELECT pageno FROM dbstat WHERE name = 'events' AND pagetype = 'leaf' "
+            "ORDER BY pageno")]
+    finally:
+        db.close()
+    assert len(pages) >= 4, pages
+    middle = pages[len(pages) // 2]
+    with open(ledger, "r+b") as handle:
+        handle.seek((middle - 1) * page_size)
+        handle.write(b"\xff" * 12)
+    return middle
+
+
+def _settled_first_batch(tmp_path) -> None:
+    """40 documents done (their events checkpointed into the ledger file as the run
+    closes), then 20 more put in the folder for the next run."""
+    make_corpus(tmp_path / "first", docs=60, poison=0, seed=1)
+    (tmp_path / "in").mkdir()
+    for path in sorted((tmp_path / "first").glob("*.pdf"))[:40]:
+        path.rename(tmp_path / "in" / path.name)
+    first = run_cli(*_args(tmp_path))
+    assert first.returncode == 0 and not (tmp_path / "L.sqlite-wal").exists(), first.stderr
+    for path in sorted((tmp_path / "first").glob("*.pdf")):
+        path.rename(tmp_path / "in" / path.name)
+
+
+def test_a_ledger_overwritten_by_hand_under_a_live_run_is_never_called_at_rest(tmp_path):
+    """Fault (outsider o44 F4): bytes of the SQLite ledger's file overwritten in place
+    (the header of a page of old events) while a run is live (stopped by a real SIGSTOP
+    after its first intent), on a page the run never reads or writes again. Must hold:
+    the run ends with exit 2 and one line saying the ledger is damaged, naming salvage,
+    never exit 0 "at rest" on a file whose ``quick_check`` fails. Before: exit 0, done."""
+    _settled_first_batch(tmp_path)
+    with stopped_after_first_intent(_args(tmp_path)) as a:
+        _break_an_early_events_page(tmp_path / "L.sqlite")
+    assert a.returncode == 2, a.stderr_text
+    assert "is damaged" in a.stderr_text and "--salvage" in a.stderr_text, a.stderr_text
+    assert "Traceback" not in a.stderr_text
+
+
+def test_workers_whose_ledger_is_overwritten_by_hand_under_them_end_exit_2_not_at_rest(
+        tmp_path):
+    """Fault (outsider o44 F4): the same overwrite while ``run --workers 2`` writes. Must
+    hold: exit 2, the items unknown (never a count read from a damaged file), and one
+    line saying the ledger is damaged and naming salvage. Before: exit 0, ``done=…``."""
+    _settled_first_batch(tmp_path)
+    code, out, err = _workers_with(tmp_path, lambda: _break_an_early_events_page(
+        tmp_path / "L.sqlite"), docs=None)
+    assert code == 2, (out, err)
+    assert "items unknown: the ledger is damaged" in out, out
+    assert "is damaged" in err and "--salvage" in err and "Traceback" not in err, err

@@ -17,10 +17,12 @@
    judged by the black-box oracle: the provider's execution log and the outputs.
 """
 
+import contextlib
 import dataclasses
 import os
 import re
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -103,7 +105,9 @@ def durable_points(log_text: str, work: str, port: int) -> list[CrashPoint]:
 
 
 def traced(strace: str, log: Path, command: str, trace=SYSCALLS, inject=None) -> list[str]:
-    argv = [strace, "-f", "-qq", "-yy", "-s", "64", "-o", str(log),
+    # -q, not -qq: the log names each process's exit ("PID +++ exited with N +++"), so the
+    # run ends when its main process does (``run_until_stop``), not when its last child does.
+    argv = [strace, "-f", "-q", "-yy", "-s", "64", "-o", str(log),
             "-e", f"trace={','.join(trace)}"]
     if inject is not None:
         argv += ["-e", f"inject={inject.syscall}:signal=SIGSTOP:when={inject.count}"]
@@ -114,31 +118,47 @@ def run_until_stop(argv, cwd, env, log: Path, timeout: float) -> str:
     """Run the traced command in its own process group; SIGKILL the group when it stops.
 
     Returns (outcome, exit code): ``killed`` (stopped at the point and killed),
-    ``finished`` (it never reached the point; strace passes on the program's exit
-    code) or ``timeout`` (killed after ``timeout`` seconds); the code is None when killed.
+    ``finished`` (it never reached the point: its main process exited, with that code;
+    what it left running in the background is killed then, as the drill kills it after
+    each run, since ``strace -f`` would wait for it) or ``timeout`` (killed after
+    ``timeout`` seconds); the code is None unless finished.
     """
     import psutil
 
     from toolkit.blackbox.procs import kill_group, kill_strays
 
     before = {child.pid for child in psutil.Process().children(recursive=True)}
-    deadline, outcome, proc = time.monotonic() + timeout, "finished", None
+    deadline, outcome, proc, main, code = time.monotonic() + timeout, "finished", None, None, None
     try:  # Popen inside: a SIGTERM landing before it returns still reaches kill_strays
         proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 start_new_session=True)
         while proc.poll() is None:
-            stopped = log.exists() and "--- stopped by SIGSTOP ---" in log.read_text(
-                errors="replace")
-            if stopped or time.monotonic() > deadline:
-                outcome = "killed" if stopped else "timeout"
+            if main is None:  # strace's own child: the shell running the command
+                with contextlib.suppress(psutil.Error):
+                    main = next(iter(psutil.Process(proc.pid).children()), None)
+            text = log.read_text(errors="replace") if log.exists() else ""
+            if "--- stopped by SIGSTOP ---" in text:
+                outcome = "killed"
+                break
+            ended = main is not None and re.search(
+                rf"^{main.pid}\s+\+\+\+ (?:exited with (\d+)|killed by (SIG\w+)).* \+\+\+$",
+                text, re.M)
+            if ended:  # the shell's code, as strace would pass it on (-N: killed by signal N)
+                code = int(ended.group(1)) if ended.group(1) else \
+                    -int(getattr(signal, ended.group(2), 0))
+                break
+            if time.monotonic() > deadline:
+                outcome = "timeout"
                 break
             time.sleep(0.005)
     finally:
         if proc is not None:
             kill_group(proc.pid)  # program, children and strace at once
         kill_strays(keep=before)  # and whatever left the group (setsid): we are its reaper
-        code = proc.wait() if proc is not None else None
+        if proc is not None:
+            returned = proc.wait()
+            code = returned if code is None and outcome == "finished" else code
     return outcome, (code if outcome == "finished" else None)
 
 

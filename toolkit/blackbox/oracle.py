@@ -44,6 +44,13 @@ def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def _hidden(relative: Path) -> bool:
+    """A file under a hidden name (its own or a folder's: ``.witness.json``, ``.tmp-*``,
+    ``.cache/x.pdf``) is a program's bookkeeping or a temp file, never a delivered output:
+    neither a delivery nor a fake done (no user takes a dot file for a result)."""
+    return any(part.startswith(".") for part in relative.parts)
+
+
 def _records(db_path: Path):
     try:
         return _read_records(db_path)
@@ -119,8 +126,8 @@ def judge(inputs_dir, out_dir, provider_db, run_starts, rested: bool) -> list[Fi
             found.append(Finding("poison_submitted", path.name,
                                  "an input that fails preflight was sent to the provider",
                                  witnesses(path)))
-    outputs = [p for p in sorted(Path(out_dir).rglob("*")) if p.is_file()] \
-        if Path(out_dir).is_dir() else []
+    outputs = [p for p in sorted(Path(out_dir).rglob("*")) if p.is_file()
+               and not _hidden(p.relative_to(out_dir))] if Path(out_dir).is_dir() else []
     every = set().union(*made.values()) if made else set()
     delivered, fakes = set(), []
     for out in outputs:

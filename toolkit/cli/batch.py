@@ -196,6 +196,10 @@ def _run(parser):
         provider.close()
         if stopped is not None:
             return say_stopped(stopped)
+        if not runner.halted:  # damaged by hand under the run: never a word of rest
+            from toolkit.runner.ops import pages_at_end
+
+            pages_at_end(args.ledger)
         # Strays (items of the ledger whose input is gone) are counted too, so the summary
         # matches `ledger`: a `pending=1` there is never missing here.
         for item in runner.strays if counts is not None else ():
@@ -318,6 +322,8 @@ def _run_workers(args, inputs, provider, seen, stop):
     if result.halted and result.health_recorded is False:
         print("the halt could not be recorded as the ledger's health: the ledger is unreachable",
               file=sys.stderr)
+    if result.damage is not None:  # its pages, read after the workers: the way out in it
+        print(f"error: {result.damage}", file=sys.stderr)
     if result.damaged:  # the halt's line names the way out (salvage)
         return 2
     if result.errors or result.halted or result.counts is None:

@@ -140,6 +140,23 @@ def sqlite_pages(ledger, path) -> None:
                                              .split()))
 
 
+def pages_at_end(ledger_path) -> None:
+    """After a run or its workers, before a word of rest: an SQLite ledger's pages read
+    whole from the disk, or ``DamagedLedgerError`` (``sqlite_pages``). Bytes overwritten in
+    the file under a live run (by hand, by another program) reach no transition of the
+    run's; without this it would end with exit 0 on a file nothing can open. A fresh
+    connection: the run's own holds the pages it wrote in its cache. A PostgreSQL or JSONL
+    ledger is left alone (a JSONL writer checks its file at each append)."""
+    from toolkit.ledger.sqlite import SqliteLedger
+
+    if postgres_url(ledger_path) or not os.path.isfile(ledger_path) or \
+            Path(ledger_path).suffix.lower() not in (".sqlite", ".db", ".sqlite3"):
+        return
+    with open_ledger(ledger_path) as ledger:
+        if isinstance(ledger, SqliteLedger):
+            sqlite_pages(ledger, ledger_path)
+
+
 def require_ledger_path(path: Path) -> None:
     """One-line ToolkitError for a path that cannot be a ledger file of ours (for a path
     with no file, or an empty one, only by stat: nothing is created or opened). A

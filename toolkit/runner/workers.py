@@ -37,7 +37,7 @@ from toolkit.runner import RetryPolicy, Runner, default_worker, keying
 from toolkit.runner.inputindex import InputIndex, order
 from toolkit.runner.inputs import Odd, read_input
 from toolkit.runner.naive import RewriteState
-from toolkit.runner.ops import health_marker, require_healthy
+from toolkit.runner.ops import health_marker, pages_at_end, require_healthy
 from toolkit.runner.reclaim import recover_abandoned
 from toolkit.runner.pipeline import odd_key, routed_options
 from toolkit.runner.registry import STRATEGIES, resolve_strategy
@@ -117,6 +117,7 @@ class WorkersResult:
     workers: tuple[dict, ...]
     health_recorded: bool | None
     held: tuple = ()  # of the unsettled, the items another live run holds (``lease_held``)
+    damage: str | None = None  # the ledger's pages did not read after the workers (its line)
 
     @property
     def halted(self) -> list[str]:
@@ -124,8 +125,9 @@ class WorkersResult:
 
     @property
     def damaged(self) -> bool:
-        """A worker halted on the ledger's damage (exit 2: the way out is salvage)."""
-        return any(report.get("damaged") for report in self.workers)
+        """A worker halted on the ledger's damage, or its pages did not read after them
+        (exit 2: the way out is salvage)."""
+        return self.damage is not None or any(report.get("damaged") for report in self.workers)
 
     @property
     def stopped(self) -> list[str]:
@@ -209,8 +211,9 @@ def run_workers(ledger_url, provider_db, inputs, out_dir, workers: int, contract
         recorded = pg_health.mark_unhealthy(url, halted[0])
     elif halted:
         recorded = health_marker(location).exists()
-    counts, unsettled, held = _batch_counts(location, inputs, spec.options, page_by_page_from)
-    return WorkersResult(counts, unsettled, tuple(reports), recorded, held)
+    counts, unsettled, held, damage = _batch_counts(location, inputs, spec.options,
+                                                    page_by_page_from)
+    return WorkersResult(counts, unsettled, tuple(reports), recorded, held, damage)
 
 
 def _shards(inputs, workers) -> list[tuple[str, ...]]:
@@ -388,6 +391,7 @@ def _batch_counts(location, inputs, options, page_by_page_from=None):
     counts = {state.value: 0 for state in State}
     unsettled, held = 0, []  # this run's workers have exited: a live lease is another run's
     try:
+        pages_at_end(location)  # damaged by hand under the workers: never a word of rest
         with open_ledger(location) as ledger:
             keys = _batch_keys(ledger, location, inputs, options, page_by_page_from)
             for item in ledger.get_many(keys).values():  # the batch's, not the whole ledger
@@ -395,6 +399,8 @@ def _batch_counts(location, inputs, options, page_by_page_from=None):
                 unsettled += not item.resting
                 if not item.resting and lease_held(item, ledger.clock()):
                     held.append(item)
-    except ToolkitError:
-        return None, None, ()
-    return counts, unsettled, tuple(held)
+    except DamagedLedgerError as exc:
+        return None, None, (), str(exc)
+    except ToolkitError:  # in use and read as damaged, unreadable: counts unknown (exit 1)
+        return None, None, (), None
+    return counts, unsettled, tuple(held), None
