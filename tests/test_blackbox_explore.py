@@ -101,7 +101,7 @@ def test_background_child_left_by_the_program_does_not_hold_the_recorded_run_to_
     killed, as the drill kills it after each run."""
     import toolkit.blackbox
 
-    monkeypatch.setattr(toolkit.blackbox, "RUN_TIMEOUT", 8.0)
+    monkeypatch.setattr(toolkit.blackbox, "RUN_TIMEOUT", 20.0)  # < the sleep
     (clean,) = explore_command(f"{CAREFUL}; (sleep 31.7 &)", one_doc, max_points=0)
     assert clean.outcome == "finished" and clean.result.runs[0].exit_code == 0
     assert clean.result.status == "valid" and clean.result.executions == 1

@@ -134,9 +134,11 @@ def run_until_stop(argv, cwd, env, log: Path, timeout: float) -> str:
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 start_new_session=True)
         while proc.poll() is None:
-            if main is None:  # strace's own child: the shell running the command
-                with contextlib.suppress(psutil.Error):
-                    main = next(iter(psutil.Process(proc.pid).children()), None)
+            if main is None:  # strace's child once it has exec'd the shell (strace forks a
+                with contextlib.suppress(psutil.Error):  # short-lived probe of its own first)
+                    tracer = psutil.Process(proc.pid)
+                    main = next((child for child in tracer.children()
+                                 if child.name() != tracer.name()), None)
             text = log.read_text(errors="replace") if log.exists() else ""
             if "--- stopped by SIGSTOP ---" in text:
                 outcome = "killed"
