@@ -122,18 +122,27 @@ def conclude(name: str, new_path: Path, found: Found) -> dict:
     items, affected, lines, gaps = found.items, found.affected, found.lines, found.gaps
     disorder, snapshots, mark = found.disorder, found.snapshots, found.mark
     lost = None
+    # Pending after an attempt: no run writes that (``ledger._edited``), so the record was
+    # edited and the attempt may have been sent. Parked, and the ledger marked: a release
+    # then looks every attempt up before anything is sent.
+    edited = sorted(key for key, item in items.items()
+                    if item.state == State.PENDING and item.attempt)
     # An SQLite ledger holds no torn mark (``ledger.torn``): the keys it names are a loss.
     torn = found.torn and new_path.suffix.lower() != ".jsonl" and \
         f"a final line cut as torn, naming keys {', '.join(k[:12] for k in found.torn)}"
     reason = (f"salvaged from {name}: corrupt lines {', '.join(map(str, lines))} may hold "
               "events of this item; check it at the provider, then " + DECIDE)
-    if lines or gaps or disorder or snapshots or found.empty or found.witnessed or torn:
+    edits = edited and (f"item {edited[0][:12]}" + (f" and {len(edited) - 1} more" if
+                                                     len(edited) > 1 else "")
+                        + " recorded pending after an attempt (an edited record)")
+    if lines or gaps or disorder or snapshots or found.empty or found.witnessed or torn or edits:
         named = ", ".join(map(str, lines[:10])) + (f" and {len(lines) - 10} more"
                                                    if len(lines) > 10 else "")
         lost = " and ".join(filter(None, [
             lines and f"corrupt lines {named}", gaps and f"the events of {describe(gaps)}",
             disorder and f"the order of event lines ({describe_disorder(disorder)})",
-            snapshots and _SNAPSHOTS_LOST[snapshots[0]], found.empty, found.witnessed, torn]))
+            snapshots and _SNAPSHOTS_LOST[snapshots[0]], found.empty, found.witnessed, torn,
+            edits]))
         # A chain, oldest first: each salvage's own loss stays named (a header deleted
         # took an earlier mark with it: ``missing_header`` says it may have been there).
         chain = mark.get("earlier") if isinstance(mark, dict) else None
