@@ -130,3 +130,20 @@ def test_the_toolkits_own_run_drilled_as_a_black_box_passes_every_service_fault(
     assert all(r.rested for n, r in results.items() if n != "lookup-unavailable")
     stuck = results["lookup-unavailable"]
     assert kinds(stuck) == {"unresolved"} and stuck.executions == 1
+
+
+def test_the_toolkits_own_run_delivers_a_hidden_inputs_output_under_its_hidden_name(
+        inputs, tmp_path):
+    """Outsider o46 M6. Fault: an input named with a leading dot (``.doc-000.pdf``), so
+    ``run`` names its output ``.doc-000.<key8>.pdf``, hidden too. Must hold: a hidden file
+    with an artifact's bytes is a delivery (the rule that hidden files are no fake done
+    must not make this one lost): the toolkit's own run is valid. Before: ``lost_item``."""
+    dotted = tmp_path / "dotted"
+    dotted.mkdir()
+    for path in inputs.glob("*.pdf"):
+        (dotted / f".{path.name}").write_bytes(path.read_bytes())
+    own = (f"{sys.executable} -m toolkit run --provider-url \"$TOOLKIT_PROVIDER_URL\" "
+           "--inputs \"$TOOLKIT_INPUTS\" --out \"$TOOLKIT_OUT\" --ledger ledger.sqlite")
+    result = run_scenario(own, dotted, SCENARIOS["clean"])
+    assert result.executions == 1 and result.rested
+    assert result.status == "valid", [(f.kind, f.detail) for f in result.findings]

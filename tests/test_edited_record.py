@@ -75,3 +75,39 @@ def test_an_item_edited_back_to_pending_after_its_intent_is_never_sent_again_unl
     assert done.returncode == 0 and "done=1" in done.stdout, (done.stdout, done.stderr)
     stats = provider_stats(tmp_path / "p.db")
     assert stats["executions"] == 1 and stats["submit_calls"] == 1, stats
+
+
+def test_a_key_cell_overwritten_with_bytes_not_utf8_is_damage_and_its_advice_finishes_the_batch(
+        tmp_path):
+    """Outsider o46 M5. Fault: bytes overwritten inside an item's key in the SQLite file,
+    after a finished run (``integrity_check`` passes: SQLite does not look at text), so the
+    key no longer decodes as UTF-8. Must hold: the run and salvage call it damage (exit 2,
+    one line: move it aside, salvage from nothing), never a storage error to clear with
+    ``health --clear`` or a full TMPDIR; following that line finishes the batch with every
+    document executed once (non-idempotent keys: the salvaged ledger looks each up).
+    Before: run exit 1 and a health marker, for ever; salvage blamed TMPDIR."""
+    make_corpus(tmp_path / "in", docs=3, poison=0, seed=3)
+    ledger = tmp_path / "L.sqlite"
+    first = run_cli(*_args(tmp_path, ledger))
+    assert first.returncode == 0, first.stderr
+    data = bytearray(ledger.read_bytes())
+    at = data.index(b"\x00" * 8)  # past the header: find a key's 64 hex in the pages
+    at = next(i for i in range(at, len(data) - 64)
+              if all(0x30 <= b <= 0x39 or 0x61 <= b <= 0x66 for b in data[i:i + 64]))
+    data[at + 18:at + 58] = b"\xde\xad\xbe\xef" * 10
+    ledger.write_bytes(data)
+    again = run_cli(*_args(tmp_path, ledger))
+    new = tmp_path / "N.sqlite"
+    refused = run_cli("ledger", ledger, "--salvage", new, "--out", tmp_path / "out")
+    for result in (again, refused):
+        assert result.returncode == 2, result.stderr
+        assert "is damaged (Could not decode to UTF-8" in result.stderr, result.stderr
+        assert "TMPDIR" not in result.stderr and "health --clear" not in result.stderr
+    assert not (tmp_path / "L.sqlite.health").exists()
+    ledger.rename(tmp_path / "L.sqlite.damaged")  # the advice, step by step
+    salvaged = run_cli("ledger", ledger, "--salvage", new, "--out", tmp_path / "out")
+    assert salvaged.returncode == 0, salvaged.stderr
+    done = run_cli(*_args(tmp_path, new))
+    assert done.returncode == 0 and "done=3" in done.stdout, (done.stdout, done.stderr)
+    stats = provider_stats(tmp_path / "p.db")
+    assert stats["executions"] == 3 and stats["submit_calls"] == 3, stats

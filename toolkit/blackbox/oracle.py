@@ -46,8 +46,9 @@ def _sha(path: Path) -> str:
 
 def _hidden(relative: Path) -> bool:
     """A file under a hidden name (its own or a folder's: ``.witness.json``, ``.tmp-*``,
-    ``.cache/x.pdf``) is a program's bookkeeping or a temp file, never a delivered output:
-    neither a delivery nor a fake done (no user takes a dot file for a result)."""
+    ``.cache/x.pdf``) that is no artifact is a program's bookkeeping or a temp file, never
+    a fake done (no user takes a dot file for a result). One with an artifact's bytes is a
+    delivery as any (an input named ``.doc.pdf`` gives a hidden output name)."""
     return any(part.startswith(".") for part in relative.parts)
 
 
@@ -126,15 +127,15 @@ def judge(inputs_dir, out_dir, provider_db, run_starts, rested: bool) -> list[Fi
             found.append(Finding("poison_submitted", path.name,
                                  "an input that fails preflight was sent to the provider",
                                  witnesses(path)))
-    outputs = [p for p in sorted(Path(out_dir).rglob("*")) if p.is_file()
-               and not _hidden(p.relative_to(out_dir))] if Path(out_dir).is_dir() else []
+    outputs = [p for p in sorted(Path(out_dir).rglob("*")) if p.is_file()] \
+        if Path(out_dir).is_dir() else []
     every = set().union(*made.values()) if made else set()
     delivered, fakes = set(), []
     for out in outputs:
         sha = _sha(out)
         owners = [path for path in inputs if sha in made.get(digest[path], ())]
         delivered.update(owners)
-        if sha not in every:
+        if sha not in every and not _hidden(out.relative_to(out_dir)):
             fakes.append(out)
     for out in fakes:
         named = [p for p in inputs if p.stem in out.name]

@@ -99,14 +99,17 @@ def _edited(path, key: str, attempt: int) -> LedgerError:
     parks the item (``salvage.conclude``), its new ledger marked to look every attempt up."""
     from toolkit.advice import absolute, toolkit_command
     from toolkit.ledger.sqlite_damage import DamagedLedgerError
+    from toolkit.storage import recorded
 
     new = f"{os.path.splitext(str(path))[0]}.salvaged{os.path.splitext(str(path))[1]}"
+    out = recorded(os.path.realpath(path)).get("out")  # the runs' --out, as damaged() names
+    salvage = toolkit_command('ledger', absolute(path), '--salvage', absolute(new),
+                              *(('--out', absolute(out)) if out else ()))
     return DamagedLedgerError(
         f"ledger {str(path)!r} records item {key} as pending after attempt {attempt}, "
         "which no run writes (its record was edited); nothing was sent for it now, and "
         "that attempt may have been sent: salvage it, which parks the item for review "
-        f"({toolkit_command('ledger', absolute(path), '--salvage', absolute(new))}), then "
-        "run with the new ledger")
+        f"({salvage}), then run with the new ledger")
 
 
 class Ledger:

@@ -8,6 +8,7 @@ be running on ask ``busy_or_damaged`` first.
 """
 
 import os
+import sqlite3
 
 from toolkit.advice import absolute, shell_words, toolkit_command
 from toolkit.errors import LedgerBusyError, LedgerError, StorageError
@@ -22,10 +23,17 @@ class DamagedLedgerError(LedgerError):
     """An SQLite ledger SQLite cannot read (``DAMAGE``): bad input, exit 2, with the way out."""
 
 
+# What Python's sqlite3 says of a text cell whose bytes are not UTF-8 (bytes overwritten
+# inside a key: ``integrity_check`` does not look at text): damage too, never the disk's.
+UNDECODABLE = "Could not decode to UTF-8"
+
+
 def damage_of(exc: BaseException | None) -> str | None:
-    """SQLite's words when ``exc`` (or an exception it was raised from) is ``DAMAGE``."""
+    """SQLite's words when ``exc`` (or an exception it was raised from) is ``DAMAGE``, or
+    Python's for an ``UNDECODABLE`` cell."""
     while exc is not None:
-        if str(getattr(exc, "sqlite_errorname", "")).startswith(DAMAGE):
+        if str(getattr(exc, "sqlite_errorname", "")).startswith(DAMAGE) or (
+                isinstance(exc, sqlite3.Error) and UNDECODABLE in str(exc)):
             return str(exc)
         exc = exc.__cause__ or exc.__context__
     return None
