@@ -91,27 +91,6 @@ def lease_held(item: Item, now: float, respect_live_owner: bool = True) -> bool:
     return not expired or other_live_process
 
 
-def _edited(path, key: str, attempt: int) -> LedgerError:
-    """An intent for an item recorded ``pending`` after an attempt: no run writes that (no
-    edge enters pending, and each intent counts an attempt), so its record was edited by
-    hand (a line's ``"to"``, a row's state) and that attempt may have been sent. Sending
-    again could execute it twice: the run halts before the intent (exit 2), and salvage
-    parks the item (``salvage.conclude``), its new ledger marked to look every attempt up."""
-    from toolkit.advice import absolute, toolkit_command
-    from toolkit.ledger.sqlite_damage import DamagedLedgerError
-    from toolkit.storage import recorded
-
-    new = f"{os.path.splitext(str(path))[0]}.salvaged{os.path.splitext(str(path))[1]}"
-    out = recorded(os.path.realpath(path)).get("out")  # the runs' --out, as damaged() names
-    salvage = toolkit_command('ledger', absolute(path), '--salvage', absolute(new),
-                              *(('--out', absolute(out)) if out else ()))
-    return DamagedLedgerError(
-        f"ledger {str(path)!r} records item {key} as pending after attempt {attempt}, "
-        "which no run writes (its record was edited); nothing was sent for it now, and "
-        "that attempt may have been sent: salvage it, which parks the item for review "
-        f"({salvage}), then run with the new ledger")
-
-
 class Ledger:
     """Durable client ledger; use ``open_ledger(path)`` to get one.
 
@@ -263,7 +242,9 @@ class Ledger:
         with Commit(self, sync) as commit:
             item = self._guard(key, frm, token)
             if item.attempt and frm is _PENDING and to is _UNKNOWN:  # (a rare branch)
-                raise _edited(self.path, key, item.attempt)
+                from toolkit.ledger.salvage import edited_record
+
+                raise edited_record(self.path, key, item.attempt)
             if not plain:
                 after = dict(zip(_AFTER, _AFTER_VALUES(item)))
                 after.update(fields)  # why_illegal and bad_artifact read the _AFTER names only

@@ -116,15 +116,38 @@ def check_new(new_path: Path) -> None:
                            "ledger")
 
 
+def edited_record(path, key: str, attempt: int) -> LedgerError:
+    """What ``Ledger.move`` raises for the intent of an item recorded ``pending`` after an
+    attempt. No run writes that (no edge enters pending, and each intent counts an
+    attempt): its record was edited by hand (a line's ``"to"``, a row's state), and that
+    attempt may have been sent. Sending again could execute it twice, so the run halts
+    before the intent (exit 2), and ``conclude`` parks the item, its new ledger marked to
+    look every attempt up."""
+    from toolkit.advice import absolute, toolkit_command
+    from toolkit.ledger.sqlite_damage import DamagedLedgerError
+    from toolkit.storage import recorded
+
+    stem, suffix = os.path.splitext(str(path))
+    out = recorded(os.path.realpath(path)).get("out")  # the runs' --out, as damaged() names
+    command = toolkit_command("ledger", absolute(path), "--salvage",
+                              absolute(f"{stem}.salvaged{suffix}"),
+                              *(("--out", absolute(out)) if out else ()))
+    return DamagedLedgerError(
+        f"ledger {str(path)!r} records item {key} as pending after attempt {attempt}, "
+        "which no run writes (its record was edited); nothing was sent for it now, and "
+        "that attempt may have been sent: salvage it, which parks the item for review "
+        f"({command}), then run with the new ledger")
+
+
 def conclude(name: str, new_path: Path, found: Found) -> dict:
     """Park and mark what ``found`` says was lost, write ``new_path``; ``salvage``'s result.
     ``name``: the old ledger's, for the mark and the reasons."""
     items, affected, lines, gaps = found.items, found.affected, found.lines, found.gaps
     disorder, snapshots, mark = found.disorder, found.snapshots, found.mark
     lost = None
-    # Pending after an attempt: no run writes that (``ledger._edited``), so the record was
-    # edited and the attempt may have been sent. Parked, and the ledger marked: a release
-    # then looks every attempt up before anything is sent.
+    # Pending after an attempt: no run writes that, so the record was
+    # edited and the attempt may have been sent (``edited_record``). Parked, and the ledger
+    # marked: a release then looks every attempt up before anything is sent.
     edited = sorted(key for key, item in items.items()
                     if item.state == State.PENDING and item.attempt)
     # An SQLite ledger holds no torn mark (``ledger.torn``): the keys it names are a loss.
