@@ -88,9 +88,10 @@ def _ledger_records(path):
     """
     from contextlib import closing
 
+    from toolkit.ledger.opening import SQLITE_SUFFIXES
     from toolkit.ledger.sqlite import SqliteLedger
 
-    if path.suffix.lower() not in (".sqlite", ".db", ".sqlite3") or not path.is_file():
+    if path.suffix.lower() not in SQLITE_SUFFIXES or not path.is_file():
         return None
 
     class ReadOnly:  # what the ledger's readers use of it: a connection and a name

@@ -40,6 +40,9 @@ def canonical_path(path) -> Path:
     return resolved
 
 
+SQLITE_SUFFIXES = (".sqlite", ".db", ".sqlite3")  # the suffixes open_ledger opens as SQLite
+
+
 def open_ledger(path, **options) -> "Ledger":
     """Open the ledger at ``path``, choosing the backend by suffix or ``postgresql://`` URL.
 
@@ -55,9 +58,9 @@ def open_ledger(path, **options) -> "Ledger":
 
         return PostgresLedger(url, **options)
     suffix = Path(path).suffix.lower()
-    if suffix in (".sqlite", ".db", ".sqlite3", ".jsonl"):
+    if suffix in SQLITE_SUFFIXES or suffix == ".jsonl":
         path = canonical_path(path)
-    if suffix in (".sqlite", ".db", ".sqlite3"):
+    if suffix in SQLITE_SUFFIXES:
         from toolkit.ledger.sqlite import SqliteLedger
 
         return SqliteLedger(path, **options)

@@ -123,14 +123,12 @@ def edited_record(path, key: str, attempt: int) -> LedgerError:
     attempt may have been sent. Sending again could execute it twice, so the run halts
     before the intent (exit 2), and ``conclude`` parks the item, its new ledger marked to
     look every attempt up."""
-    from toolkit.advice import absolute, toolkit_command
+    from toolkit.advice import absolute, salvaged_name, toolkit_command
     from toolkit.ledger.sqlite_damage import DamagedLedgerError
     from toolkit.storage import recorded
 
-    stem, suffix = os.path.splitext(str(path))
     out = recorded(os.path.realpath(path)).get("out")  # the runs' --out, as damaged() names
-    command = toolkit_command("ledger", absolute(path), "--salvage",
-                              absolute(f"{stem}.salvaged{suffix}"),
+    command = toolkit_command("ledger", absolute(path), "--salvage", salvaged_name(path),
                               *(("--out", absolute(out)) if out else ()))
     return DamagedLedgerError(
         f"ledger {str(path)!r} records item {key} as pending after attempt {attempt}, "

@@ -147,14 +147,13 @@ def pages_at_end(ledger_path) -> None:
     run's; without this it would end with exit 0 on a file nothing can open. A fresh
     connection: the run's own holds the pages it wrote in its cache. A PostgreSQL or JSONL
     ledger is left alone (a JSONL writer checks its file at each append)."""
-    from toolkit.ledger.sqlite import SqliteLedger
+    from toolkit.ledger.opening import SQLITE_SUFFIXES
 
     if postgres_url(ledger_path) or not os.path.isfile(ledger_path) or \
-            Path(ledger_path).suffix.lower() not in (".sqlite", ".db", ".sqlite3"):
+            Path(ledger_path).suffix.lower() not in SQLITE_SUFFIXES:
         return
-    with open_ledger(ledger_path) as ledger:
-        if isinstance(ledger, SqliteLedger):
-            sqlite_pages(ledger, ledger_path)
+    with open_ledger(ledger_path) as ledger:  # an SqliteLedger, by its suffix
+        sqlite_pages(ledger, ledger_path)
 
 
 def require_ledger_path(path: Path) -> None:
